@@ -1,0 +1,111 @@
+"""The Faust application that hosts the processor.
+
+Faust is the frame: worker lifecycle, signal handling, the web server
+(``/health``, ``/metrics``) and, in later work, the control-plane agents. The
+change-topic data plane runs beside it in a thread (:mod:`processor.dataplane`)
+because Faust's per-event stream path is far slower than a librdkafka batch
+loop. If the data plane fails, the worker stops with a non-zero exit code so
+that the orchestrator restarts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import typing
+from typing import Any
+
+import faust
+from faust.web import Request, Response, View
+from mode import Service
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from processor.dataplane import DataPlane
+from processor.errors import ProcessorError
+from state.rocksdb import RocksDBBackend
+from tidemark.config import Config
+from tidemark.ports import claim_port
+
+log = logging.getLogger(__name__)
+
+
+class DataPlaneService(Service):
+    """Runs a :class:`DataPlane` in a thread for as long as the worker runs."""
+
+    def __init__(self, dataplane: DataPlane, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.dataplane = dataplane
+        self._thread: threading.Thread | None = None
+
+    async def on_start(self) -> None:
+        """Start the loop thread."""
+        loop = asyncio.get_running_loop()
+
+        def target() -> None:
+            self.dataplane.run()
+            if self.dataplane.failure is not None:
+                loop.call_soon_threadsafe(self._crash, self.dataplane.failure)
+
+        self._thread = threading.Thread(target=target, name="dataplane", daemon=True)
+        self._thread.start()
+
+    def _crash(self, exc: BaseException) -> None:
+        asyncio.ensure_future(self.crash(ProcessorError(f"data plane failed: {exc}")))
+
+    async def on_stop(self) -> None:
+        """Let the batch in flight finish, then join the thread."""
+        self.dataplane.stop()
+        if self._thread is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 30)
+
+
+def create_app(config: Config) -> tuple[faust.App, DataPlane]:
+    """The Faust app and its data plane for ``config``."""
+    pc = config.processor
+    app = faust.App(
+        pc.pipeline,
+        broker=[f"kafka://{s.strip()}" for s in config.kafka.bootstrap_servers.split(",")],
+        store="memory://",
+        web_enabled=True,
+        web_bind=pc.web_host,
+        web_port=pc.web_port,
+        web_host=pc.web_host,
+        broker_session_timeout=6.0,
+        broker_heartbeat_interval=1.0,
+        broker_max_poll_interval=10.0,
+        topic_partitions=config.kafka.topic_partitions,
+        topic_replication_factor=config.kafka.replication_factor,
+        autodiscover=False,
+    )
+    dataplane = DataPlane(config, RocksDBBackend(pc.state_dir))
+    app.service(typing.cast(Any, DataPlaneService(dataplane)))  # an instance is accepted
+
+    @app.page("/metrics")
+    class Metrics(View):
+        async def get(self, request: Request) -> Response:
+            return self.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
+
+    @app.page("/health")
+    class Health(View):
+        async def get(self, request: Request) -> Response:
+            healthy = dataplane.running and dataplane.failure is None
+            body = {"status": "ok" if healthy else "failing",
+                    "dataplane": "running" if dataplane.running else "stopped",
+                    "assigned_partitions": len(dataplane.assigned)}
+            return self.json(body, status=200 if healthy else 503)
+
+    return app, dataplane
+
+
+def run_worker(config: Config) -> int:
+    """Run the processor until SIGTERM/SIGINT; exit code non-zero if the data plane failed."""
+    claim_port(config.processor.web_port, "processor's web server", config.processor.web_host)
+    app, dataplane = create_app(config)
+    worker = faust.Worker(app, loglevel="info")
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+        return 1 if dataplane.failure is not None else code
+    return 1 if dataplane.failure is not None else 0

@@ -1,0 +1,32 @@
+"""Errors of the processor. Input errors carry the raw Kafka message for the dead-letter topic."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tidemark.errors import TidemarkError
+
+
+class ProcessorError(TidemarkError):
+    """The processor cannot go on."""
+
+
+@dataclass(frozen=True)
+class RawMessage:
+    """Where a message came from and its bytes, as read from Kafka."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+class InputError(ProcessorError):
+    """One input message cannot be processed; it goes to the dead-letter topic."""
+
+    def __init__(self, reason: str, message: RawMessage) -> None:
+        super().__init__(
+            f"{message.topic}[{message.partition}]@{message.offset}: {reason}")
+        self.reason = reason
+        self.message = message

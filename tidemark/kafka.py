@@ -1,0 +1,79 @@
+"""Kafka client settings and topic administration shared by every component.
+
+Group timeouts are short on purpose: a consumer-group join waits for the
+rebalance timeout, and librdkafka's default (300 s) makes the first assignment
+take minutes. Topics are always created explicitly, because a producer that
+writes to a missing topic makes the broker create it with its own defaults.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tidemark.config import KafkaConfig
+from tidemark.errors import TidemarkError
+
+GROUP_SETTINGS = {
+    "session.timeout.ms": 6000,
+    "max.poll.interval.ms": 10000,
+    "heartbeat.interval.ms": 1000,
+    "topic.metadata.refresh.interval.ms": 5000,
+}
+
+
+class TopicError(TidemarkError):
+    """A topic could not be created or described."""
+
+
+def client_config(kafka: KafkaConfig, **extra: Any) -> dict[str, Any]:
+    """librdkafka settings for any client of ``kafka``."""
+    conf: dict[str, Any] = {"bootstrap.servers": kafka.bootstrap_servers}
+    conf.update(kafka.client_properties)
+    conf.update(extra)
+    return conf
+
+
+def consumer_config(kafka: KafkaConfig, group: str, **extra: Any) -> dict[str, Any]:
+    """Settings for a consumer in ``group`` that commits offsets itself."""
+    return client_config(kafka, **{"group.id": group, "enable.auto.commit": False,
+                                   "auto.offset.reset": "earliest", **GROUP_SETTINGS, **extra})
+
+
+def ensure_topics(admin: AdminClient, partitions: Mapping[str, int], replication: int = 1,
+                  config: Mapping[str, str] | None = None, timeout: float = 30.0) -> None:
+    """Create the missing topics among ``partitions`` (name to partition count) and wait."""
+    existing = admin.list_topics(timeout=10).topics
+    missing = [name for name in partitions if name not in existing]
+    if not missing:
+        return
+    futures = admin.create_topics(
+        [NewTopic(name, partitions[name], replication, config=dict(config or {}))
+         for name in missing], request_timeout=timeout)
+    for name, future in futures.items():
+        try:
+            future.result()
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise TopicError(f"cannot create topic {name}: {exc.args[0].str()}") from None
+    _wait_visible(admin, missing, timeout)
+
+
+def partition_counts(admin: AdminClient, topics: Iterable[str]) -> dict[str, int]:
+    """Number of partitions of each existing topic among ``topics``."""
+    meta = admin.list_topics(timeout=10).topics
+    return {t: len(meta[t].partitions) for t in topics if t in meta and meta[t].error is None}
+
+
+def _wait_visible(admin: AdminClient, names: list[str], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        topics = admin.list_topics(timeout=10).topics
+        if all(n in topics and topics[n].partitions for n in names):
+            return
+        time.sleep(0.1)
+    raise TopicError(f"topics {names} did not appear within {timeout:.0f} s")
