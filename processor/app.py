@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 import threading
 import typing
 from typing import Any
@@ -22,7 +24,6 @@ from mode import Service
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from processor.dataplane import DataPlane
-from processor.errors import ProcessorError
 from state.rocksdb import RocksDBBackend
 from tidemark.config import Config
 from tidemark.ports import claim_port
@@ -40,18 +41,16 @@ class DataPlaneService(Service):
 
     async def on_start(self) -> None:
         """Start the loop thread."""
-        loop = asyncio.get_running_loop()
 
         def target() -> None:
             self.dataplane.run()
             if self.dataplane.failure is not None:
-                loop.call_soon_threadsafe(self._crash, self.dataplane.failure)
+                # Stop the whole worker the way an operator would; run_worker then
+                # exits non-zero so that the orchestrator restarts the process.
+                os.kill(os.getpid(), signal.SIGTERM)
 
         self._thread = threading.Thread(target=target, name="dataplane", daemon=True)
         self._thread.start()
-
-    def _crash(self, exc: BaseException) -> None:
-        asyncio.ensure_future(self.crash(ProcessorError(f"data plane failed: {exc}")))
 
     async def on_stop(self) -> None:
         """Let the batch in flight finish, then join the thread."""
@@ -90,9 +89,11 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane]:
     class Health(View):
         async def get(self, request: Request) -> Response:
             healthy = dataplane.running and dataplane.failure is None
-            body = {"status": "ok" if healthy else "failing",
-                    "dataplane": "running" if dataplane.running else "stopped",
-                    "assigned_partitions": len(dataplane.assigned)}
+            body = {
+                "status": "ok" if healthy else "failing",
+                "dataplane": "running" if dataplane.running else "stopped",
+                "assigned_partitions": len(dataplane.assigned),
+            }
             return self.json(body, status=200 if healthy else 503)
 
     return app, dataplane

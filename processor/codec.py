@@ -24,7 +24,10 @@ from processor.reconcile import Version
 OPS = frozenset({"c", "u", "d", "r"})
 
 TIDEMARK_FIELD: dict[str, Any] = {
-    "type": "struct", "optional": True, "field": "tidemark", "name": "io.tidemark.Metadata",
+    "type": "struct",
+    "optional": True,
+    "field": "tidemark",
+    "name": "io.tidemark.Metadata",
     "fields": [
         {"type": "string", "optional": False, "field": "topic"},
         {"type": "int32", "optional": False, "field": "partition"},
@@ -48,7 +51,8 @@ class Change:
     schema: dict[str, Any] | None
 
 
-def _split(raw: bytes, msg: RawMessage) -> tuple[Any, dict[str, Any] | None]:
+def split_envelope(raw: bytes, msg: RawMessage) -> tuple[Any, dict[str, Any] | None]:
+    """``(payload, schema)`` of a JSON message with (``{schema, payload}``) or without schema."""
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -64,7 +68,7 @@ def _split(raw: bytes, msg: RawMessage) -> tuple[Any, dict[str, Any] | None]:
 def decode_debezium(msg: RawMessage) -> Change:
     """A Debezium envelope (``op``, ``before``, ``after``, ``source``) from JSON bytes."""
     assert msg.value is not None
-    payload, schema = _split(msg.value, msg)
+    payload, schema = split_envelope(msg.value, msg)
     if not isinstance(payload, dict) or "op" not in payload:
         raise InputError("not a Debezium change event (no 'op' field)", msg)
     op = payload["op"]
@@ -84,7 +88,7 @@ def decode_upsert(msg: RawMessage) -> Change:
     """A flat key/value record: the value is the row, a null value deletes it."""
     if msg.value is None:
         return Change("d", None, (0, msg.offset), {}, None)
-    row, schema = _split(msg.value, msg)
+    row, schema = split_envelope(msg.value, msg)
     if not isinstance(row, dict):
         raise InputError("upsert value is not a JSON object", msg)
     return Change("u", orjson.dumps(row), (0, msg.offset), {}, schema)
@@ -112,8 +116,9 @@ def source_version(source: Any, msg: RawMessage) -> Version:
     raise InputError("Debezium event without a source position (sequence or lsn)", msg)
 
 
-def encode_output(change: Change, previous: bytes | None, reason: str, envelope: str,
-                  msg: RawMessage) -> bytes:
+def encode_output(
+    change: Change, previous: bytes | None, reason: str, envelope: str, msg: RawMessage
+) -> bytes:
     """The reconciled event for ``change``; ``previous`` is the state's prior value."""
     payload = dict(change.payload)
     payload["before"] = None if previous is None else orjson.Fragment(previous)
@@ -121,8 +126,13 @@ def encode_output(change: Change, previous: bytes | None, reason: str, envelope:
     payload["op"] = change.op
     payload.setdefault("source", None)
     payload.setdefault("ts_ms", int(time.time() * 1000))
-    payload["tidemark"] = {"topic": msg.topic, "partition": msg.partition, "offset": msg.offset,
-                           "envelope": envelope, "reason": reason}
+    payload["tidemark"] = {
+        "topic": msg.topic,
+        "partition": msg.partition,
+        "offset": msg.offset,
+        "envelope": envelope,
+        "reason": reason,
+    }
     if change.schema is None:
         return orjson.dumps(payload)
     return orjson.dumps({"schema": output_schema(change.schema, envelope), "payload": payload})
@@ -132,12 +142,19 @@ def output_schema(schema: dict[str, Any], envelope: str) -> dict[str, Any]:
     """The input schema with the ``tidemark`` field (an upsert row wrapped in an envelope)."""
     if envelope == "upsert":
         row = dict(schema, optional=True)
-        fields = [dict(row, field="before"), dict(row, field="after"),
-                  {"type": "string", "optional": False, "field": "op"},
-                  {"type": "struct", "optional": True, "field": "source", "fields": []},
-                  {"type": "int64", "optional": True, "field": "ts_ms"}]
-        out = {"type": "struct", "optional": False, "fields": fields + [TIDEMARK_FIELD],
-               "name": f"{schema.get('name', 'row')}.Envelope"}
+        fields = [
+            dict(row, field="before"),
+            dict(row, field="after"),
+            {"type": "string", "optional": False, "field": "op"},
+            {"type": "struct", "optional": True, "field": "source", "fields": []},
+            {"type": "int64", "optional": True, "field": "ts_ms"},
+        ]
+        out = {
+            "type": "struct",
+            "optional": False,
+            "fields": fields + [TIDEMARK_FIELD],
+            "name": f"{schema.get('name', 'row')}.Envelope",
+        }
     else:
         fields = [f for f in schema.get("fields", []) if f.get("field") != "tidemark"]
         out = dict(schema, fields=fields + [TIDEMARK_FIELD])

@@ -42,7 +42,7 @@ Headers = list[tuple[str, str | bytes | None]]
 def output_topic(prefix: str, input_topic: str) -> str:
     """``<prefix>.<schema>.<table>`` becomes ``<prefix>.reconciled.<schema>.<table>``."""
     head = prefix + "."
-    rest = input_topic[len(head):] if input_topic.startswith(head) else input_topic
+    rest = input_topic[len(head) :] if input_topic.startswith(head) else input_topic
     return f"{prefix}.reconciled.{rest}"
 
 
@@ -53,7 +53,8 @@ class Batch:
     records: list[tuple[str, int, bytes | None, bytes | None]] = field(default_factory=list)
     dead_letters: list[InputError] = field(default_factory=list)
     updates: dict[TopicPartitionKey, dict[bytes, bytes | None]] = field(
-        default_factory=lambda: defaultdict(dict))
+        default_factory=lambda: defaultdict(dict)
+    )
     next_offsets: dict[TopicPartitionKey, int] = field(default_factory=dict)
 
 
@@ -66,7 +67,8 @@ class DataPlane:
         self.group = f"{config.processor.pipeline}-dataplane"
         self.dead_letter_topic = f"{config.processor.pipeline}.dlq"
         self._decode: Callable[[RawMessage], Change] = (
-            decode_upsert if config.processor.envelope == "upsert" else decode_debezium)
+            decode_upsert if config.processor.envelope == "upsert" else decode_debezium
+        )
         self._stores: dict[TopicPartitionKey, PartitionStore] = {}
         self._outputs: set[str] = set()
         self._delivery_errors: list[KafkaError] = []
@@ -77,12 +79,22 @@ class DataPlane:
         self.failure: BaseException | None = None
         self.last_batch_at = 0.0
         self._admin = AdminClient(client_config(config.kafka))
-        self._producer = Producer(client_config(
-            config.kafka, **{"enable.idempotence": True, "acks": "all", "linger.ms": 5,
-                             "compression.type": "lz4"}))
-        self._consumer = Consumer(consumer_config(
-            config.kafka, self.group, **{"enable.partition.eof": False,
-                                         "fetch.wait.max.ms": 50}))
+        self._producer = Producer(
+            client_config(
+                config.kafka,
+                **{
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 5,
+                    "compression.type": "lz4",
+                },
+            )
+        )
+        self._consumer = Consumer(
+            consumer_config(
+                config.kafka, self.group, **{"enable.partition.eof": False, "fetch.wait.max.ms": 50}
+            )
+        )
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -90,17 +102,20 @@ class DataPlane:
         """Run until :meth:`stop`; on an unexpected error record it in ``failure`` and return."""
         next_lag = next_discovery = 0.0
         try:
-            ensure_topics(self._admin,
-                          {self.dead_letter_topic: self.config.kafka.topic_partitions},
-                          self.config.kafka.replication_factor)
+            ensure_topics(
+                self._admin,
+                {self.dead_letter_topic: self.config.kafka.topic_partitions},
+                self.config.kafka.replication_factor,
+            )
             self.running = True
             while not self._stop.is_set():
                 now = time.monotonic()
                 if now >= next_discovery:
                     self._discover_topics()
                     next_discovery = now + 5.0
-                messages = self._consumer.consume(self.config.processor.batch_size,
-                                                  self.config.processor.batch_timeout_ms / 1000)
+                messages = self._consumer.consume(
+                    self.config.processor.batch_size, self.config.processor.batch_timeout_ms / 1000
+                )
                 if messages:
                     started = time.perf_counter()
                     self.commit_batch(self.decide(messages))
@@ -122,12 +137,17 @@ class DataPlane:
         librdkafka's own pattern subscription uses POSIX regular expressions (no
         look-ahead), so topics are matched here with Python's and subscribed by name.
         """
-        names = sorted(t for t in self._admin.list_topics(timeout=10).topics
-                       if self._input.match(t))
+        names = sorted(
+            t for t in self._admin.list_topics(timeout=10).topics if self._input.match(t)
+        )
         if names != self._subscribed:
             if names:
-                self._consumer.subscribe(names, on_assign=self._on_assign,
-                                         on_revoke=self._on_revoke, on_lost=self._on_revoke)
+                self._consumer.subscribe(
+                    names,
+                    on_assign=self._on_assign,
+                    on_revoke=self._on_revoke,
+                    on_lost=self._on_revoke,
+                )
             else:
                 self._consumer.unsubscribe()
             log.info("input topics: %s", ", ".join(names) or "none yet")
@@ -158,8 +178,9 @@ class DataPlane:
                 if err.code() == KafkaError._PARTITION_EOF:
                     continue
                 raise KafkaException(err)
-            raw = RawMessage(msg.topic() or "", msg.partition() or 0, msg.offset() or 0,
-                             msg.key(), msg.value())
+            raw = RawMessage(
+                msg.topic() or "", msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value()
+            )
             by_partition[(raw.topic, raw.partition)].append(raw)
         envelope = self.config.processor.envelope
         prefix = self.config.source.topic_prefix
@@ -180,17 +201,24 @@ class DataPlane:
             batch.next_offsets[tp] = group[-1].offset + 1
         return batch
 
-    def _reconcile_one(self, raw: RawMessage, state: dict[bytes, bytes | None],
-                       updates: dict[bytes, bytes | None], batch: Batch, out: str,
-                       envelope: str) -> None:
+    def _reconcile_one(
+        self,
+        raw: RawMessage,
+        state: dict[bytes, bytes | None],
+        updates: dict[bytes, bytes | None],
+        batch: Batch,
+        out: str,
+        envelope: str,
+    ) -> None:
         if raw.key is None:
             raise InputError("message without a key (the primary key is required)", raw)
         if raw.value is None and envelope != "upsert":
             return  # Debezium's tombstone after a delete event: the delete was handled
         change = self._decode(raw)
         stored = state.get(raw.key)
-        outcome = reconcile(change.version, change.after,
-                            Entry.decode(stored) if stored is not None else None)
+        outcome = reconcile(
+            change.version, change.after, Entry.decode(stored) if stored is not None else None
+        )
         if outcome.action is Action.DROP:
             metrics.EVENTS_DROPPED.labels(raw.topic).inc()
             return
@@ -223,26 +251,42 @@ class DataPlane:
         remaining = self._producer.flush(60)
         failures, self._delivery_errors = self._delivery_errors, []
         if remaining or failures:
-            raise ProcessorError("Kafka did not acknowledge the batch's outputs: "
-                                 + (failures[0].str() if failures else f"{remaining} pending"))
+            raise ProcessorError(
+                "Kafka did not acknowledge the batch's outputs: "
+                + (failures[0].str() if failures else f"{remaining} pending")
+            )
         for tp, next_offset in batch.next_offsets.items():
             store = self._stores.get(tp)
             if store is not None:
                 store.commit(batch.updates.get(tp, {}), next_offset)
         if batch.next_offsets:
-            self._consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o
-                                           in batch.next_offsets.items()], asynchronous=False)
+            self._consumer.commit(
+                offsets=[TopicPartition(t, p, o) for (t, p), o in batch.next_offsets.items()],
+                asynchronous=False,
+            )
 
     def _on_delivery(self, err: KafkaError | None, _msg: Message) -> None:
         if err is not None:
             self._delivery_errors.append(err)
 
-    def _produce(self, topic: str, partition: int, key: bytes | None,
-                 value: bytes | None, headers: Headers | None = None) -> None:
+    def _produce(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers | None = None,
+    ) -> None:
         while True:
             try:
-                self._producer.produce(topic, value=value, key=key, partition=partition,
-                                       headers=headers, on_delivery=self._on_delivery)
+                self._producer.produce(
+                    topic,
+                    value=value,
+                    key=key,
+                    partition=partition,
+                    headers=headers,
+                    on_delivery=self._on_delivery,
+                )
                 return
             except BufferError:
                 self._producer.poll(0.05)
@@ -250,12 +294,19 @@ class DataPlane:
     def _produce_dead_letter(self, error: InputError) -> None:
         msg = error.message
         log.warning("dead letter: %s", error)
-        headers: Headers = [("tidemark.source.topic", msg.topic.encode()),
-                            ("tidemark.source.partition", str(msg.partition).encode()),
-                            ("tidemark.source.offset", str(msg.offset).encode()),
-                            ("tidemark.error", error.reason.encode())]
-        self._produce(self.dead_letter_topic, msg.partition % self.config.kafka.topic_partitions,
-                      msg.key, msg.value, headers)
+        headers: Headers = [
+            ("tidemark.source.topic", msg.topic.encode()),
+            ("tidemark.source.partition", str(msg.partition).encode()),
+            ("tidemark.source.offset", str(msg.offset).encode()),
+            ("tidemark.error", error.reason.encode()),
+        ]
+        self._produce(
+            self.dead_letter_topic,
+            msg.partition % self.config.kafka.topic_partitions,
+            msg.key,
+            msg.value,
+            headers,
+        )
         metrics.DEAD_LETTERS.labels(msg.topic).inc()
 
     # -- partitions ---------------------------------------------------------
@@ -266,15 +317,21 @@ class DataPlane:
         if new:
             counts = partition_counts(self._admin, new)
             prefix = self.config.source.topic_prefix
-            ensure_topics(self._admin, {output_topic(prefix, t): counts[t] for t in new},
-                          self.config.kafka.replication_factor,
-                          config={"cleanup.policy": "compact"})
+            ensure_topics(
+                self._admin,
+                {output_topic(prefix, t): counts[t] for t in new},
+                self.config.kafka.replication_factor,
+                config={"cleanup.policy": "compact"},
+            )
             self._outputs |= new
         for p in partitions:
             self._stores[(p.topic, p.partition)] = self.backend.open(p.topic, p.partition)
         metrics.ASSIGNED_PARTITIONS.set(len(self._stores))
-        log.info("assigned %d partitions: %s", len(partitions),
-                 ", ".join(f"{p.topic}[{p.partition}]" for p in partitions))
+        log.info(
+            "assigned %d partitions: %s",
+            len(partitions),
+            ", ".join(f"{p.topic}[{p.partition}]" for p in partitions),
+        )
 
     def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for p in partitions:
@@ -304,4 +361,3 @@ class DataPlane:
     def assigned(self) -> list[TopicPartitionKey]:
         """The input partitions this instance owns."""
         return sorted(self._stores)
-

@@ -26,7 +26,6 @@ class InputError(ProcessorError):
     """One input message cannot be processed; it goes to the dead-letter topic."""
 
     def __init__(self, reason: str, message: RawMessage) -> None:
-        super().__init__(
-            f"{message.topic}[{message.partition}]@{message.offset}: {reason}")
+        super().__init__(f"{message.topic}[{message.partition}]@{message.offset}: {reason}")
         self.reason = reason
         self.message = message

@@ -5,15 +5,25 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 
 EVENTS_IN = Counter("tidemark_events_in_total", "Input messages consumed", ["topic"])
-EVENTS_OUT = Counter("tidemark_events_out_total",
-                     "Reconciled events and tombstones produced", ["topic"])
-EVENTS_DROPPED = Counter("tidemark_events_dropped_total",
-                         "Input changes dropped as replays of older versions", ["topic"])
-DEAD_LETTERS = Counter("tidemark_dead_letters_total",
-                       "Input messages sent to the dead-letter topic", ["topic"])
-CONSUMER_LAG = Gauge("tidemark_consumer_lag", "Messages between the processed position and the "
-                     "partition's end", ["topic", "partition"])
-BATCH_SECONDS = Histogram("tidemark_batch_seconds", "Time to process and commit one batch",
-                          buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
-ASSIGNED_PARTITIONS = Gauge("tidemark_assigned_partitions",
-                            "Input partitions owned by this instance")
+EVENTS_OUT = Counter(
+    "tidemark_events_out_total", "Reconciled events and tombstones produced", ["topic"]
+)
+EVENTS_DROPPED = Counter(
+    "tidemark_events_dropped_total", "Input changes dropped as replays of older versions", ["topic"]
+)
+DEAD_LETTERS = Counter(
+    "tidemark_dead_letters_total", "Input messages sent to the dead-letter topic", ["topic"]
+)
+CONSUMER_LAG = Gauge(
+    "tidemark_consumer_lag",
+    "Messages between the processed position and the partition's end",
+    ["topic", "partition"],
+)
+BATCH_SECONDS = Histogram(
+    "tidemark_batch_seconds",
+    "Time to process and commit one batch",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+ASSIGNED_PARTITIONS = Gauge(
+    "tidemark_assigned_partitions", "Input partitions owned by this instance"
+)

@@ -58,7 +58,7 @@ class Entry:
     def decode(raw: bytes) -> Entry:
         """Inverse of :meth:`encode`."""
         major, minor, flag = _VERSION.unpack_from(raw)
-        return Entry((major, minor), raw[_VERSION.size:] if flag == _PRESENT else None)
+        return Entry((major, minor), raw[_VERSION.size :] if flag == _PRESENT else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     try:
         return int(args.handler(args) or 0)
     except TidemarkError as exc:
@@ -41,9 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def command(name: str, handler: object, help_text: str,
-                parent: argparse._SubParsersAction | None = None
-                ) -> argparse.ArgumentParser:
+    def command(
+        name: str, handler: object, help_text: str, parent: argparse._SubParsersAction | None = None
+    ) -> argparse.ArgumentParser:
         p = (parent or sub).add_parser(name, help=help_text, description=help_text)
         p.add_argument("--config", help="configuration file (default: tidemark.yaml)")
         p.set_defaults(handler=handler)
@@ -51,8 +52,9 @@ def _parser() -> argparse.ArgumentParser:
 
     command("process", _process, "run the stream processor (a Faust worker)")
     sink = command("sink", _sink, "merge reconciled topics into Iceberg tables (Spark)")
-    sink.add_argument("--once", action="store_true",
-                      help="drain every topic to its current end, then exit")
+    sink.add_argument(
+        "--once", action="store_true", help="drain every topic to its current end, then exit"
+    )
     demo = command("demo", _demo, "run the whole pipeline on embedded components and verify it")
     demo.add_argument("--run-dir", default=".tidemark/demo", help="folder for logs and data")
 
@@ -75,21 +77,24 @@ def _run_dir(args: argparse.Namespace, config: Config) -> Path:
 
 
 def _process(args: argparse.Namespace) -> int:
+    config = _config(args)
     from processor.app import run_worker
 
-    return run_worker(_config(args))
+    return run_worker(config)
 
 
 def _sink(args: argparse.Namespace) -> int:
+    config = _config(args)
     from spark_sink.job import run_sink
 
-    return run_sink(_config(args), once=args.once)
+    return run_sink(config, once=args.once)
 
 
 def _demo(args: argparse.Namespace) -> int:
+    config = _config(args)
     from tidemark.demo import run_demo
 
-    return run_demo(_config(args), Path(args.run_dir))
+    return run_demo(config, Path(args.run_dir))
 
 
 def _dev_up(args: argparse.Namespace) -> int:
@@ -100,8 +105,10 @@ def _dev_up(args: argparse.Namespace) -> int:
     path = stack.up()
     print(f"development stack is up; configuration: {path}")
     print(f"  Kafka:      {stack.config.kafka.bootstrap_servers}")
-    print(f"  PostgreSQL: {stack.config.source.host}:{stack.config.source.port}"
-          f"/{stack.config.source.dbname} (user {stack.config.source.user})")
+    print(
+        f"  PostgreSQL: {stack.config.source.host}:{stack.config.source.port}"
+        f"/{stack.config.source.dbname} (user {stack.config.source.user})"
+    )
     print(f"  stop with:  tidemark dev down --run-dir {stack.run_dir}")
     return 0
 

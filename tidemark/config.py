@@ -130,8 +130,10 @@ class Config:
             return self.processor.input_pattern
         prefix = re.escape(self.source.topic_prefix)
         # Not the reconciled topics, nor the signal tables' change topics.
-        return (rf"^{prefix}\.(?!reconciled\.)[^.]+\."
-                r"(?!(?:debezium|tidemark)_signal$)[^.]+$")
+        return (
+            rf"^{prefix}\.(?!reconciled\.)[^.]+\."
+            r"(?!(?:debezium|tidemark)_signal$)[^.]+$"
+        )
 
     def sink_pattern(self) -> str:
         """The sink's input topics."""
@@ -150,13 +152,20 @@ _POSITIVE = {
     ("dev", "heartbeat_interval_ms"),
 }
 _SECRETS = {"password"}
-_PORTS = {("source", "port"), ("processor", "web_port"), ("dev", "broker_port"),
-          ("dev", "postgres_port")}
+_PORTS = {
+    ("source", "port"),
+    ("processor", "web_port"),
+    ("dev", "broker_port"),
+    ("dev", "postgres_port"),
+}
 
 
-def load_config(path: str | os.PathLike[str] | None = None,
-                environ: Mapping[str, str] | None = None,
-                *, required: bool = False) -> Config:
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    required: bool = False,
+) -> Config:
     """Read ``path`` (YAML), apply environment overrides and validate.
 
     A missing file at the default path gives the built-in defaults, unless
@@ -191,7 +200,7 @@ def _apply_env(data: dict[str, Any], environ: Mapping[str, str]) -> dict[str, An
     for name, raw in environ.items():
         if not name.startswith(ENV_PREFIX) or "__" not in name:
             continue
-        section, _, key = name[len(ENV_PREFIX):].lower().partition("__")
+        section, _, key = name[len(ENV_PREFIX) :].lower().partition("__")
         target = merged.setdefault(section, {})
         if not isinstance(target, dict):
             raise ConfigError(f"{name}: section '{section}' is not a mapping")
@@ -216,7 +225,8 @@ def _build(cls: type[Any], data: Any, where: str) -> Any:
     if unknown:
         raise ConfigError(
             f"{where or 'configuration'}: unknown key '{unknown[0]}' "
-            f"(known: {', '.join(sorted(known))})")
+            f"(known: {', '.join(sorted(known))})"
+        )
     kwargs = {}
     for name, value in data.items():
         kwargs[name] = _convert(hints[name], value, f"{where}.{name}" if where else name)
@@ -230,8 +240,7 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
     if origin is Literal:
         allowed = typing.get_args(hint)
         if value not in allowed:
-            raise ConfigError(
-                f"{where}: {value!r} is not one of {', '.join(map(repr, allowed))}")
+            raise ConfigError(f"{where}: {value!r} is not one of {', '.join(map(repr, allowed))}")
         return value
     if origin is list:
         (item,) = typing.get_args(hint)
@@ -271,8 +280,10 @@ def _check_ranges(config: Config) -> None:
         port = getattr(getattr(config, section), key)
         if not 0 <= port <= 65535:
             raise ConfigError(f"{section}.{key}: {port} is not a port number")
-    for name, pattern in (("processor.input_pattern", config.processor.input_pattern),
-                          ("sink.topic_pattern", config.sink.topic_pattern)):
+    for name, pattern in (
+        ("processor.input_pattern", config.processor.input_pattern),
+        ("sink.topic_pattern", config.sink.topic_pattern),
+    ):
         try:
             re.compile(pattern)
         except re.error as exc:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tidemark.config import KafkaConfig
@@ -40,20 +40,37 @@ def client_config(kafka: KafkaConfig, **extra: Any) -> dict[str, Any]:
 
 def consumer_config(kafka: KafkaConfig, group: str, **extra: Any) -> dict[str, Any]:
     """Settings for a consumer in ``group`` that commits offsets itself."""
-    return client_config(kafka, **{"group.id": group, "enable.auto.commit": False,
-                                   "auto.offset.reset": "earliest", **GROUP_SETTINGS, **extra})
+    return client_config(
+        kafka,
+        **{
+            "group.id": group,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            **GROUP_SETTINGS,
+            **extra,
+        },
+    )
 
 
-def ensure_topics(admin: AdminClient, partitions: Mapping[str, int], replication: int = 1,
-                  config: Mapping[str, str] | None = None, timeout: float = 30.0) -> None:
+def ensure_topics(
+    admin: AdminClient,
+    partitions: Mapping[str, int],
+    replication: int = 1,
+    config: Mapping[str, str] | None = None,
+    timeout: float = 30.0,
+) -> None:
     """Create the missing topics among ``partitions`` (name to partition count) and wait."""
     existing = admin.list_topics(timeout=10).topics
     missing = [name for name in partitions if name not in existing]
     if not missing:
         return
     futures = admin.create_topics(
-        [NewTopic(name, partitions[name], replication, config=dict(config or {}))
-         for name in missing], request_timeout=timeout)
+        [
+            NewTopic(name, partitions[name], replication, config=dict(config or {}))
+            for name in missing
+        ],
+        request_timeout=timeout,
+    )
     for name, future in futures.items():
         try:
             future.result()
@@ -77,3 +94,37 @@ def _wait_visible(admin: AdminClient, names: list[str], timeout: float) -> None:
             return
         time.sleep(0.1)
     raise TopicError(f"topics {names} did not appear within {timeout:.0f} s")
+
+
+def exact_end_offsets(
+    consumer: Consumer, partitions: list[TopicPartition], idle: float = 0.3
+) -> dict[tuple[str, int], int]:
+    """The offset after the last readable message of each partition.
+
+    The embedded broker (Tansu 0.6) reports a high watermark of the last record
+    batch's base offset + 1, not the end; the records after it are readable. So
+    the end is found by reading from one before the reported watermark until the
+    partition stays idle. On Apache Kafka this returns the high watermark.
+    """
+    ends: dict[tuple[str, int], int] = {}
+    starts = []
+    for tp in partitions:
+        _low, high = consumer.get_watermark_offsets(tp, timeout=10)
+        ends[(tp.topic, tp.partition)] = high
+        if high > 0:
+            starts.append(TopicPartition(tp.topic, tp.partition, high - 1))
+    if not starts:
+        return ends
+    consumer.assign(starts)
+    try:
+        while True:
+            messages = consumer.consume(1000, idle)
+            if not messages:
+                break
+            for msg in messages:
+                if msg.error() is None:
+                    key = (msg.topic() or "", msg.partition() or 0)
+                    ends[key] = max(ends[key], (msg.offset() or 0) + 1)
+    finally:
+        consumer.unassign()
+    return ends

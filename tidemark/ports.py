@@ -31,5 +31,6 @@ def claim_port(port: int, what: str, host: str = "127.0.0.1") -> int:
         except OSError:
             raise PortInUseError(
                 f"port {port} for the {what} is already in use; choose another one "
-                f"or 0 for a free port") from None
+                f"or 0 for a free port"
+            ) from None
     return port

@@ -23,8 +23,9 @@ def find_java() -> Path:
     if candidate is None:
         raise MissingJavaError(f"Java 17 or newer is needed and none was found; {_INSTALL_HINT}")
     try:
-        out = subprocess.run([str(candidate), "-version"], capture_output=True, text=True,
-                             timeout=30, check=False).stderr
+        out = subprocess.run(
+            [str(candidate), "-version"], capture_output=True, text=True, timeout=30, check=False
+        ).stderr
     except OSError as exc:
         raise MissingJavaError(f"{candidate} cannot run ({exc}); {_INSTALL_HINT}") from None
     match = re.search(r'version "(\d+)(?:\.(\d+))?', out)
@@ -48,10 +49,13 @@ def find_pg_bin(name: str) -> Path:
     found = shutil.which(name)
     if found:
         return Path(found)
-    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/" + name),
-                      key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0)
+    versions = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/" + name),
+        key=lambda p: int(p.parts[-3]) if p.parts[-3].isdigit() else 0,
+    )
     if versions:
         return versions[-1]
     raise DevStackError(
         f"PostgreSQL's '{name}' was not found; run 'make setup' (it installs Debian's "
-        f"postgresql package) or put the server binaries on PATH")
+        f"postgresql package) or put the server binaries on PATH"
+    )

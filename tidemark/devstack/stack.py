@@ -61,23 +61,31 @@ class DevStack:
         if self._load_state():
             raise DevStackError(
                 f"a development stack already runs in {self.run_dir}; "
-                f"run 'tidemark dev down --run-dir {self.run_dir}' first")
+                f"run 'tidemark dev down --run-dir {self.run_dir}' first"
+            )
         find_java()  # fail before starting anything when Java is missing
         try:
             pid, port = broker.start_broker(self.run_dir, self.config.dev.broker_port)
             self._record_process("broker", pid, broker.MARKER)
             cluster = postgres.start_cluster(self.run_dir, self.config.dev.postgres_port)
-            self._state["postgres"] = {"data_dir": str(cluster.data_dir),
-                                       "os_user": cluster.os_user, "port": cluster.port}
+            self._state["postgres"] = {
+                "data_dir": str(cluster.data_dir),
+                "os_user": cluster.os_user,
+                "port": cluster.port,
+            }
             self._save_state()
             self._create_signal_tables(cluster)
             self.config = dataclasses.replace(
                 self.config,
-                kafka=dataclasses.replace(self.config.kafka,
-                                          bootstrap_servers=f"127.0.0.1:{port}"),
+                kafka=dataclasses.replace(self.config.kafka, bootstrap_servers=f"127.0.0.1:{port}"),
                 source=dataclasses.replace(
-                    self.config.source, host="127.0.0.1", port=cluster.port,
-                    dbname=postgres.DBNAME, user=postgres.SUPERUSER, password=cluster.password),
+                    self.config.source,
+                    host="127.0.0.1",
+                    port=cluster.port,
+                    dbname=postgres.DBNAME,
+                    user=postgres.SUPERUSER,
+                    password=cluster.password,
+                ),
                 dev=dataclasses.replace(self.config.dev, run_dir=str(self.run_dir)),
             )
             self._write_config()
@@ -88,8 +96,18 @@ class DevStack:
     def start_debezium(self) -> None:
         """Start the Debezium bridge and wait until its replication slot streams."""
         try:
-            self.start_process("debezium", [sys.executable, "-m", "tidemark.cli", "dev",
-                                            "debezium", "--config", str(self.config_path)])
+            self.start_process(
+                "debezium",
+                [
+                    sys.executable,
+                    "-m",
+                    "tidemark.cli",
+                    "dev",
+                    "debezium",
+                    "--config",
+                    str(self.config_path),
+                ],
+            )
             log_file = self.run_dir / "debezium.log"
             pid = self._state["processes"]["debezium"]["pid"]
             wait_for(self._slot_active, 180, "Debezium", log_file, alive=lambda: pid_alive(pid))
@@ -145,8 +163,9 @@ class DevStack:
     def _slot_active(self) -> bool:
         try:
             with psycopg.connect(**self.config.source.conninfo(), connect_timeout=2) as conn:
-                row = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s",
-                                   (SLOT_NAME,)).fetchone()
+                row = conn.execute(
+                    "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (SLOT_NAME,)
+                ).fetchone()
                 return bool(row and row[0])
         except psycopg.OperationalError:
             return False
@@ -156,9 +175,12 @@ class DevStack:
         with psycopg.connect(**cluster.conninfo(), autocommit=True) as conn:  # type: ignore[arg-type]
             for table in (DEBEZIUM_SIGNAL_TABLE, TIDEMARK_SIGNAL_TABLE):
                 schema, name = table.split(".")
-                conn.execute(psycopg.sql.SQL(
-                    "CREATE TABLE {} (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, "
-                    "data varchar(2048))").format(psycopg.sql.Identifier(schema, name)))
+                conn.execute(
+                    psycopg.sql.SQL(
+                        "CREATE TABLE {} (id varchar(42) PRIMARY KEY, type varchar(32) NOT NULL, "
+                        "data varchar(2048))"
+                    ).format(psycopg.sql.Identifier(schema, name))
+                )
 
     def _write_config(self) -> None:
         fd = os.open(self.config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -179,4 +201,5 @@ class DevStack:
         if path.exists():
             self._state = json.loads(path.read_text())
         return any(pid_alive(p["pid"]) for p in self._state["processes"].values()) or bool(
-            self._state.get("postgres"))
+            self._state.get("postgres")
+        )

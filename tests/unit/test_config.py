@@ -1,0 +1,89 @@
+"""Configuration loading: defaults, overrides and the errors a user sees."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tidemark.config import Config, load_config
+from tidemark.errors import ConfigError
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "tidemark.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_without_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert load_config(environ={}) == Config()
+
+
+def test_file_values_and_environment_overrides(tmp_path: Path) -> None:
+    path = write(tmp_path, "kafka:\n  bootstrap_servers: k:9092\nprocessor:\n  batch_size: 10\n")
+    config = load_config(
+        path,
+        environ={
+            "TIDEMARK_PROCESSOR__BATCH_SIZE": "20",
+            "TIDEMARK_SOURCE__PASSWORD": "0123",
+            "TIDEMARK_SOURCE__TABLES": "[public.a, public.b]",
+        },
+    )
+    assert config.kafka.bootstrap_servers == "k:9092"
+    assert config.processor.batch_size == 20
+    assert config.source.password == "0123"  # a secret stays text, leading zero and all
+    assert config.source.tables == ["public.a", "public.b"]
+
+
+def test_password_is_not_in_repr(tmp_path: Path) -> None:
+    config = load_config(write(tmp_path, "source:\n  password: hunter2\n"), environ={})
+    assert config.source.password == "hunter2"
+    assert "hunter2" not in repr(config)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("kafka: [1, 2]\n", "kafka: expected a mapping, got list"),
+        ("kafka:\n  bootstrap_server: x\n", "kafka: unknown key 'bootstrap_server'"),
+        (
+            "processor:\n  batch_size: many\n",
+            "processor.batch_size: expected an integer, got 'many'",
+        ),
+        ("processor:\n  batch_size: 0\n", "processor.batch_size: must be greater than 0"),
+        (
+            "processor:\n  envelope: debezium-ish\n",
+            "processor.envelope: 'debezium-ish' is not one of",
+        ),
+        ("processor:\n  web_port: 70000\n", "processor.web_port: 70000 is not a port number"),
+        ("sink:\n  topic_pattern: '('\n", "sink.topic_pattern: not a valid regular expression"),
+        ("source:\n  topic_prefix: 'a.b'\n", "source.topic_prefix: use letters"),
+        ("kafka: {bootstrap_servers: [\n", "not valid YAML"),
+        ("- just\n- a list\n", "the top level must be a mapping"),
+    ],
+)
+def test_invalid_files_name_the_field(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        load_config(write(tmp_path, text), environ={})
+
+
+def test_an_explicit_missing_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml", environ={})
+
+
+def test_default_input_pattern_takes_change_topics_only() -> None:
+    pattern = re.compile(Config().input_pattern())
+    assert pattern.match("tidemark.public.orders")
+    for topic in (
+        "tidemark.reconciled.public.orders",
+        "tidemark.public.debezium_signal",
+        "tidemark.public.tidemark_signal",
+        "__debezium-heartbeat.tidemark",
+        "tidemark.dlq",
+        "other.public.orders",
+    ):
+        assert not pattern.match(topic), topic
