@@ -144,11 +144,11 @@ def _insert_order(
 
 
 def apply_burst(
-    config: Config, rng: random.Random, operations: int, customers: int
+    config: Config, rng: random.Random, operations: int, customers: int, first_order: int = 0
 ) -> dict[str, int]:
     """Random inserts, updates and deletes in small transactions."""
     counts = {"inserts": 0, "updates": 0, "deletes": 0}
-    next_order = customers * 2 + 1
+    next_order = first_order or customers * 2 + 1
     with psycopg.connect(**config.source.conninfo()) as conn:
         done = 0
         while done < operations:

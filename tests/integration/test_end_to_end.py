@@ -55,7 +55,9 @@ def test_iceberg_tables_equal_the_source_after_changes_while_running(
     config = sample.config
     rng = random.Random(2)
     # changes from two connections at once while everything runs
-    worker = threading.Thread(target=apply_burst, args=(config, random.Random(3), 300, CUSTOMERS))
+    worker = threading.Thread(
+        target=apply_burst, args=(config, random.Random(3), 300, CUSTOMERS, 1_000_000)
+    )
     worker.start()
     apply_burst(config, rng, 300, CUSTOMERS)
     worker.join()
