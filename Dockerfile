@@ -1,31 +1,65 @@
-# One image for the processor (tidemark process) and the sink (tidemark sink).
+# One image for the stream processor (`tidemark process`, the default command)
+# and the Spark sink (`tidemark sink`); the Kubernetes manifests pick the command.
 FROM python:3.11-slim-bookworm
 
-# Java 17 runs Spark (the sink). Debian's package, no recommends, lists cleaned.
+LABEL org.opencontainers.image.title="tidemark" \
+      org.opencontainers.image.description="Change-data-capture stream processor and Spark sink into Iceberg" \
+      org.opencontainers.image.licenses="Apache-2.0"
+
+# Java 17 runs Spark (the sink) and the Debezium engine. The version is not
+# pinned because Debian's security archive keeps only the newest build of a
+# package: a pinned version stops installing at the next security update.
+# Reproducibility comes from the base image tag (pin it by digest in a release
+# pipeline) and from the pinned Python dependencies in pyproject.toml.
+# The man1 folder: openjdk's postinst registers man pages with
+# update-alternatives, which failed on slim images without it (Debian #863199).
+# The java-17 link gives JAVA_HOME one path on every architecture (amd64, arm64).
 # hadolint ignore=DL3008
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+RUN mkdir -p /usr/share/man/man1 \
+    && apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        openjdk-17-jre-headless \
+    && ln -s "/usr/lib/jvm/java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17 \
+    && /usr/lib/jvm/java-17/bin/java -version \
     && rm -rf /var/lib/apt/lists/*
 
-ENV JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64 \
+ENV JAVA_HOME=/usr/lib/jvm/java-17 \
     PYTHONUNBUFFERED=1 \
-    PIP_NO_CACHE_DIR=1
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
 
+# Only what the distribution (tidemark-cdc) is built from; .dockerignore keeps
+# the rest of the work tree out of the build context.
 WORKDIR /opt/tidemark
 COPY pyproject.toml README.md ./
 COPY tidemark ./tidemark
 COPY processor ./processor
 COPY state ./state
 COPY spark_sink ./spark_sink
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir . \
+    && tidemark --help > /dev/null
 
-# Non-root, with a writable folder for RocksDB state and Spark scratch space.
-RUN useradd --uid 10001 --create-home --shell /usr/sbin/nologin tidemark \
+# A fixed non-root uid/gid (the manifests' runAsUser/fsGroup). Its home is the
+# state folder, the one place the process may write besides /tmp: RocksDB state,
+# Faust's data folder and Spark's scratch and working files (spark-warehouse,
+# derby.log) all land under the working directory. In Kubernetes a volume is
+# mounted over it, since the root filesystem is read-only there.
+RUN groupadd --gid 10001 tidemark \
+    && useradd --uid 10001 --gid 10001 --no-log-init --no-create-home \
+        --home-dir /var/lib/tidemark --shell /usr/sbin/nologin tidemark \
     && mkdir -p /var/lib/tidemark \
-    && chown tidemark /var/lib/tidemark
-USER 10001
+    && chown tidemark:tidemark /var/lib/tidemark \
+    && chmod 0750 /var/lib/tidemark
+
+USER 10001:10001
 WORKDIR /var/lib/tidemark
 
+# Processor: /health, /metrics and (later) the REST API. No HEALTHCHECK: the
+# sink runs from this image too and serves no HTTP, so a check on this port
+# would mark every sink container unhealthy; Kubernetes probes are set per
+# workload instead.
 EXPOSE 6066
+
 ENTRYPOINT ["tidemark"]
 CMD ["process", "--config", "/etc/tidemark/tidemark.yaml"]
