@@ -35,8 +35,16 @@ lint: setup
 test: setup lint
 	$(BIN)/python -m pytest
 
-bench: setup
-	$(BIN)/python bench/run.py
+# Quix Streams pins an older confluent-kafka, so it gets a virtualenv of its own.
+QUIX := .venv-quix
+
+bench: setup $(QUIX)/.installed
+	$(BIN)/python bench/envelopes.py
+
+$(QUIX)/.installed:
+	$(PYTHON) -m venv $(QUIX)
+	$(QUIX)/bin/pip install -q quixstreams==3.28.1 orjson
+	touch $@
 
 clean:
-	rm -rf $(VENV) .tidemark .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(QUIX) .tidemark .mypy_cache .ruff_cache .pytest_cache

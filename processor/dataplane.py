@@ -26,10 +26,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient
 
 from processor import metrics
-from processor.codec import Change, decode_debezium, decode_upsert, encode_output
+from processor.envelopes import STEPS, SourceRefused, Step, Unfillable
 from processor.errors import InputError, ProcessorError, RawMessage
-from processor.reconcile import Action, Entry, reconcile
-from state.store import PartitionStore, StateBackend
+from processor.json_codec import JsonCodec
+from state.changelog import Restorer, changelog_topic
+from state.store import BatchState, Checkpoint, PartitionStore, StateBackend
 from tidemark.config import Config
 from tidemark.kafka import client_config, consumer_config, ensure_topics, partition_counts
 
@@ -37,6 +38,7 @@ log = logging.getLogger(__name__)
 
 TopicPartitionKey = tuple[str, int]
 Headers = list[tuple[str, str | bytes | None]]
+Record = tuple[str, int, bytes | None, bytes | None]
 
 
 def output_topic(prefix: str, input_topic: str) -> str:
@@ -47,15 +49,27 @@ def output_topic(prefix: str, input_topic: str) -> str:
 
 
 @dataclass
+class Source:
+    """One input topic: its envelope, codec and the topics it writes."""
+
+    topic: str
+    envelope: str
+    step: Step
+    codec: JsonCodec
+    output: str
+    changelog: str
+
+
+@dataclass
 class Batch:
     """What one batch decided: records to produce, state to write, offsets to commit."""
 
-    records: list[tuple[str, int, bytes | None, bytes | None]] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
     dead_letters: list[InputError] = field(default_factory=list)
-    updates: dict[TopicPartitionKey, dict[bytes, bytes | None]] = field(
-        default_factory=lambda: defaultdict(dict)
-    )
+    states: dict[TopicPartitionKey, BatchState] = field(default_factory=dict)
     next_offsets: dict[TopicPartitionKey, int] = field(default_factory=dict)
+    #: Partitions to read again from an offset (paused for restore or a refused source).
+    rewinds: dict[TopicPartitionKey, int] = field(default_factory=dict)
 
 
 class DataPlane:
@@ -66,12 +80,12 @@ class DataPlane:
         self.backend = backend
         self.group = f"{config.processor.pipeline}-dataplane"
         self.dead_letter_topic = f"{config.processor.pipeline}.dlq"
-        self._decode: Callable[[RawMessage], Change] = (
-            decode_upsert if config.processor.envelope == "upsert" else decode_debezium
-        )
+        self._sources: dict[str, Source] = {}
         self._stores: dict[TopicPartitionKey, PartitionStore] = {}
-        self._outputs: set[str] = set()
+        #: Input topics stopped because they break their envelope's constraints.
+        self.refused: dict[str, str] = {}
         self._delivery_errors: list[KafkaError] = []
+        self._changelog_ends: dict[TopicPartitionKey, int] = {}
         self._input = re.compile(config.input_pattern())
         self._subscribed: list[str] = []
         self._stop = threading.Event()
@@ -87,6 +101,7 @@ class DataPlane:
                     "acks": "all",
                     "linger.ms": 5,
                     "compression.type": "lz4",
+                    "queue.buffering.max.messages": 500_000,
                 },
             )
         )
@@ -94,6 +109,9 @@ class DataPlane:
             consumer_config(
                 config.kafka, self.group, **{"enable.partition.eof": False, "fetch.wait.max.ms": 50}
             )
+        )
+        self._restorer = Restorer(
+            consumer_config(config.kafka, f"{config.processor.pipeline}-restore")
         )
 
     # -- lifecycle ----------------------------------------------------------
@@ -113,13 +131,16 @@ class DataPlane:
                 if now >= next_discovery:
                     self._discover_topics()
                     next_discovery = now + 5.0
+                timeout = self.config.processor.batch_timeout_ms / 1000
                 messages = self._consumer.consume(
-                    self.config.processor.batch_size, self.config.processor.batch_timeout_ms / 1000
+                    self.config.processor.batch_size, 0.01 if self._restorer.busy else timeout
                 )
                 if messages:
                     started = time.perf_counter()
                     self.commit_batch(self.decide(messages))
                     metrics.BATCH_SECONDS.observe(time.perf_counter() - started)
+                if self._restorer.busy:
+                    self._restore_step()
                 self.last_batch_at = time.time()
                 if now >= next_lag:
                     self._update_lag()
@@ -161,6 +182,7 @@ class DataPlane:
         try:
             self._consumer.close()
         finally:
+            self._restorer.close()
             for store in self._stores.values():
                 store.close()
             self._stores.clear()
@@ -182,64 +204,100 @@ class DataPlane:
                 msg.topic() or "", msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value()
             )
             by_partition[(raw.topic, raw.partition)].append(raw)
-        envelope = self.config.processor.envelope
-        prefix = self.config.source.topic_prefix
         for tp, group in by_partition.items():
             store = self._stores.get(tp)
             if store is None:  # revoked while the batch was in flight
                 continue
-            out = output_topic(prefix, tp[0])
+            if tp[0] in self.refused or self._restoring(tp):
+                batch.rewinds[tp] = group[0].offset
+                continue
             metrics.EVENTS_IN.labels(tp[0]).inc(len(group))
-            keys = list({m.key for m in group if m.key is not None})
-            state = dict(zip(keys, store.get_many(keys), strict=True))
-            updates = batch.updates[tp]
-            for raw in group:
-                try:
-                    self._reconcile_one(raw, state, updates, batch, out, envelope)
-                except InputError as exc:
-                    batch.dead_letters.append(exc)
-            batch.next_offsets[tp] = group[-1].offset + 1
+            state = batch.states[tp] = BatchState(store)
+            self._decide_partition(self._source(tp[0]), group, state, batch)
         return batch
 
-    def _reconcile_one(
-        self,
-        raw: RawMessage,
-        state: dict[bytes, bytes | None],
-        updates: dict[bytes, bytes | None],
-        batch: Batch,
-        out: str,
-        envelope: str,
+    def _decide_partition(
+        self, source: Source, group: list[RawMessage], state: BatchState, batch: Batch
     ) -> None:
-        if raw.key is None:
-            raise InputError("message without a key (the primary key is required)", raw)
-        if raw.value is None and envelope != "upsert":
-            return  # Debezium's tombstone after a delete event: the delete was handled
-        change = self._decode(raw)
-        stored = state.get(raw.key)
-        outcome = reconcile(
-            change.version, change.after, Entry.decode(stored) if stored is not None else None
-        )
-        if outcome.action is Action.DROP:
-            metrics.EVENTS_DROPPED.labels(raw.topic).inc()
-            return
-        if outcome.entry is not None:
-            encoded = outcome.entry.encode()
-            state[raw.key] = encoded
-            updates[raw.key] = encoded
-        value = encode_output(change, outcome.previous, outcome.action.value, envelope, raw)
-        batch.records.append((out, raw.partition, raw.key, value))
-        if change.after is None:
-            batch.records.append((out, raw.partition, raw.key, None))
+        tp = (source.topic, group[0].partition)
+        if source.envelope != "debezium":
+            state.prefetch([b"k" + m.key for m in group if m.key is not None])
+        step, codec, records = source.step, source.codec, batch.records
+        for raw in group:
+            try:
+                if raw.key is None:
+                    if source.envelope == "debezium":
+                        raise SourceRefused(
+                            "a change without a key: the debezium envelope needs tables "
+                            "with primary keys"
+                        )
+                    raise InputError(
+                        "message without a key (the primary key is required)", raw, "no-key"
+                    )
+                if raw.value is None and source.envelope != "upsert":
+                    continue  # Debezium's tombstone after a delete event: the delete was handled
+                change = codec.decode(raw)
+                try:
+                    emit = step(change, state, codec)
+                except Unfillable as exc:
+                    raise InputError(str(exc), raw, "toast") from None
+                if emit is None:
+                    metrics.EVENTS_DROPPED.labels(raw.topic).inc()
+                    continue
+                records.append(
+                    (source.output, raw.partition, raw.key, codec.encode(change, emit, raw))
+                )
+                if emit.after is None:
+                    records.append((source.output, raw.partition, raw.key, None))
+            except InputError as exc:
+                batch.dead_letters.append(exc)
+            except SourceRefused as exc:
+                self._refuse(source.topic, str(exc), raw)
+                batch.rewinds[tp] = raw.offset
+                if raw.offset > group[0].offset:
+                    batch.next_offsets[tp] = raw.offset
+                return
+        batch.next_offsets[tp] = group[-1].offset + 1
+
+    def _source(self, topic: str) -> Source:
+        source = self._sources.get(topic)
+        if source is None:
+            envelope = self.config.envelope_of(topic)
+            source = self._sources[topic] = Source(
+                topic,
+                envelope,
+                STEPS[envelope],
+                JsonCodec(envelope),
+                output_topic(self.config.source.topic_prefix, topic),
+                changelog_topic(self.config.processor.pipeline, topic),
+            )
+        return source
+
+    def _refuse(self, topic: str, reason: str, raw: RawMessage) -> None:
+        """Stop ``topic`` (its partitions stay paused at the offending message); others go on."""
+        if topic not in self.refused:
+            log.error(
+                "input topic %s stopped at partition %d offset %d: %s",
+                topic,
+                raw.partition,
+                raw.offset,
+                reason,
+            )
+        self.refused[topic] = reason
+        metrics.SOURCE_REFUSED.labels(topic).set(1)
 
     def commit_batch(self, batch: Batch) -> None:
         """The commit protocol, written once. Each step's crash window:
 
-        2. produce outputs and dead letters: a crash before (3) completes replays the
-           batch; outputs already written are re-emitted (equal versions);
+        2. produce outputs, dead letters and changelog records: a crash before (3)
+           completes replays the batch; outputs already written are re-emitted
+           (equal versions);
         3. flush and wait for every acknowledgement: nothing below runs unless all
-           outputs are durable in Kafka;
-        4. write state and next offsets in one RocksDB batch per partition: a crash
-           before it leaves state at the previous batch, and the replay re-applies;
+           outputs and changelog records are durable in Kafka;
+        4. write state, the next input offsets and the changelog position in one
+           RocksDB batch per partition: a crash before it leaves local state at the
+           previous batch; on restart the changelog brings it forward (or the replay
+           re-applies);
         5. commit the input offsets to Kafka: a crash before it replays the batch
            against state that already holds it, so its changes are re-emitted.
         """
@@ -248,6 +306,10 @@ class DataPlane:
             metrics.EVENTS_OUT.labels(topic).inc()
         for error in batch.dead_letters:
             self._produce_dead_letter(error)
+        for (topic, partition), state in batch.states.items():
+            changelog = self._source(topic).changelog
+            for key, value in state.updates.items():
+                self._produce(changelog, partition, key, value, on_delivery=self._on_changelog)
         remaining = self._producer.flush(60)
         failures, self._delivery_errors = self._delivery_errors, []
         if remaining or failures:
@@ -257,17 +319,33 @@ class DataPlane:
             )
         for tp, next_offset in batch.next_offsets.items():
             store = self._stores.get(tp)
-            if store is not None:
-                store.commit(batch.updates.get(tp, {}), next_offset)
+            if store is None:
+                continue
+            updates = batch.states[tp].updates if tp in batch.states else {}
+            changelog_end = self._changelog_ends.get((self._source(tp[0]).changelog, tp[1]))
+            store.commit(updates, Checkpoint(next_offset, changelog_end))
         if batch.next_offsets:
             self._consumer.commit(
                 offsets=[TopicPartition(t, p, o) for (t, p), o in batch.next_offsets.items()],
                 asynchronous=False,
             )
+        for (topic, partition), offset in batch.rewinds.items():
+            rewind = TopicPartition(topic, partition, offset)
+            self._consumer.pause([rewind])
+            self._consumer.seek(rewind)
 
     def _on_delivery(self, err: KafkaError | None, _msg: Message) -> None:
         if err is not None:
             self._delivery_errors.append(err)
+
+    def _on_changelog(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            self._delivery_errors.append(err)
+            return
+        key = (msg.topic() or "", msg.partition() or 0)
+        end = (msg.offset() or 0) + 1
+        if end > self._changelog_ends.get(key, 0):
+            self._changelog_ends[key] = end
 
     def _produce(
         self,
@@ -276,6 +354,7 @@ class DataPlane:
         key: bytes | None,
         value: bytes | None,
         headers: Headers | None = None,
+        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
     ) -> None:
         while True:
             try:
@@ -285,7 +364,7 @@ class DataPlane:
                     key=key,
                     partition=partition,
                     headers=headers,
-                    on_delivery=self._on_delivery,
+                    on_delivery=on_delivery or self._on_delivery,
                 )
                 return
             except BufferError:
@@ -299,6 +378,7 @@ class DataPlane:
             ("tidemark.source.partition", str(msg.partition).encode()),
             ("tidemark.source.offset", str(msg.offset).encode()),
             ("tidemark.error", error.reason.encode()),
+            ("tidemark.error.kind", error.kind.encode()),
         ]
         self._produce(
             self.dead_letter_topic,
@@ -307,39 +387,80 @@ class DataPlane:
             msg.value,
             headers,
         )
-        metrics.DEAD_LETTERS.labels(msg.topic).inc()
+        metrics.DEAD_LETTERS.labels(msg.topic, error.kind).inc()
 
     # -- partitions ---------------------------------------------------------
 
-    def _on_assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         topics = {p.topic for p in partitions}
-        new = topics - self._outputs
+        new = topics - set(self._sources)
         if new:
             counts = partition_counts(self._admin, new)
-            prefix = self.config.source.topic_prefix
+            replication = self.config.kafka.replication_factor
+            compacted = {"cleanup.policy": "compact"}
             ensure_topics(
                 self._admin,
-                {output_topic(prefix, t): counts[t] for t in new},
-                self.config.kafka.replication_factor,
-                config={"cleanup.policy": "compact"},
+                {self._source(t).output: counts[t] for t in new},
+                replication,
+                config=compacted,
             )
-            self._outputs |= new
+            ensure_topics(
+                self._admin,
+                {self._source(t).changelog: counts[t] for t in new},
+                replication,
+                config=compacted,
+            )
+        consumer.assign(partitions)
+        waiting = []
         for p in partitions:
-            self._stores[(p.topic, p.partition)] = self.backend.open(p.topic, p.partition)
+            key = (p.topic, p.partition)
+            store = self._stores[key] = self.backend.open(p.topic, p.partition)
+            if self._restorer.add(self._source(p.topic).changelog, p.partition, store):
+                waiting.append(p)
+            elif p.topic in self.refused:
+                waiting.append(p)
+        if waiting:
+            consumer.pause(waiting)
         metrics.ASSIGNED_PARTITIONS.set(len(self._stores))
+        metrics.RESTORING_PARTITIONS.set(len(waiting))
         log.info(
-            "assigned %d partitions: %s",
+            "assigned %d partitions (%d restoring state): %s",
             len(partitions),
+            len(waiting),
             ", ".join(f"{p.topic}[{p.partition}]" for p in partitions),
         )
 
-    def _on_revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _restore_step(self) -> None:
+        for done in self._restorer.step():
+            input_topic = next(
+                (s.topic for s in self._sources.values() if s.changelog == done.topic), None
+            )
+            if input_topic is None:
+                continue
+            metrics.RESTORE_RECORDS.labels(input_topic).inc(done.records)
+            log.info(
+                "restored state of %s[%d]: %d changelog records in %.2f s",
+                input_topic,
+                done.partition,
+                done.records,
+                done.seconds,
+            )
+            if input_topic not in self.refused:
+                self._consumer.resume([TopicPartition(input_topic, done.partition)])
+        metrics.RESTORING_PARTITIONS.set(sum(1 for tp in self._stores if self._restoring(tp)))
+
+    def _restoring(self, tp: TopicPartitionKey) -> bool:
+        return self._restorer.restoring(self._source(tp[0]).changelog, tp[1])
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for p in partitions:
+            self._restorer.remove(self._source(p.topic).changelog, p.partition)
             store = self._stores.pop((p.topic, p.partition), None)
             if store is not None:
                 store.close()
             with contextlib.suppress(KeyError):
                 metrics.CONSUMER_LAG.remove(p.topic, str(p.partition))
+        consumer.unassign()
         metrics.ASSIGNED_PARTITIONS.set(len(self._stores))
         log.info("revoked %d partitions", len(partitions))
 

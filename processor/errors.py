@@ -25,7 +25,9 @@ class RawMessage:
 class InputError(ProcessorError):
     """One input message cannot be processed; it goes to the dead-letter topic."""
 
-    def __init__(self, reason: str, message: RawMessage) -> None:
+    def __init__(self, reason: str, message: RawMessage, kind: str = "invalid") -> None:
         super().__init__(f"{message.topic}[{message.partition}]@{message.offset}: {reason}")
         self.reason = reason
         self.message = message
+        #: A short, stable name of the failure (the metric's ``reason`` label).
+        self.kind = kind

@@ -12,7 +12,20 @@ EVENTS_DROPPED = Counter(
     "tidemark_events_dropped_total", "Input changes dropped as replays of older versions", ["topic"]
 )
 DEAD_LETTERS = Counter(
-    "tidemark_dead_letters_total", "Input messages sent to the dead-letter topic", ["topic"]
+    "tidemark_dead_letters_total",
+    "Input messages sent to the dead-letter topic",
+    ["topic", "reason"],
+)
+SOURCE_REFUSED = Gauge(
+    "tidemark_source_refused",
+    "1 while an input topic is stopped because it breaks its envelope's constraints",
+    ["topic"],
+)
+RESTORE_RECORDS = Counter(
+    "tidemark_restore_records_total", "Changelog records applied to restore state", ["topic"]
+)
+RESTORING_PARTITIONS = Gauge(
+    "tidemark_restoring_partitions", "Input partitions waiting for their state to be restored"
 )
 CONSUMER_LAG = Gauge(
     "tidemark_consumer_lag",

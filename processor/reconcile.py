@@ -1,4 +1,4 @@
-"""The reconciliation rules, as pure functions over versions and state entries.
+"""The version rule every stateful envelope shares, and the state entry it keeps per key.
 
 A *version* orders the changes of one key (DESIGN.md, "Versions, and the
 decision rules"). For a key whose state holds version ``v``, a change with
@@ -59,23 +59,3 @@ class Entry:
         """Inverse of :meth:`encode`."""
         major, minor, flag = _VERSION.unpack_from(raw)
         return Entry((major, minor), raw[_VERSION.size :] if flag == _PRESENT else None)
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """The result of reconciling one change against the key's state."""
-
-    action: Action
-    #: The value the output's ``before`` carries (the state's previous value).
-    previous: bytes | None
-    #: The new state entry; ``None`` when the state does not change.
-    entry: Entry | None
-
-
-def reconcile(version: Version, value: bytes | None, state: Entry | None) -> Outcome:
-    """Reconcile a change (``value`` ``None``: a delete) with the key's ``state``."""
-    action = decide(version, state.version if state else None)
-    previous = state.value if state else None
-    if action is Action.APPLY:
-        return Outcome(action, previous, Entry(version, value))
-    return Outcome(action, previous, None)

@@ -17,8 +17,8 @@ import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from processor.codec import split_envelope
 from processor.errors import InputError, RawMessage
+from processor.json_codec import split_envelope
 from spark_sink.schema import Column
 from tidemark.config import Config
 from tidemark.kafka import client_config, exact_end_offsets

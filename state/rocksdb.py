@@ -2,14 +2,15 @@
 
 One database per partition keeps a partition's state movable as a unit: when a
 partition is revoked its database is closed, when it is assigned it is opened
-again. The input offset lives in the same database under a reserved key, and
-every :meth:`commit` is one RocksDB write batch, so state and offset are
-atomic together.
+again (and brought up to date from its changelog). The checkpoint lives in the
+same database under reserved keys, and every :meth:`commit` is one RocksDB
+write batch, so state and checkpoint are atomic together.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import struct
 import typing
 from collections.abc import Mapping, Sequence
@@ -17,44 +18,80 @@ from pathlib import Path
 
 from rocksdict import Options, Rdict, WriteBatch
 
-from state.store import PartitionStore, StateBackend, StateError
+from state.store import Checkpoint, PartitionStore, StateBackend, StateError
 
-# Reserved key: user keys are Kafka message keys, which never start with a NUL byte
-# followed by this text (JSON and Avro-framed keys start with '{' or magic 0 + id).
-_OFFSET_KEY = b"\x00tidemark:offset"
+# Reserved keys. The envelopes prefix every user key with a letter (b"k", b"s"),
+# so keys that start with a NUL byte belong to the store and the rules' metadata.
+_INPUT_KEY = b"\x00\x00checkpoint:input"
+_CHANGELOG_KEY = b"\x00\x00checkpoint:changelog"
 _OFFSET = struct.Struct(">q")
+
+
+def _upper_bound(prefix: bytes) -> bytes | None:
+    """The smallest key greater than every key with ``prefix`` (``None``: no bound)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
 class RocksDBPartitionStore(PartitionStore):
     """A partition's state in its own RocksDB database."""
 
     def __init__(self, path: Path) -> None:
+        self.path = path
+        self._db = self._open()
+
+    def _open(self) -> Rdict:
         options = Options(raw_mode=True)
         options.create_if_missing(True)
         try:
-            self._db = Rdict(str(path), options)
+            return Rdict(str(self.path), options)
         except Exception as exc:  # rocksdict raises plain Exception
-            raise StateError(f"cannot open RocksDB state at {path}: {exc}") from exc
-        self.path = path
+            raise StateError(f"cannot open RocksDB state at {self.path}: {exc}") from exc
 
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
         if not keys:
             return []
         return typing.cast(list[bytes | None], self._db.get(list(keys)))
 
-    def commit(self, updates: Mapping[bytes, bytes | None], offset: int) -> None:
+    def keys(self, prefix: bytes) -> list[bytes]:
+        found: list[bytes] = []
+        bound = _upper_bound(prefix)
+        for key in self._db.keys(from_key=prefix):
+            assert isinstance(key, bytes)  # raw mode
+            if bound is not None and key >= bound:
+                break
+            if not key.startswith(b"\x00\x00checkpoint:"):
+                found.append(key)
+        return found
+
+    def commit(self, updates: Mapping[bytes, bytes | None], checkpoint: Checkpoint) -> None:
         batch = WriteBatch(raw_mode=True)
         for key, value in updates.items():
             if value is None:
                 batch.delete(key)
             else:
                 batch.put(key, value)
-        batch.put(_OFFSET_KEY, _OFFSET.pack(offset))
+        if checkpoint.input_offset is not None:
+            batch.put(_INPUT_KEY, _OFFSET.pack(checkpoint.input_offset))
+        if checkpoint.changelog_offset is not None:
+            batch.put(_CHANGELOG_KEY, _OFFSET.pack(checkpoint.changelog_offset))
         self._db.write(batch)
 
-    def offset(self) -> int | None:
-        raw = self._db.get(_OFFSET_KEY)
-        return None if raw is None else int(_OFFSET.unpack(raw)[0])
+    def checkpoint(self) -> Checkpoint:
+        raw_input, raw_changelog = typing.cast(
+            list[bytes | None], self._db.get([_INPUT_KEY, _CHANGELOG_KEY])
+        )
+        return Checkpoint(
+            None if raw_input is None else int(_OFFSET.unpack(raw_input)[0]),
+            None if raw_changelog is None else int(_OFFSET.unpack(raw_changelog)[0]),
+        )
+
+    def wipe(self) -> None:
+        self._db.close()
+        shutil.rmtree(self.path, ignore_errors=True)
+        self._db = self._open()
 
     def close(self) -> None:
         self._db.close()

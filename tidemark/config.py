@@ -26,7 +26,8 @@ from tidemark.errors import ConfigError
 ENV_PREFIX = "TIDEMARK_"
 DEFAULT_CONFIG_PATH = "tidemark.yaml"
 
-Envelope = Literal["upsert", "debezium-upsert"]
+Envelope = Literal["upsert", "debezium-upsert", "debezium"]
+ENVELOPE_NAMES = ("upsert", "debezium-upsert", "debezium")
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,10 @@ class ProcessorConfig:
 
     #: Pipeline name: the Faust application id and the prefix of its consumer groups.
     pipeline: str = "tidemark"
+    #: The envelope of every input topic not named in ``envelopes``.
     envelope: Envelope = "debezium-upsert"
+    #: Envelope per source: ``schema.table`` (or a full topic name) to an envelope name.
+    envelopes: dict[str, str] = field(default_factory=dict)
     #: Regular expression of input topics; default: every change topic of ``source.topic_prefix``.
     input_pattern: str = ""
     state_dir: str = ".tidemark/state"
@@ -134,6 +138,15 @@ class Config:
             rf"^{prefix}\.(?!reconciled\.)[^.]+\."
             r"(?!(?:debezium|tidemark)_signal$)[^.]+$"
         )
+
+    def envelope_of(self, topic: str) -> str:
+        """The envelope of input ``topic`` (``<prefix>.<schema>.<table>``)."""
+        chosen = self.processor.envelopes
+        if topic in chosen:
+            return chosen[topic]
+        head = self.source.topic_prefix + "."
+        table = topic[len(head) :] if topic.startswith(head) else topic
+        return chosen.get(table, self.processor.envelope)
 
     def sink_pattern(self) -> str:
         """The sink's input topics."""
@@ -288,6 +301,12 @@ def _check_ranges(config: Config) -> None:
             re.compile(pattern)
         except re.error as exc:
             raise ConfigError(f"{name}: not a valid regular expression: {exc}") from None
+    for source, envelope in config.processor.envelopes.items():
+        if envelope not in ENVELOPE_NAMES:
+            raise ConfigError(
+                f"processor.envelopes.{source}: {envelope!r} is not one of "
+                + ", ".join(map(repr, ENVELOPE_NAMES))
+            )
     if not re.fullmatch(r"[A-Za-z0-9_-]+", config.source.topic_prefix):
         raise ConfigError("source.topic_prefix: use letters, digits, '_' and '-' only")
     if not re.fullmatch(r"[A-Za-z0-9_-]+", config.processor.pipeline):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from state.rocksdb import RocksDBBackend
-from state.store import MemoryBackend, StateBackend, StateError
+from state.store import BatchState, Checkpoint, MemoryBackend, StateBackend, StateError
 
 
 @pytest.fixture(params=["memory", "rocksdb"])
@@ -18,35 +18,61 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateBac
 
 def test_new_store_is_empty(backend: StateBackend) -> None:
     store = backend.open("t", 0)
-    assert store.offset() is None
+    assert store.checkpoint() == Checkpoint(None, None)
     assert store.get_many([b"a", b"b"]) == [None, None]
     assert store.get_many([]) == []
 
 
-def test_commit_applies_updates_deletes_and_offset(backend: StateBackend) -> None:
+def test_commit_applies_updates_deletes_and_checkpoint(backend: StateBackend) -> None:
     store = backend.open("t", 0)
-    store.commit({b"a": b"1", b"b": b"2"}, 10)
-    store.commit({b"a": None, b"c": b"3"}, 12)
+    store.commit({b"a": b"1", b"b": b"2"}, Checkpoint(10, 4))
+    store.commit({b"a": None, b"c": b"3"}, Checkpoint(12, None))
     assert store.get_many([b"a", b"b", b"c"]) == [None, b"2", b"3"]
     assert store.get(b"b") == b"2"
-    assert store.offset() == 12
+    assert store.checkpoint() == Checkpoint(12, 4)  # an unknown field keeps the stored one
+    store.commit({}, Checkpoint(None, 9))
+    assert store.checkpoint() == Checkpoint(12, 9)
+
+
+def test_keys_by_prefix_and_wipe(backend: StateBackend) -> None:
+    store = backend.open("t", 0)
+    store.commit({b"sa": b"", b"sb": b"", b"s\xff": b"", b"t": b"", b"ka": b"1"}, Checkpoint(1, 1))
+    assert store.keys(b"s") == [b"sa", b"sb", b"s\xff"]
+    assert store.keys(b"t") == [b"t"]
+    store.wipe()
+    assert store.keys(b"") == []
+    assert store.checkpoint() == Checkpoint(None, None)
+
+
+def test_batch_state_buffers_until_commit(backend: StateBackend) -> None:
+    store = backend.open("t", 0)
+    store.commit({b"s1": b"", b"s2": b"", b"k": b"v"}, Checkpoint(1, 1))
+    state = BatchState(store)
+    state.prefetch([b"k", b"missing"])
+    state.put(b"s3", b"")
+    state.clear(b"s")
+    state.put(b"k", b"w")
+    assert store.get(b"k") == b"v"  # nothing written yet
+    assert state.get(b"k") == b"w" and state.get(b"s1") is None and state.get(b"s3") is None
+    store.commit(state.updates, Checkpoint(2, 2))
+    assert store.keys(b"s") == [] and store.get(b"k") == b"w"
 
 
 def test_partitions_are_separate(backend: StateBackend) -> None:
     first, second = backend.open("t", 0), backend.open("t", 1)
-    first.commit({b"k": b"0"}, 1)
-    second.commit({b"k": b"1"}, 5)
+    first.commit({b"k": b"0"}, Checkpoint(1))
+    second.commit({b"k": b"1"}, Checkpoint(5))
     assert (first.get(b"k"), second.get(b"k")) == (b"0", b"1")
-    assert (first.offset(), second.offset()) == (1, 5)
+    assert (first.checkpoint().input_offset, second.checkpoint().input_offset) == (1, 5)
 
 
 def test_rocksdb_state_survives_reopening(tmp_path: Path) -> None:
     store = RocksDBBackend(tmp_path).open("orders", 2)
-    store.commit({b"k": b"v"}, 42)
+    store.commit({b"k": b"v"}, Checkpoint(42, 7))
     store.close()
     again = RocksDBBackend(tmp_path).open("orders", 2)
     assert again.get(b"k") == b"v"
-    assert again.offset() == 42
+    assert again.checkpoint() == Checkpoint(42, 7)
     again.close()
 
 

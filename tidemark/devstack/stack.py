@@ -64,6 +64,9 @@ class DevStack:
                 f"run 'tidemark dev down --run-dir {self.run_dir}' first"
             )
         find_java()  # fail before starting anything when Java is missing
+        # The broker and the cluster start empty: Debezium offsets from an earlier
+        # stack in this folder would point into a WAL that no longer exists.
+        (self.run_dir / "debezium-offsets.dat").unlink(missing_ok=True)
         try:
             pid, port = broker.start_broker(self.run_dir, self.config.dev.broker_port)
             self._record_process("broker", pid, broker.MARKER)

@@ -1,0 +1,134 @@
+"""The format-independent form of one input change, and where it sits in the source's order.
+
+Codecs (:mod:`processor.json_codec`, :mod:`processor.avro_codec`) turn input
+bytes into a :class:`Change`; the envelopes (:mod:`processor.envelopes`) decide
+on changes without knowing the bytes they came from.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+Version = tuple[int, int]
+Row = dict[str, Any]
+
+#: What Debezium writes for a PostgreSQL column whose unchanged TOASTed value
+#: was not sent by logical decoding (text form; bytea carries it base64-encoded).
+TOAST_PLACEHOLDER = "__debezium_unavailable_value"
+TOAST_PLACEHOLDER_BYTES = TOAST_PLACEHOLDER.encode()
+TOAST_PLACEHOLDER_BASE64 = "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="
+
+OPS = frozenset({"c", "u", "d", "r"})
+#: Connectors whose positions the classic ``debezium`` envelope knows how to order.
+ORDERED_CONNECTORS = frozenset({"postgresql", "mysql"})
+
+
+class Snapshot(enum.Enum):
+    """Whether a change was read by a snapshot, and by which kind."""
+
+    NONE = "none"
+    #: Debezium's initial snapshot (``source.snapshot`` true, first, ..., last).
+    INITIAL = "initial"
+    #: A chunk row of an incremental snapshot (``source.snapshot`` incremental).
+    INCREMENTAL = "incremental"
+
+
+_SNAPSHOT_VALUES = {
+    None: Snapshot.NONE,
+    "false": Snapshot.NONE,
+    "true": Snapshot.INITIAL,
+    "first": Snapshot.INITIAL,
+    "first_in_data_collection": Snapshot.INITIAL,
+    "last_in_data_collection": Snapshot.INITIAL,
+    "last": Snapshot.INITIAL,
+    "incremental": Snapshot.INCREMENTAL,
+}
+
+
+class PositionError(ValueError):
+    """A change's source block has no readable position."""
+
+
+@dataclass(slots=True)
+class Change:
+    """One decoded input change.
+
+    ``before``/``after`` are rows as dicts (``None`` where absent). ``raw_after``
+    is the codec's own serialized form of ``after`` when it has one for free,
+    kept so a row is never serialized twice on the hot path.
+    """
+
+    key: bytes
+    op: str
+    before: Row | None
+    after: Row | None
+    version: Version
+    snapshot: Snapshot = Snapshot.NONE
+    #: ``source.connector`` (``postgresql``, ``mysql``, ...); ``None`` for flat upserts.
+    connector: str | None = None
+    #: True when ``after`` holds the unchanged-TOAST placeholder somewhere.
+    toast: bool = False
+    #: The codec's parsed event and its schema: the template of the output event.
+    event: Any = None
+    schema: Any = None
+
+
+def snapshot_kind(source: dict[str, Any]) -> Snapshot:
+    """The snapshot kind of a Debezium ``source`` block (unknown values count as none)."""
+    return _SNAPSHOT_VALUES.get(source.get("snapshot"), Snapshot.NONE)
+
+
+def source_version(source: Any) -> Version:
+    """The change's position in the source's commit order.
+
+    PostgreSQL: ``source.sequence`` is ``[last commit LSN, change LSN]`` as a JSON
+    string; the pair follows commit order even where plain LSNs interleave (a null
+    element counts as 0). Without ``sequence``, the LSN. MySQL: binlog file number
+    and position, then the row within the event.
+    """
+    if not isinstance(source, dict):
+        raise PositionError("Debezium event without a 'source' block")
+    sequence = source.get("sequence")
+    try:
+        if sequence:
+            commit, change = orjson.loads(sequence)
+            return int(commit or 0), int(change or 0)
+        if source.get("lsn") is not None:
+            lsn = int(source["lsn"])
+            return lsn, lsn
+        if source.get("file") and source.get("pos") is not None:
+            number = int(str(source["file"]).rsplit(".", 1)[-1])
+            return (number << 40) | int(source["pos"]), int(source.get("row") or 0)
+    except (orjson.JSONDecodeError, TypeError, ValueError):
+        raise PositionError(
+            f"unreadable source position {sequence or source.get('lsn')!r}"
+        ) from None
+    raise PositionError("Debezium event without a source position (sequence, lsn or binlog)")
+
+
+def is_placeholder(value: Any) -> bool:
+    """True for the unchanged-TOAST placeholder in any of the forms Debezium writes."""
+    if isinstance(value, list):
+        return bool(value) and is_placeholder(value[0])
+    return value in _PLACEHOLDERS
+
+
+_PLACEHOLDERS = (TOAST_PLACEHOLDER, TOAST_PLACEHOLDER_BASE64, TOAST_PLACEHOLDER_BYTES)
+
+
+def fill_placeholders(after: Row, previous: Row | None) -> list[str]:
+    """Fill ``after``'s placeholders from ``previous``; return the columns left unfilled."""
+    missing = []
+    for column, value in after.items():
+        if not is_placeholder(value):
+            continue
+        old = previous.get(column, TOAST_PLACEHOLDER) if previous is not None else TOAST_PLACEHOLDER
+        if is_placeholder(old):
+            missing.append(column)
+        else:
+            after[column] = old
+    return missing

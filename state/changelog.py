@@ -1,0 +1,153 @@
+"""Changelog topics: the source of truth for state, and restoring a store from one.
+
+Every state update the data plane commits is first produced to the store's
+changelog, ``<pipeline>.changelog.<input topic>``: compacted, co-partitioned
+with the input topic (partition ``p`` of the input owns partition ``p`` of the
+changelog). A store's checkpoint records how far into the changelog it is.
+When a partition is assigned, the :class:`Restorer` reads the changelog from
+that checkpoint to the end, so a store that is missing (a new instance, a lost
+disk) or stale (the partition lived elsewhere for a while) is brought up to
+date before the partition's input is processed.
+
+A changelog that no longer reaches back to the checkpoint (retention removed
+records the store never saw) cannot be replayed onto the store: the store is
+wiped and rebuilt from the changelog's first record.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+
+from state.store import Checkpoint, PartitionStore
+from tidemark.kafka import exact_end_offsets
+
+log = logging.getLogger(__name__)
+
+
+def changelog_topic(pipeline: str, input_topic: str) -> str:
+    """The changelog of the stores of ``input_topic``."""
+    return f"{pipeline}.changelog.{input_topic}"
+
+
+@dataclass
+class _Pending:
+    store: PartitionStore
+    #: The next changelog offset to read, and the offset to reach.
+    position: int
+    end: int
+    started: float
+    records: int = 0
+
+
+@dataclass(frozen=True)
+class Restored:
+    """A finished restore, for logs and metrics."""
+
+    topic: str
+    partition: int
+    records: int
+    seconds: float
+
+
+class Restorer:
+    """Restores stores from their changelog partitions, a bounded step at a time.
+
+    The data plane calls :meth:`step` between its batches, so a long restore
+    never starves the consumer group's heartbeat or poll deadline.
+    """
+
+    def __init__(self, consumer_settings: dict[str, object], batch: int = 20_000) -> None:
+        self._consumer = Consumer(
+            {**consumer_settings, "enable.auto.commit": False, "enable.partition.eof": False}
+        )
+        self._batch = batch
+        self._pending: dict[tuple[str, int], _Pending] = {}
+
+    def add(self, topic: str, partition: int, store: PartitionStore) -> bool:
+        """Start restoring ``store`` from ``topic[partition]``; ``False`` if it is up to date."""
+        start = store.checkpoint().changelog_offset or 0
+        tp = TopicPartition(topic, partition)
+        low, _high = self._consumer.get_watermark_offsets(tp, timeout=10)
+        end = exact_end_offsets(self._consumer, [tp])[(topic, partition)]
+        if start > end or (start < low):
+            log.warning(
+                "changelog %s[%d] does not continue the local state (state at %d, log %d..%d): "
+                "rebuilding the store from the changelog",
+                topic,
+                partition,
+                start,
+                low,
+                end,
+            )
+            store.wipe()
+            start = 0
+        if start >= end:
+            return False
+        self._pending[(topic, partition)] = _Pending(store, start, end, time.monotonic())
+        self._assign()
+        return True
+
+    def remove(self, topic: str, partition: int) -> None:
+        """Stop restoring a partition (revoked before it finished)."""
+        if self._pending.pop((topic, partition), None) is not None:
+            self._assign()
+
+    @property
+    def busy(self) -> bool:
+        """True while a store is being restored."""
+        return bool(self._pending)
+
+    def restoring(self, topic: str, partition: int) -> bool:
+        """True while ``topic[partition]``'s store is being restored."""
+        return (topic, partition) in self._pending
+
+    def step(self, budget_s: float = 0.5) -> list[Restored]:
+        """Apply changelog records for up to ``budget_s``; return the restores that finished."""
+        deadline = time.monotonic() + budget_s
+        finished: list[Restored] = []
+        while self._pending and time.monotonic() < deadline:
+            messages = self._consumer.consume(self._batch, 0.2)
+            updates: dict[tuple[str, int], dict[bytes, bytes | None]] = {}
+            read: dict[tuple[str, int], int] = {}
+            last: dict[tuple[str, int], int] = {}
+            for msg in messages:
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        continue
+                    raise KafkaException(err)
+                tp = (msg.topic() or "", msg.partition() or 0)
+                if tp not in self._pending:
+                    continue
+                last[tp] = msg.offset() or 0
+                read[tp] = read.get(tp, 0) + 1
+                key = msg.key()
+                if key is not None:
+                    updates.setdefault(tp, {})[key] = msg.value()
+            for tp, offset in last.items():
+                pending = self._pending[tp]
+                pending.store.commit(updates.get(tp, {}), Checkpoint(changelog_offset=offset + 1))
+                pending.position = offset + 1
+                pending.records += read[tp]
+                if pending.position >= pending.end:
+                    del self._pending[tp]
+                    finished.append(
+                        Restored(tp[0], tp[1], pending.records, time.monotonic() - pending.started)
+                    )
+            if finished:
+                self._assign()
+                break
+        return finished
+
+    def _assign(self) -> None:
+        self._consumer.assign(
+            [TopicPartition(t, p, pending.position) for (t, p), pending in self._pending.items()]
+        )
+
+    def close(self) -> None:
+        """Release the consumer."""
+        self._consumer.close()
