@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from processor.errors import InputError, RawMessage
+
 Version = tuple[int, int]
 Row = dict[str, Any]
 
@@ -75,6 +77,8 @@ class Change:
     #: The codec's parsed event and its schema: the template of the output event.
     event: Any = None
     schema: Any = None
+    #: The codec that decoded the change; it encodes the output and stores the row.
+    codec: Any = None
 
 
 def snapshot_kind(source: dict[str, Any]) -> Snapshot:
@@ -132,3 +136,36 @@ def fill_placeholders(after: Row, previous: Row | None) -> list[str]:
         else:
             after[column] = old
     return missing
+
+
+def debezium_change(state_key: bytes, payload: Any, msg: RawMessage, toast: bool) -> Change:
+    """Validate a decoded Debezium envelope (any format) and make it a :class:`Change`."""
+    if not isinstance(payload, dict) or "op" not in payload:
+        raise InputError("not a Debezium change event (no 'op' field)", msg, "not-debezium")
+    op = payload["op"]
+    if op not in OPS:
+        raise InputError(f"unknown op {op!r} (expected one of c, u, d, r)", msg, "unknown-op")
+    before, after, source = payload.get("before"), payload.get("after"), payload.get("source")
+    if op == "d":
+        if after is not None:
+            raise InputError("a delete with an 'after' row", msg, "not-debezium")
+    elif not isinstance(after, dict):
+        raise InputError(f"op {op!r} without an 'after' row", msg, "not-debezium")
+    if before is not None and not isinstance(before, dict):
+        raise InputError("'before' is not a row", msg, "not-debezium")
+    try:
+        version = source_version(source)
+    except PositionError as exc:
+        raise InputError(str(exc), msg, "position") from None
+    assert isinstance(source, dict)
+    return Change(
+        state_key,
+        op,
+        before,
+        after,
+        version,
+        snapshot_kind(source),
+        source.get("connector"),
+        toast and after is not None,
+        payload,
+    )

@@ -14,62 +14,42 @@ dropping; the output is idempotent per key.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import re
 import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processor import metrics
-from processor.envelopes import STEPS, SourceRefused, Step, Unfillable
 from processor.errors import InputError, ProcessorError, RawMessage
-from processor.json_codec import JsonCodec
-from state.changelog import Restorer, changelog_topic
-from state.store import BatchState, Checkpoint, PartitionStore, StateBackend
+from processor.reconciler import Batch, Reconciler, Source, TopicPartitionKey
+from processor.registry import HttpRegistry, SchemaCache
+from state.changelog import Restorer
+from state.store import Checkpoint, PartitionStore, StateBackend
 from tidemark.config import Config
 from tidemark.kafka import client_config, consumer_config, ensure_topics, partition_counts
 
 log = logging.getLogger(__name__)
 
-TopicPartitionKey = tuple[str, int]
 Headers = list[tuple[str, str | bytes | None]]
-Record = tuple[str, int, bytes | None, bytes | None]
 
 
-def output_topic(prefix: str, input_topic: str) -> str:
-    """``<prefix>.<schema>.<table>`` becomes ``<prefix>.reconciled.<schema>.<table>``."""
-    head = prefix + "."
-    rest = input_topic[len(head) :] if input_topic.startswith(head) else input_topic
-    return f"{prefix}.reconciled.{rest}"
+def tune_garbage_collector() -> None:
+    """Collect young objects once per batch or so, not hundreds of times.
 
-
-@dataclass
-class Source:
-    """One input topic: its envelope, codec and the topics it writes."""
-
-    topic: str
-    envelope: str
-    step: Step
-    codec: JsonCodec
-    output: str
-    changelog: str
-
-
-@dataclass
-class Batch:
-    """What one batch decided: records to produce, state to write, offsets to commit."""
-
-    records: list[Record] = field(default_factory=list)
-    dead_letters: list[InputError] = field(default_factory=list)
-    states: dict[TopicPartitionKey, BatchState] = field(default_factory=dict)
-    next_offsets: dict[TopicPartitionKey, int] = field(default_factory=dict)
-    #: Partitions to read again from an offset (paused for restore or a refused source).
-    rewinds: dict[TopicPartitionKey, int] = field(default_factory=dict)
+    Every decoded event allocates a few dicts that live until its batch is
+    committed, so CPython's default young-generation threshold (700) runs the
+    cyclic collector constantly, over a heap that is mostly long-lived objects
+    of the worker. Freezing what exists at start and raising the threshold cuts
+    a large share of the processor's CPU per event (measured with ``bench/envelopes.py``).
+    """
+    gc.freeze()
+    gc.set_threshold(100_000, 20, 100)
 
 
 class DataPlane:
@@ -80,11 +60,21 @@ class DataPlane:
         self.backend = backend
         self.group = f"{config.processor.pipeline}-dataplane"
         self.dead_letter_topic = f"{config.processor.pipeline}.dlq"
-        self._sources: dict[str, Source] = {}
+        kafka = config.kafka
+        registry = (
+            HttpRegistry(
+                kafka.schema_registry_url,
+                kafka.schema_registry_user,
+                kafka.schema_registry_password,
+            )
+            if kafka.schema_registry_url
+            else None
+        )
+        self.reconciler = Reconciler(config, SchemaCache(registry) if registry else None)
         self._stores: dict[TopicPartitionKey, PartitionStore] = {}
-        #: Input topics stopped because they break their envelope's constraints.
-        self.refused: dict[str, str] = {}
         self._delivery_errors: list[KafkaError] = []
+        #: Bound once: the producer calls it for every record.
+        self._on_delivery = self._delivery_error
         self._changelog_ends: dict[TopicPartitionKey, int] = {}
         self._input = re.compile(config.input_pattern())
         self._subscribed: list[str] = []
@@ -119,6 +109,7 @@ class DataPlane:
     def run(self) -> None:
         """Run until :meth:`stop`; on an unexpected error record it in ``failure`` and return."""
         next_lag = next_discovery = 0.0
+        tune_garbage_collector()
         try:
             ensure_topics(
                 self._admin,
@@ -192,8 +183,7 @@ class DataPlane:
 
     def decide(self, messages: list[Message]) -> Batch:
         """Reconcile ``messages`` against state, in memory (protocol step 1)."""
-        batch = Batch()
-        by_partition: dict[TopicPartitionKey, list[RawMessage]] = defaultdict(list)
+        groups: dict[TopicPartitionKey, list[RawMessage]] = defaultdict(list)
         for msg in messages:
             err = msg.error()
             if err is not None:
@@ -203,88 +193,16 @@ class DataPlane:
             raw = RawMessage(
                 msg.topic() or "", msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value()
             )
-            by_partition[(raw.topic, raw.partition)].append(raw)
-        for tp, group in by_partition.items():
-            store = self._stores.get(tp)
-            if store is None:  # revoked while the batch was in flight
-                continue
-            if tp[0] in self.refused or self._restoring(tp):
-                batch.rewinds[tp] = group[0].offset
-                continue
-            metrics.EVENTS_IN.labels(tp[0]).inc(len(group))
-            state = batch.states[tp] = BatchState(store)
-            self._decide_partition(self._source(tp[0]), group, state, batch)
-        return batch
+            groups[(raw.topic, raw.partition)].append(raw)
+        return self.reconciler.decide(groups, self._stores, self._restoring)
 
-    def _decide_partition(
-        self, source: Source, group: list[RawMessage], state: BatchState, batch: Batch
-    ) -> None:
-        tp = (source.topic, group[0].partition)
-        if source.envelope != "debezium":
-            state.prefetch([b"k" + m.key for m in group if m.key is not None])
-        step, codec, records = source.step, source.codec, batch.records
-        for raw in group:
-            try:
-                if raw.key is None:
-                    if source.envelope == "debezium":
-                        raise SourceRefused(
-                            "a change without a key: the debezium envelope needs tables "
-                            "with primary keys"
-                        )
-                    raise InputError(
-                        "message without a key (the primary key is required)", raw, "no-key"
-                    )
-                if raw.value is None and source.envelope != "upsert":
-                    continue  # Debezium's tombstone after a delete event: the delete was handled
-                change = codec.decode(raw)
-                try:
-                    emit = step(change, state, codec)
-                except Unfillable as exc:
-                    raise InputError(str(exc), raw, "toast") from None
-                if emit is None:
-                    metrics.EVENTS_DROPPED.labels(raw.topic).inc()
-                    continue
-                records.append(
-                    (source.output, raw.partition, raw.key, codec.encode(change, emit, raw))
-                )
-                if emit.after is None:
-                    records.append((source.output, raw.partition, raw.key, None))
-            except InputError as exc:
-                batch.dead_letters.append(exc)
-            except SourceRefused as exc:
-                self._refuse(source.topic, str(exc), raw)
-                batch.rewinds[tp] = raw.offset
-                if raw.offset > group[0].offset:
-                    batch.next_offsets[tp] = raw.offset
-                return
-        batch.next_offsets[tp] = group[-1].offset + 1
+    @property
+    def refused(self) -> dict[str, str]:
+        """Input topics stopped because they break their envelope's constraints."""
+        return self.reconciler.refused
 
     def _source(self, topic: str) -> Source:
-        source = self._sources.get(topic)
-        if source is None:
-            envelope = self.config.envelope_of(topic)
-            source = self._sources[topic] = Source(
-                topic,
-                envelope,
-                STEPS[envelope],
-                JsonCodec(envelope),
-                output_topic(self.config.source.topic_prefix, topic),
-                changelog_topic(self.config.processor.pipeline, topic),
-            )
-        return source
-
-    def _refuse(self, topic: str, reason: str, raw: RawMessage) -> None:
-        """Stop ``topic`` (its partitions stay paused at the offending message); others go on."""
-        if topic not in self.refused:
-            log.error(
-                "input topic %s stopped at partition %d offset %d: %s",
-                topic,
-                raw.partition,
-                raw.offset,
-                reason,
-            )
-        self.refused[topic] = reason
-        metrics.SOURCE_REFUSED.labels(topic).set(1)
+        return self.reconciler.source(topic)
 
     def commit_batch(self, batch: Batch) -> None:
         """The commit protocol, written once. Each step's crash window:
@@ -301,15 +219,26 @@ class DataPlane:
         5. commit the input offsets to Kafka: a crash before it replays the batch
            against state that already holds it, so its changes are re-emitted.
         """
-        for topic, partition, key, value in batch.records:
-            self._produce(topic, partition, key, value)
-            metrics.EVENTS_OUT.labels(topic).inc()
+        produce, on_delivery = self._producer.produce, self._on_delivery
+        for record in batch.records:
+            try:
+                produce(record[0], record[3], record[2], record[1], on_delivery)
+            except BufferError:
+                self._produce(record[0], record[1], record[2], record[3])
+        for topic, count in batch.produced.items():
+            metrics.EVENTS_OUT.labels(topic).inc(count)
         for error in batch.dead_letters:
             self._produce_dead_letter(error)
         for (topic, partition), state in batch.states.items():
-            changelog = self._source(topic).changelog
-            for key, value in state.updates.items():
-                self._produce(changelog, partition, key, value, on_delivery=self._on_changelog)
+            # Records of one partition are acknowledged in order (idempotent producer),
+            # so the last one's offset tells how far the changelog goes.
+            changelog, changes = self._source(topic).changelog, list(state.updates.items())
+            for index, (key, value) in enumerate(changes, 1 - len(changes)):
+                callback = on_delivery if index else self._on_changelog
+                try:
+                    produce(changelog, value, key, partition, callback)
+                except BufferError:
+                    self._produce(changelog, partition, key, value, on_delivery=callback)
         remaining = self._producer.flush(60)
         failures, self._delivery_errors = self._delivery_errors, []
         if remaining or failures:
@@ -334,7 +263,7 @@ class DataPlane:
             self._consumer.pause([rewind])
             self._consumer.seek(rewind)
 
-    def _on_delivery(self, err: KafkaError | None, _msg: Message) -> None:
+    def _delivery_error(self, err: KafkaError | None, _msg: Message) -> None:
         if err is not None:
             self._delivery_errors.append(err)
 
@@ -393,7 +322,7 @@ class DataPlane:
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         topics = {p.topic for p in partitions}
-        new = topics - set(self._sources)
+        new = topics - set(self.reconciler.sources)
         if new:
             counts = partition_counts(self._admin, new)
             replication = self.config.kafka.replication_factor
@@ -433,7 +362,8 @@ class DataPlane:
     def _restore_step(self) -> None:
         for done in self._restorer.step():
             input_topic = next(
-                (s.topic for s in self._sources.values() if s.changelog == done.topic), None
+                (s.topic for s in self.reconciler.sources.values() if s.changelog == done.topic),
+                None,
             )
             if input_topic is None:
                 continue

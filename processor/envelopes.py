@@ -66,11 +66,11 @@ class KeyState(Protocol):
 class RowCodec(Protocol):
     """How a format stores rows in state."""
 
-    def dump(self, row: Row) -> bytes:
-        """Bytes of ``row``."""
+    def dump(self, change: Change) -> bytes:
+        """Bytes of ``change.after``."""
 
     def load(self, raw: bytes) -> Row:
-        """Inverse of :meth:`dump`."""
+        """A row from bytes :meth:`dump` wrote."""
 
 
 class SourceRefused(Exception):
@@ -110,7 +110,7 @@ def upsert(change: Change, state: KeyState, rows: RowCodec) -> Emit | None:
     # row is gone: the event carries the row itself, which downstream applies
     # idempotently.
     previous = stored.value if stored else None
-    after_stored = rows.dump(change.after) if change.after is not None else None
+    after_stored = rows.dump(change) if change.after is not None else None
     if action is Action.APPLY:
         state.put(key, Entry(change.version, after_stored).encode())
     if change.after is None:
@@ -137,7 +137,7 @@ def debezium_upsert(change: Change, state: KeyState, rows: RowCodec) -> Emit | N
     if change.toast and change.after is not None:
         prior = rows.load(previous) if previous is not None else change.before
         _fill(change.after, prior)
-    after_stored = rows.dump(change.after) if change.after is not None else None
+    after_stored = rows.dump(change) if change.after is not None else None
     if action is Action.APPLY:
         state.put(key, Entry(change.version, after_stored).encode())
     return Emit(change.op, previous, change.after, action.value, after_stored)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from tidemark.errors import TidemarkError
 
@@ -11,9 +11,8 @@ class ProcessorError(TidemarkError):
     """The processor cannot go on."""
 
 
-@dataclass(frozen=True)
-class RawMessage:
-    """Where a message came from and its bytes, as read from Kafka."""
+class RawMessage(NamedTuple):
+    """Where a message came from and its bytes, as read from Kafka (a tuple: cheap to make)."""
 
     topic: str
     partition: int

@@ -16,14 +16,11 @@ from typing import Any
 import orjson
 
 from processor.change import (
-    OPS,
     TOAST_PLACEHOLDER,
     TOAST_PLACEHOLDER_BASE64,
     Change,
-    PositionError,
     Row,
-    snapshot_kind,
-    source_version,
+    debezium_change,
 )
 from processor.envelopes import Emit
 from processor.errors import InputError, RawMessage
@@ -45,7 +42,8 @@ TIDEMARK_FIELD: dict[str, Any] = {
 
 _SCHEMA_HEAD = b'{"schema":'
 _PAYLOAD_HEAD = b',"payload":'
-_TOAST_MARKS = (TOAST_PLACEHOLDER.encode(), TOAST_PLACEHOLDER_BASE64.encode())
+_TOAST_TEXT = TOAST_PLACEHOLDER.encode()
+_TOAST_BASE64 = TOAST_PLACEHOLDER_BASE64.encode()
 
 # Connect schema types and the JSON values they allow (keys are validated against them).
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
@@ -109,9 +107,14 @@ class JsonCodec:
     # -- rows in state ---------------------------------------------------------
 
     @staticmethod
-    def dump(row: Row) -> bytes:
-        """A row's bytes in state."""
-        return orjson.dumps(row)
+    def owns(raw: bytes) -> bool:
+        """True for a row this codec stored (JSON text, never the Avro magic byte)."""
+        return raw[:1] != b"\x00"
+
+    @staticmethod
+    def dump(change: Change) -> bytes:
+        """``change.after``'s bytes in state."""
+        return orjson.dumps(change.after)
 
     @staticmethod
     def load(raw: bytes) -> Row:
@@ -121,94 +124,56 @@ class JsonCodec:
 
     # -- input -----------------------------------------------------------------
 
-    def decode(self, msg: RawMessage) -> Change:
-        """The change in ``msg`` (key already checked to be present)."""
+    def decode_key(self, msg: RawMessage) -> bytes:
+        """The key's bytes in state: the key's JSON payload (a schema is not part of it).
+
+        A Debezium key is a struct of the primary-key columns; with a schema it
+        must match it. An ``upsert`` key is taken as it is.
+        """
         assert msg.key is not None
         if self.envelope == "upsert":
-            return self._decode_flat(msg)
-        self._check_key(msg)
-        if msg.value is None:
-            raise InputError("null value where a Debezium event was expected", msg, "not-debezium")
-        payload, schema = self._values.split(msg.value, msg, "value")
-        if not isinstance(payload, dict) or "op" not in payload:
-            raise InputError("not a Debezium change event (no 'op' field)", msg, "not-debezium")
-        op = payload["op"]
-        if op not in OPS:
-            raise InputError(f"unknown op {op!r} (expected one of c, u, d, r)", msg, "unknown-op")
-        before, after, source = payload.get("before"), payload.get("after"), payload.get("source")
-        if op == "d":
-            if after is not None:
-                raise InputError("a delete with an 'after' row", msg, "not-debezium")
-        elif not isinstance(after, dict):
-            raise InputError(f"op {op!r} without an 'after' row", msg, "not-debezium")
-        if before is not None and not isinstance(before, dict):
-            raise InputError("'before' is not a row", msg, "not-debezium")
-        try:
-            version = source_version(source)
-        except PositionError as exc:
-            raise InputError(str(exc), msg, "position") from None
-        assert isinstance(source, dict)
-        toast = after is not None and any(mark in msg.value for mark in _TOAST_MARKS)
-        return Change(
-            msg.key,
-            op,
-            before,
-            after,
-            version,
-            snapshot_kind(source),
-            source.get("connector"),
-            toast,
-            payload,
-            schema,
-        )
-
-    def _decode_flat(self, msg: RawMessage) -> Change:
-        version = (0, msg.offset)
-        if msg.value is None:
-            return Change(msg.key or b"", "d", None, None, version)
-        row, schema = self._values.split(msg.value, msg, "value")
-        if not isinstance(row, dict):
-            raise InputError("upsert value is not a JSON object", msg, "malformed")
-        return Change(msg.key or b"", "u", None, row, version, schema=schema)
-
-    def _check_key(self, msg: RawMessage) -> None:
-        """A Debezium key is a struct of the primary-key columns; with a schema, it must match."""
-        assert msg.key is not None
+            return msg.key
         payload, schema = self._keys.split(msg.key, msg, "key")
         if not isinstance(payload, dict) or not payload:
             raise InputError("key is not a struct of primary-key columns", msg, "key")
-        if schema is None:
-            return
-        fields = schema.get("fields")
-        if not isinstance(fields, list):
-            raise InputError("key schema is not a struct", msg, "key")
-        if len(fields) != len(payload):
-            raise InputError("key does not match its schema: columns differ", msg, "key")
-        for spec in fields:
-            name = spec.get("field")
-            if name not in payload:
-                raise InputError(f"key does not match its schema: no column {name!r}", msg, "key")
-            value = payload[name]
-            if value is None:
-                if not spec.get("optional"):
-                    raise InputError(f"key does not match its schema: {name!r} is null", msg, "key")
-                continue
-            allowed = _JSON_TYPES.get(spec.get("type", ""))
-            if allowed and (
-                not isinstance(value, allowed) or (bool not in allowed and isinstance(value, bool))
-            ):
-                raise InputError(
-                    f"key does not match its schema: {name!r} is not {spec.get('type')}", msg, "key"
-                )
+        if schema is not None:
+            _check_key(payload, schema, msg)
+            prefix = self._keys.prefix
+            if prefix and msg.key.startswith(prefix):
+                return msg.key[len(prefix) : -1]
+            return orjson.dumps(payload)
+        return msg.key
+
+    def decode(self, msg: RawMessage, state_key: bytes) -> Change:
+        """The change in ``msg``."""
+        if self.envelope == "upsert":
+            return self._decode_flat(msg, state_key)
+        if msg.value is None:
+            raise InputError("null value where a Debezium event was expected", msg, "not-debezium")
+        payload, schema = self._values.split(msg.value, msg, "value")
+        value = msg.value
+        toast = _TOAST_TEXT in value or _TOAST_BASE64 in value
+        change = debezium_change(state_key, payload, msg, toast)
+        change.schema = schema
+        return change
+
+    def _decode_flat(self, msg: RawMessage, state_key: bytes) -> Change:
+        version = (0, msg.offset)
+        if msg.value is None:
+            return Change(state_key, "d", None, None, version)
+        row, schema = self._values.split(msg.value, msg, "value")
+        if not isinstance(row, dict):
+            raise InputError("upsert value is not a JSON object", msg, "malformed")
+        return Change(state_key, "u", None, row, version, schema=schema)
 
     # -- output ----------------------------------------------------------------
 
-    def encode(self, change: Change, emit: Emit, msg: RawMessage) -> bytes:
-        """The reconciled event: Debezium's envelope plus the ``tidemark`` block."""
+    def encode(self, change: Change, emit: Emit, msg: RawMessage) -> tuple[bytes | None, bytes]:
+        """The output key and the reconciled event: Debezium's envelope plus ``tidemark``."""
         payload: dict[str, Any] = dict(change.event or {})
         before = emit.before
         payload["before"] = orjson.Fragment(before) if isinstance(before, bytes) else before
-        if emit.after_stored is not None:
+        if emit.after_stored is not None and self.owns(emit.after_stored):
             payload["after"] = orjson.Fragment(emit.after_stored)
         else:
             payload["after"] = emit.after
@@ -216,23 +181,52 @@ class JsonCodec:
         payload.setdefault("source", None)
         if payload.get("ts_ms") is None:
             payload["ts_ms"] = int(time.time() * 1000)
-        payload["tidemark"] = {
-            "topic": msg.topic,
-            "partition": msg.partition,
-            "offset": msg.offset,
-            "position": f"{change.version[0]},{change.version[1]}",
-            "envelope": self.envelope,
-            "reason": emit.reason,
-        }
+        payload["tidemark"] = metadata(change, emit, msg, self.envelope)
         body = orjson.dumps(payload)
         schema = change.schema
         if schema is None:
-            return body
+            return msg.key, body
         cached_schema, head = self._out
         if cached_schema is not schema:
             head = _SCHEMA_HEAD + orjson.dumps(output_schema(schema, self.envelope)) + _PAYLOAD_HEAD
             self._out = (schema, head)
-        return head + body + b"}"
+        return msg.key, head + body + b"}"
+
+
+def metadata(change: Change, emit: Emit, msg: RawMessage, envelope: str) -> dict[str, Any]:
+    """The ``tidemark`` block of an output event: where it came from and why it is emitted."""
+    return {
+        "topic": msg.topic,
+        "partition": msg.partition,
+        "offset": msg.offset,
+        "position": f"{change.version[0]},{change.version[1]}",
+        "envelope": envelope,
+        "reason": emit.reason,
+    }
+
+
+def _check_key(payload: dict[str, Any], schema: dict[str, Any], msg: RawMessage) -> None:
+    fields = schema.get("fields")
+    if not isinstance(fields, list):
+        raise InputError("key schema is not a struct", msg, "key")
+    if len(fields) != len(payload):
+        raise InputError("key does not match its schema: columns differ", msg, "key")
+    for spec in fields:
+        name = spec.get("field")
+        if name not in payload:
+            raise InputError(f"key does not match its schema: no column {name!r}", msg, "key")
+        value = payload[name]
+        if value is None:
+            if not spec.get("optional"):
+                raise InputError(f"key does not match its schema: {name!r} is null", msg, "key")
+            continue
+        allowed = _JSON_TYPES.get(spec.get("type", ""))
+        if allowed and (
+            not isinstance(value, allowed) or (bool not in allowed and isinstance(value, bool))
+        ):
+            raise InputError(
+                f"key does not match its schema: {name!r} is not {spec.get('type')}", msg, "key"
+            )
 
 
 def output_schema(schema: dict[str, Any], envelope: str) -> dict[str, Any]:

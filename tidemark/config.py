@@ -40,6 +40,11 @@ class KafkaConfig:
     replication_factor: int = 1
     #: Extra librdkafka properties for every client (for example SASL settings).
     client_properties: dict[str, str] = field(default_factory=dict)
+    #: Confluent-compatible schema registry of Avro topics; empty: Avro input is a dead letter.
+    schema_registry_url: str = ""
+    schema_registry_user: str = ""
+    #: Pass it as ``TIDEMARK_KAFKA__SCHEMA_REGISTRY_PASSWORD``; never logged.
+    schema_registry_password: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)
@@ -164,7 +169,7 @@ _POSITIVE = {
     ("sink", "trigger_interval_s"),
     ("dev", "heartbeat_interval_ms"),
 }
-_SECRETS = {"password"}
+_SECRETS = {"password", "schema_registry_password"}
 _PORTS = {
     ("source", "port"),
     ("processor", "web_port"),

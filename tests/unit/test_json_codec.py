@@ -6,9 +6,10 @@ import orjson
 import pytest
 
 from processor.change import Snapshot
+from processor.codecs import SourceCodec
 from processor.envelopes import Emit
 from processor.errors import InputError, RawMessage
-from processor.json_codec import TIDEMARK_FIELD, JsonCodec
+from processor.json_codec import TIDEMARK_FIELD
 
 SCHEMA = {
     "type": "struct",
@@ -39,8 +40,12 @@ def event(
     }
 
 
+def codec(envelope: str = "debezium-upsert") -> SourceCodec:
+    return SourceCodec(envelope, "p.reconciled.public.t", None)
+
+
 def decode(msg: RawMessage, envelope: str = "debezium-upsert"):  # type: ignore[no-untyped-def]
-    return JsonCodec(envelope).decode(msg)
+    return codec(envelope).decode(msg)
 
 
 def test_version_comes_from_the_sequence_pair() -> None:
@@ -63,10 +68,10 @@ def test_mysql_position_orders_by_binlog_file_then_position_then_row() -> None:
 
 
 def test_with_and_without_schema_and_the_schema_is_parsed_once() -> None:
-    codec = JsonCodec("debezium-upsert")
-    plain = codec.decode(message(event()))
-    wrapped = codec.decode(message({"schema": SCHEMA, "payload": event()}))
-    again = codec.decode(message({"schema": SCHEMA, "payload": event(op="c")}))
+    source = codec()
+    plain = source.decode(message(event()))
+    wrapped = source.decode(message({"schema": SCHEMA, "payload": event()}))
+    again = source.decode(message({"schema": SCHEMA, "payload": event(op="c")}))
     assert plain.schema is None and wrapped.schema == SCHEMA
     assert again.schema is wrapped.schema  # cached by its bytes, not parsed again
     assert plain.after == wrapped.after == {"id": 1, "v": "x"}
@@ -149,11 +154,13 @@ def test_bad_input_is_an_input_error_with_the_raw_message(
 
 
 def test_output_carries_state_before_and_metadata_with_schema() -> None:
-    codec = JsonCodec("debezium-upsert")
+    source = codec()
     msg = message({"schema": SCHEMA, "payload": event()})
-    change = codec.decode(msg)
+    change = source.decode(msg)
     emit = Emit("u", b'{"id":1,"v":"old"}', change.after, "applied", b'{"id":1,"v":"x"}')
-    out = orjson.loads(codec.encode(change, emit, msg))
+    key, value = source.encode(change, emit, msg)
+    assert key == msg.key  # the output is keyed like the input, schema and all
+    out = orjson.loads(value)
     assert out["payload"]["before"] == {"id": 1, "v": "old"}
     assert out["payload"]["after"] == {"id": 1, "v": "x"}
     assert out["payload"]["tidemark"] == {
@@ -169,10 +176,10 @@ def test_output_carries_state_before_and_metadata_with_schema() -> None:
 
 
 def test_output_without_schema_is_the_bare_payload() -> None:
-    codec = JsonCodec("debezium")
+    source = codec("debezium")
     msg = message(event())
-    change = codec.decode(msg)
-    out = orjson.loads(codec.encode(change, Emit("u", None, change.after, "applied"), msg))
+    change = source.decode(msg)
+    out = orjson.loads(source.encode(change, Emit("u", None, change.after, "applied"), msg)[1])
     assert set(out) >= {"before", "after", "op", "source", "ts_ms", "tidemark"}
 
 
@@ -182,3 +189,18 @@ def test_upsert_envelope_versions_by_offset_and_null_deletes() -> None:
     assert deleted.after is None and deleted.op == "d"
     with pytest.raises(InputError, match="not a JSON object"):
         decode(message([1, 2]), "upsert")
+
+
+def test_the_state_key_is_the_key_payload_with_or_without_its_schema() -> None:
+    wrapped = orjson.dumps({"schema": KEY_SCHEMA, "payload": {"id": 1}})
+    source = codec()
+    for _ in range(2):  # the first parse and the cached prefix agree
+        change = source.decode(RawMessage("p.public.t", 1, 7, wrapped, orjson.dumps(event())))
+        assert change.key == b'{"id":1}'
+    assert decode(message(event())).key == b'{"id":1}'
+
+
+def test_a_message_without_a_key_is_an_input_error() -> None:
+    with pytest.raises(InputError, match="without a key") as info:
+        decode(RawMessage("p.public.t", 0, 1, None, orjson.dumps(event())))
+    assert info.value.kind == "no-key"

@@ -1,0 +1,191 @@
+"""Deciding one batch: input messages and partition state in; outputs and state updates out.
+
+This is protocol step 1 of :meth:`processor.dataplane.DataPlane.commit_batch`,
+kept apart from Kafka so it can be tested (and fuzzed) on its own. Per input
+partition, in offset order, each message is decoded, then the envelope's rule
+(:mod:`processor.envelopes`) decides against the partition's state:
+
+- a message that cannot be decoded, or a change the rules cannot complete (an
+  unfillable TOAST placeholder), becomes a dead letter; the partition goes on;
+- a change that breaks its envelope's constraints (the ``debezium`` envelope
+  without ``before`` or without a key) refuses its whole source: the batch
+  stops at that message and the topic's partitions stay paused there, while
+  every other source goes on;
+- a Debezium tombstone (null value after a delete) is skipped: the delete
+  event itself produced the output and the output tombstone.
+
+Nothing here writes anywhere: state updates stay in each partition's
+:class:`~state.store.BatchState` until the commit protocol applies them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from processor import metrics
+from processor.change import Change
+from processor.codecs import SourceCodec
+from processor.envelopes import ENTRY, STEPS, SourceRefused, Step, Unfillable
+from processor.errors import InputError, RawMessage
+from processor.registry import SchemaCache
+from state.changelog import changelog_topic
+from state.store import BatchState, PartitionStore
+from tidemark.config import Config
+
+log = logging.getLogger(__name__)
+
+TopicPartitionKey = tuple[str, int]
+Record = tuple[str, int, bytes | None, bytes | None]
+
+
+def output_topic(prefix: str, input_topic: str) -> str:
+    """``<prefix>.<schema>.<table>`` becomes ``<prefix>.reconciled.<schema>.<table>``."""
+    head = prefix + "."
+    rest = input_topic[len(head) :] if input_topic.startswith(head) else input_topic
+    return f"{prefix}.reconciled.{rest}"
+
+
+@dataclass
+class Source:
+    """One input topic: its envelope, codec and the topics it writes."""
+
+    topic: str
+    envelope: str
+    step: Step
+    codec: SourceCodec
+    output: str
+    changelog: str
+
+
+@dataclass
+class Batch:
+    """What one batch decided: records to produce, state to write, offsets to commit."""
+
+    records: list[Record] = field(default_factory=list)
+    dead_letters: list[InputError] = field(default_factory=list)
+    states: dict[TopicPartitionKey, BatchState] = field(default_factory=dict)
+    next_offsets: dict[TopicPartitionKey, int] = field(default_factory=dict)
+    #: Partitions to read again from an offset (paused for restore or a refused source).
+    rewinds: dict[TopicPartitionKey, int] = field(default_factory=dict)
+    #: Records per output topic, for the metrics.
+    produced: dict[str, int] = field(default_factory=dict)
+
+
+class Reconciler:
+    """The sources of one pipeline and the decisions on their batches."""
+
+    def __init__(self, config: Config, schemas: SchemaCache | None = None) -> None:
+        self.config = config
+        self.schemas = schemas
+        self.sources: dict[str, Source] = {}
+        #: Input topics stopped because they break their envelope's constraints.
+        self.refused: dict[str, str] = {}
+
+    def source(self, topic: str) -> Source:
+        """The :class:`Source` of input ``topic`` (made on first use)."""
+        source = self.sources.get(topic)
+        if source is None:
+            envelope = self.config.envelope_of(topic)
+            output = output_topic(self.config.source.topic_prefix, topic)
+            source = self.sources[topic] = Source(
+                topic,
+                envelope,
+                STEPS[envelope],
+                SourceCodec(envelope, output, self.schemas),
+                output,
+                changelog_topic(self.config.processor.pipeline, topic),
+            )
+        return source
+
+    def decide(
+        self,
+        groups: Mapping[TopicPartitionKey, list[RawMessage]],
+        stores: Mapping[TopicPartitionKey, PartitionStore],
+        waiting: Callable[[TopicPartitionKey], bool] = lambda _tp: False,
+    ) -> Batch:
+        """Reconcile each partition's messages (in offset order) against its store.
+
+        A partition without a store (revoked while the batch was in flight) is
+        skipped; one that is ``waiting`` (its state being restored) or whose
+        source is refused is rewound to its first message.
+        """
+        batch = Batch()
+        for tp, group in groups.items():
+            store = stores.get(tp)
+            if store is None or not group:
+                continue
+            if tp[0] in self.refused or waiting(tp):
+                batch.rewinds[tp] = group[0].offset
+                continue
+            metrics.EVENTS_IN.labels(tp[0]).inc(len(group))
+            state = batch.states[tp] = BatchState(store)
+            self._decide_partition(self.source(tp[0]), group, state, batch)
+        return batch
+
+    def _decide_partition(
+        self, source: Source, group: list[RawMessage], state: BatchState, batch: Batch
+    ) -> None:
+        tp = (source.topic, group[0].partition)
+        codec, step, records = source.codec, source.step, batch.records
+        first_record = len(records)
+        upsert = source.envelope == "upsert"
+        decoded: list[tuple[RawMessage, Change | InputError | None]] = []
+        for raw in group:
+            if raw.value is None and raw.key is not None and not upsert:
+                decoded.append((raw, None))  # Debezium's tombstone after a delete event
+                continue
+            try:
+                decoded.append((raw, codec.decode(raw)))
+            except InputError as exc:
+                decoded.append((raw, exc))
+        if source.envelope != "debezium":
+            state.prefetch([ENTRY + c.key for _, c in decoded if isinstance(c, Change)])
+        for raw, change in decoded:
+            if change is None:
+                continue
+            try:
+                if isinstance(change, InputError):
+                    if change.kind == "no-key" and source.envelope == "debezium":
+                        raise SourceRefused(
+                            "a change without a key: the debezium envelope needs tables "
+                            "with primary keys"
+                        )
+                    batch.dead_letters.append(change)
+                    continue
+                try:
+                    emit = step(change, state, codec)
+                except Unfillable as exc:
+                    batch.dead_letters.append(InputError(str(exc), raw, "toast"))
+                    continue
+            except SourceRefused as exc:
+                self._refuse(source.topic, str(exc), raw)
+                batch.rewinds[tp] = raw.offset
+                if raw.offset > group[0].offset:
+                    batch.next_offsets[tp] = raw.offset
+                break
+            if emit is None:
+                metrics.EVENTS_DROPPED.labels(raw.topic).inc()
+                continue
+            key, value = codec.encode(change, emit, raw)
+            records.append((source.output, raw.partition, key, value))
+            if emit.after is None:
+                records.append((source.output, raw.partition, key, None))
+        else:
+            batch.next_offsets[tp] = group[-1].offset + 1
+        produced = len(records) - first_record
+        batch.produced[source.output] = batch.produced.get(source.output, 0) + produced
+
+    def _refuse(self, topic: str, reason: str, raw: RawMessage) -> None:
+        """Stop ``topic`` (its partitions stay paused at the offending message)."""
+        if topic not in self.refused:
+            log.error(
+                "input topic %s stopped at partition %d offset %d: %s",
+                topic,
+                raw.partition,
+                raw.offset,
+                reason,
+            )
+        self.refused[topic] = reason
+        metrics.SOURCE_REFUSED.labels(topic).set(1)

@@ -1,0 +1,182 @@
+"""Schema registries: Avro schemas found by id and registered by subject.
+
+Avro topics carry the Confluent wire format (magic byte 0, a 4-byte schema id,
+the body). The processor resolves ids through a :class:`SchemaRegistry`:
+
+- :class:`HttpRegistry`, any Confluent-compatible registry over HTTP (through
+  confluent-kafka's client), in production;
+- :class:`MemoryRegistry`, schemas in a dict (optionally kept in a file), which
+  the development stack serves over the same HTTP API.
+
+A schema id the registry does not know is the input's fault
+(:class:`UnknownSchemaError`: the message goes to the dead-letter topic); a
+registry that cannot be reached is not (:class:`RegistryError`: the data plane
+stops and is restarted, and no valid message is dead-lettered for it).
+:class:`SchemaCache` parses each schema once and remembers registrations, so
+the registry is asked once per id and once per subject and schema.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+import fastavro
+
+from processor.errors import ProcessorError
+
+
+class RegistryError(ProcessorError):
+    """The schema registry failed or cannot be reached."""
+
+
+class UnknownSchemaError(Exception):
+    """The registry has no schema with this id."""
+
+
+class SchemaRegistry(ABC):
+    """Avro schemas (JSON text) by global id; registration by subject."""
+
+    @abstractmethod
+    def schema(self, schema_id: int) -> str:
+        """The schema text of ``schema_id``; :class:`UnknownSchemaError` when there is none."""
+
+    @abstractmethod
+    def register(self, subject: str, schema: str) -> int:
+        """Register ``schema`` under ``subject`` (idempotent) and return its id."""
+
+
+def canonical(schema: str) -> str:
+    """One text per schema, whatever its spacing or key order (what identifies it)."""
+    return json.dumps(json.loads(schema), sort_keys=True, separators=(",", ":"))
+
+
+class MemoryRegistry(SchemaRegistry):
+    """Ids are global and one per distinct schema, versions per subject, as Confluent's.
+
+    With ``path``, every registration is written to that JSON file (atomically)
+    and read back on start, so ids survive a restart. Compatibility is not
+    checked: every schema is accepted.
+    """
+
+    def __init__(self, path: Path | None = None) -> None:
+        self._path = path
+        self._lock = threading.Lock()
+        self._schemas: list[str] = []  # id - 1 -> canonical text
+        self._subjects: dict[str, list[int]] = {}  # subject -> ids by version
+        if path is not None and path.exists():
+            saved = json.loads(path.read_text())
+            self._schemas = saved["schemas"]
+            self._subjects = saved["subjects"]
+
+    def schema(self, schema_id: int) -> str:
+        with self._lock:
+            if not 1 <= schema_id <= len(self._schemas):
+                raise UnknownSchemaError(f"schema id {schema_id} is not registered")
+            return self._schemas[schema_id - 1]
+
+    def register(self, subject: str, schema: str) -> int:
+        text = canonical(schema)
+        with self._lock:
+            try:
+                schema_id = self._schemas.index(text) + 1
+            except ValueError:
+                self._schemas.append(text)
+                schema_id = len(self._schemas)
+            versions = self._subjects.setdefault(subject, [])
+            if schema_id not in versions:
+                versions.append(schema_id)
+                self._save()
+            return schema_id
+
+    def subjects(self) -> list[str]:
+        """Every subject with a version."""
+        with self._lock:
+            return sorted(self._subjects)
+
+    def versions(self, subject: str) -> list[int]:
+        """The ids of ``subject``'s versions, oldest first (version n is index n - 1)."""
+        with self._lock:
+            return list(self._subjects.get(subject, []))
+
+    def _save(self) -> None:
+        if self._path is None:
+            return
+        temporary = self._path.with_suffix(".tmp")
+        temporary.write_text(json.dumps({"schemas": self._schemas, "subjects": self._subjects}))
+        os.replace(temporary, self._path)
+
+
+class HttpRegistry(SchemaRegistry):
+    """A Confluent-compatible registry over HTTP (basic auth optional)."""
+
+    def __init__(self, url: str, user: str = "", password: str = "") -> None:
+        from confluent_kafka.schema_registry import SchemaRegistryClient
+
+        conf: dict[str, Any] = {"url": url}
+        if user:
+            conf["basic.auth.user.info"] = f"{user}:{password}"
+        self._client = SchemaRegistryClient(conf)
+        self._url = url
+
+    def schema(self, schema_id: int) -> str:
+        from confluent_kafka.schema_registry.error import SchemaRegistryError
+
+        try:
+            text = self._client.get_schema(schema_id).schema_str
+        except SchemaRegistryError as exc:
+            if exc.http_status_code == 404:
+                raise UnknownSchemaError(f"schema id {schema_id} is not registered") from None
+            raise RegistryError(f"schema registry {self._url}: {exc}") from exc
+        except Exception as exc:  # connection errors come from the HTTP library
+            raise RegistryError(f"schema registry {self._url} unreachable: {exc}") from exc
+        if text is None:
+            raise RegistryError(f"schema registry {self._url} returned no text for id {schema_id}")
+        return str(text)
+
+    def register(self, subject: str, schema: str) -> int:
+        from confluent_kafka.schema_registry import Schema
+
+        try:
+            return int(self._client.register_schema(subject, Schema(schema, "AVRO")))
+        except Exception as exc:
+            raise RegistryError(
+                f"schema registry {self._url}: registering {subject}: {exc}"
+            ) from exc
+
+
+class SchemaCache:
+    """Parsed schemas by id and registered ids by (subject, schema), each fetched once."""
+
+    def __init__(self, registry: SchemaRegistry) -> None:
+        self.registry = registry
+        self._parsed: dict[int, tuple[dict[str, Any], Any]] = {}
+        self._registered: dict[tuple[str, str], int] = {}
+
+    def get(self, schema_id: int) -> tuple[dict[str, Any], Any]:
+        """``(schema as JSON, fastavro's parsed schema)`` of ``schema_id``."""
+        found = self._parsed.get(schema_id)
+        if found is None:
+            text = self.registry.schema(schema_id)
+            try:
+                document = json.loads(text)
+                parsed = fastavro.parse_schema(document, {})
+            except (ValueError, fastavro.schema.SchemaParseException) as exc:
+                raise UnknownSchemaError(
+                    f"schema id {schema_id} is not a valid Avro schema: {exc}"
+                ) from None
+            found = self._parsed[schema_id] = (document, parsed)
+        return found
+
+    def register(self, subject: str, schema: dict[str, Any]) -> int:
+        """The id of ``schema`` under ``subject``, registered on first use."""
+        text = json.dumps(schema, separators=(",", ":"))
+        key = (subject, text)
+        schema_id = self._registered.get(key)
+        if schema_id is None:
+            schema_id = self._registered[key] = self.registry.register(subject, text)
+        return schema_id
