@@ -3,8 +3,8 @@
 Avro topics carry the Confluent wire format (magic byte 0, a 4-byte schema id,
 the body). The processor resolves ids through a :class:`SchemaRegistry`:
 
-- :class:`HttpRegistry`, any Confluent-compatible registry over HTTP (through
-  confluent-kafka's client), in production;
+- :class:`HttpRegistry`, any Confluent-compatible registry over HTTP, in
+  production;
 - :class:`MemoryRegistry`, schemas in a dict (optionally kept in a file), which
   the development stack serves over the same HTTP API.
 
@@ -18,9 +18,13 @@ the registry is asked once per id and once per subject and schema.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import threading
+import urllib.error
+import urllib.parse
+import urllib.request
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
@@ -112,41 +116,62 @@ class MemoryRegistry(SchemaRegistry):
 
 
 class HttpRegistry(SchemaRegistry):
-    """A Confluent-compatible registry over HTTP (basic auth optional)."""
+    """A Confluent-compatible registry over HTTP(S), with optional basic authentication.
 
-    def __init__(self, url: str, user: str = "", password: str = "") -> None:
-        from confluent_kafka.schema_registry import SchemaRegistryClient
+    Two calls of Confluent's REST API are all the processor needs:
+    ``GET /schemas/ids/{id}`` and ``POST /subjects/{subject}/versions``. The
+    password never appears in an error or a log line.
+    """
 
-        conf: dict[str, Any] = {"url": url}
+    def __init__(self, url: str, user: str = "", password: str = "", timeout: float = 10) -> None:
+        self._url = url.rstrip("/")
+        self._timeout = timeout
+        self._headers = {
+            "Accept": "application/vnd.schemaregistry.v1+json, application/json",
+            "Content-Type": "application/vnd.schemaregistry.v1+json",
+        }
         if user:
-            conf["basic.auth.user.info"] = f"{user}:{password}"
-        self._client = SchemaRegistryClient(conf)
-        self._url = url
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
+            self._headers["Authorization"] = f"Basic {token}"
 
     def schema(self, schema_id: int) -> str:
-        from confluent_kafka.schema_registry.error import SchemaRegistryError
-
-        try:
-            text = self._client.get_schema(schema_id).schema_str
-        except SchemaRegistryError as exc:
-            if exc.http_status_code == 404:
-                raise UnknownSchemaError(f"schema id {schema_id} is not registered") from None
-            raise RegistryError(f"schema registry {self._url}: {exc}") from exc
-        except Exception as exc:  # connection errors come from the HTTP library
-            raise RegistryError(f"schema registry {self._url} unreachable: {exc}") from exc
-        if text is None:
-            raise RegistryError(f"schema registry {self._url} returned no text for id {schema_id}")
-        return str(text)
+        status, document = self._call("GET", f"/schemas/ids/{int(schema_id)}")
+        if status == 404:
+            raise UnknownSchemaError(f"schema id {schema_id} is not registered")
+        text = document.get("schema")
+        if not isinstance(text, str):
+            raise RegistryError(f"schema registry {self._url}: no schema text for id {schema_id}")
+        return text
 
     def register(self, subject: str, schema: str) -> int:
-        from confluent_kafka.schema_registry import Schema
-
-        try:
-            return int(self._client.register_schema(subject, Schema(schema, "AVRO")))
-        except Exception as exc:
+        path = f"/subjects/{urllib.parse.quote(subject, safe='')}/versions"
+        status, document = self._call("POST", path, {"schema": schema, "schemaType": "AVRO"})
+        schema_id = document.get("id")
+        if status != 200 or not isinstance(schema_id, int):
             raise RegistryError(
-                f"schema registry {self._url}: registering {subject}: {exc}"
-            ) from exc
+                f"schema registry {self._url}: registering under {subject} failed "
+                f"({status}: {document.get('message', document)})"
+            )
+        return schema_id
+
+    def _call(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(  # noqa: S310 - the URL is the configured registry
+            self._url + path, data=data, method=method, headers=self._headers
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self._timeout) as response:  # noqa: S310
+                return response.status, json.loads(response.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            try:
+                document = json.loads(exc.read() or b"{}")
+            except ValueError:
+                document = {}
+            if exc.code == 404 or exc.code < 500:
+                return exc.code, document if isinstance(document, dict) else {}
+            raise RegistryError(f"schema registry {self._url}{path}: HTTP {exc.code}") from None
+        except (OSError, ValueError) as exc:
+            raise RegistryError(f"schema registry {self._url} unreachable: {exc}") from None
 
 
 class SchemaCache:

@@ -118,8 +118,9 @@ class DevConfig:
     #: 0 picks a free loopback port.
     broker_port: int = 0
     postgres_port: int = 0
-    #: ``json`` (with schemas) or ``json-schemaless``.
-    debezium_format: Literal["json", "json-schemaless"] = "json"
+    #: ``json`` (with schemas), ``json-schemaless``, or ``avro`` (Confluent wire format,
+    #: schemas in a registry the stack starts).
+    debezium_format: Literal["json", "json-schemaless", "avro"] = "json"
     heartbeat_interval_ms: int = 1000
 
 

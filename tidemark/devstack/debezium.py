@@ -8,8 +8,11 @@ offsets (and the replication slot's confirmed position) never run ahead of
 Kafka: a crash re-sends, it never skips.
 
 Topics are named as Debezium names them (``<prefix>.<schema>.<table>``), keyed
-by the primary key as JSON, created explicitly with the configured partition
-count; records are partitioned with murmur2 like Kafka Connect's producer.
+by the primary key, created explicitly with the configured partition count;
+records are partitioned with murmur2 like Kafka Connect's producer. Formats:
+Debezium's JSON converter (with or without schemas), or Avro in the Confluent
+wire format made by Confluent's own ``AvroConverter``, whose registry client
+talks to the stack's registry (:mod:`tidemark.devstack.registry`).
 Debezium's own signal table (``public.debezium_signal``) is separate from
 Tidemark's, so one signal row never starts two snapshots.
 """
@@ -20,6 +23,7 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +35,8 @@ from tidemark.errors import DevStackError
 from tidemark.kafka import client_config, ensure_topics
 
 log = logging.getLogger(__name__)
+
+Record = tuple[str, bytes | None, bytes | None]
 
 DEBEZIUM_SIGNAL_TABLE = "public.debezium_signal"
 SLOT_NAME = "tidemark_dev"
@@ -94,7 +100,7 @@ class KafkaBridge:
         self._topics: set[str] = set()
         self.published = 0
 
-    def publish(self, records: list[tuple[str, str | None, str | None]]) -> None:
+    def publish(self, records: list[Record]) -> None:
         """Produce ``(topic, key, value)`` records and wait for every acknowledgement."""
         new = {t for t, _, _ in records} - self._topics
         if new:
@@ -113,12 +119,7 @@ class KafkaBridge:
         for topic, key, value in records:
             while True:
                 try:
-                    self._producer.produce(
-                        topic,
-                        key=key.encode() if key is not None else None,
-                        value=value.encode() if value is not None else None,
-                        on_delivery=on_delivery,
-                    )
+                    self._producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
                     break
                 except BufferError:
                     self._producer.poll(0.1)
@@ -129,26 +130,63 @@ class KafkaBridge:
         self.published += len(records)
 
 
+def _json_records(records: list[Any]) -> list[tuple[str, bytes | None, bytes | None]]:
+    return [
+        (
+            str(r.destination()),
+            None if r.key() is None else str(r.key()).encode(),
+            None if r.value() is None else str(r.value()).encode(),
+        )
+        for r in records
+    ]
+
+
+def _avro_converter(registry_url: str) -> Callable[[list[Any]], list[Record]]:
+    """Confluent's ``AvroConverter`` (its Java registry client over HTTP) for Connect records."""
+    import jpype
+
+    converter_class = jpype.JClass("io.confluent.connect.avro.AvroConverter")
+    settings = jpype.JClass("java.util.HashMap")()
+    settings.put("schema.registry.url", registry_url)
+    keys, values = converter_class(), converter_class()
+    keys.configure(settings, True)
+    values.configure(settings, False)
+
+    def convert(records: list[Any]) -> list[Record]:
+        out: list[Record] = []
+        for event in records:
+            record = event.sourceRecord()
+            topic = str(record.topic())
+            key, value = record.key(), record.value()
+            if key is not None:
+                key = bytes(keys.fromConnectData(topic, record.keySchema(), key))
+            if value is not None:
+                value = bytes(values.fromConnectData(topic, record.valueSchema(), value))
+            out.append((topic, key, value))
+        return out
+
+    return convert
+
+
 def run(config: Config, run_dir: Path) -> None:
     """Run the engine until SIGTERM/SIGINT; raise if it stops on an error."""
-    from pydbzengine import BasePythonChangeHandler, DebeziumJsonEngine
+    from pydbzengine import BasePythonChangeHandler, DebeziumEngine
 
     bridge = KafkaBridge(config)
+    avro = config.dev.debezium_format == "avro"
+    convert: list[Callable[[list[Any]], list[Record]]] = [_json_records]
 
     class Handler(BasePythonChangeHandler):
         def handleJsonBatch(self, records: list[Any]) -> None:  # noqa: N802 - Java's name
-            bridge.publish(
-                [
-                    (
-                        str(r.destination()),
-                        None if r.key() is None else str(r.key()),
-                        None if r.value() is None else str(r.value()),
-                    )
-                    for r in records
-                ]
-            )
+            if avro and convert[0] is _json_records:  # the JVM runs now: make the converters
+                convert[0] = _avro_converter(config.kafka.schema_registry_url)
+            bridge.publish(convert[0](records))
 
-    engine = DebeziumJsonEngine(properties=engine_properties(config, run_dir), handler=Handler())
+    engine = DebeziumEngine(
+        properties=engine_properties(config, run_dir),
+        handler=Handler(),
+        format="connect" if avro else "json",
+    )
     stopping = threading.Event()
 
     def stop(_sig: int, _frame: Any) -> None:

@@ -1,5 +1,8 @@
 """``tidemark dev up`` / ``dev down``: broker, PostgreSQL and Debezium on loopback.
 
+With ``dev.debezium_format: avro`` the stack also runs a schema registry
+(:mod:`tidemark.devstack.registry`) and writes its URL into the configuration.
+
 What the stack starts is recorded in ``<run_dir>/stack.json`` as soon as it
 runs, so ``dev down`` (or a failed ``dev up`` cleaning after itself) stops
 exactly those processes by pid and nothing else. The generated configuration
@@ -21,7 +24,7 @@ from typing import Any
 import psycopg
 
 from tidemark.config import Config, dump_config
-from tidemark.devstack import broker, postgres
+from tidemark.devstack import broker, postgres, registry
 from tidemark.devstack.debezium import DEBEZIUM_SIGNAL_TABLE, SLOT_NAME
 from tidemark.devstack.procs import pid_alive, start_detached, stop_pid, wait_for
 from tidemark.errors import DevStackError
@@ -78,9 +81,18 @@ class DevStack:
             }
             self._save_state()
             self._create_signal_tables(cluster)
+            registry_url = self.config.kafka.schema_registry_url
+            if self.config.dev.debezium_format == "avro":
+                registry_pid, registry_port = registry.start_registry(self.run_dir, sys.executable)
+                self._record_process("registry", registry_pid, registry.MARKER)
+                registry_url = f"http://127.0.0.1:{registry_port}"
             self.config = dataclasses.replace(
                 self.config,
-                kafka=dataclasses.replace(self.config.kafka, bootstrap_servers=f"127.0.0.1:{port}"),
+                kafka=dataclasses.replace(
+                    self.config.kafka,
+                    bootstrap_servers=f"127.0.0.1:{port}",
+                    schema_registry_url=registry_url,
+                ),
                 source=dataclasses.replace(
                     self.config.source,
                     host="127.0.0.1",
