@@ -228,7 +228,10 @@ def row_schema(envelope: dict[str, Any]) -> dict[str, Any]:
             branches = kind if isinstance(kind, list) else [kind]
             for branch in branches:
                 if isinstance(branch, dict) and branch.get("type") == "record":
-                    return branch
+                    # The row's name lives in the envelope's namespace unless it has its own.
+                    if "namespace" in branch or "." in branch.get("name", ""):
+                        return branch
+                    return dict(branch, namespace=envelope.get("namespace", ""))
     raise ValueError(f"schema {envelope.get('name')!r} is not a Debezium envelope (no row record)")
 
 

@@ -113,10 +113,15 @@ def _subject(match: re.Match[str]) -> str:
     return urllib.parse.unquote(match.group(1))
 
 
-def serve(port: int, store: Path) -> None:
-    """Serve the registry on loopback until the process is stopped."""
+def make_server(port: int, store: Path | None) -> ThreadingHTTPServer:
+    """The registry's HTTP server on loopback (``port`` 0: any free port)."""
     handler = type("Handler", (_Handler,), {"registry": MemoryRegistry(store)})
-    with ThreadingHTTPServer(("127.0.0.1", port), handler) as server:
+    return ThreadingHTTPServer(("127.0.0.1", port), handler)
+
+
+def serve(port: int, store: Path) -> None:
+    """Serve the registry until the process is stopped."""
+    with make_server(port, store) as server:
         server.serve_forever()
 
 

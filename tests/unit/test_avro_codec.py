@@ -1,0 +1,224 @@
+"""Avro in the Confluent wire format: decoding, output with its registered schema, rows in state.
+
+The schemas are the ones Debezium 3.6's AvroConverter registered for a
+PostgreSQL table (``data/debezium_avro_schemas.json``); messages are written
+with fastavro against them, so these tests need no JVM. The integration tests
+feed real AvroConverter bytes through the processor.
+"""
+
+from __future__ import annotations
+
+import copy
+import decimal
+import io
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pytest
+
+from processor.avro_codec import row_schema
+from processor.change import TOAST_PLACEHOLDER, Snapshot
+from processor.codecs import SourceCodec
+from processor.envelopes import Emit, debezium_upsert
+from processor.errors import InputError, RawMessage
+from processor.registry import MemoryRegistry, SchemaCache
+from state.store import BatchState, MemoryPartitionStore
+
+SCHEMAS = json.loads((Path(__file__).parent / "data" / "debezium_avro_schemas.json").read_text())
+TOPIC, OUTPUT = "tidemark.public.probe", "tidemark.reconciled.public.probe"
+
+
+def frame(schema_id: int, schema: dict[str, Any], datum: Any) -> bytes:
+    out = io.BytesIO()
+    out.write(struct.pack(">bI", 0, schema_id))
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema, {}), datum)
+    return out.getvalue()
+
+
+def unframe(registry: MemoryRegistry, raw: bytes) -> tuple[int, Any]:
+    schema_id = struct.unpack(">I", raw[1:5])[0]
+    schema = fastavro.parse_schema(json.loads(registry.schema(schema_id)), {})
+    return schema_id, fastavro.schemaless_reader(io.BytesIO(raw[5:]), schema, None)
+
+
+def row(name: str = "a", amount: str = "12.34") -> dict[str, Any]:
+    return {
+        "id": 1,
+        "name": name,
+        "amount": decimal.Decimal(amount),
+        "at": "2026-11-23T04:58:38.190775Z",
+        "u": "5f81ae80-1f21-448e-9ae9-6a3b3ee4cf76",
+        "j": '{"x": 1}',
+        "d": 20780,
+    }
+
+
+def envelope(
+    op: str, after: dict[str, Any] | None, sequence: str = '["10","12"]'
+) -> dict[str, Any]:
+    return {
+        "before": None,
+        "after": after,
+        "source": {
+            "version": "3.6.3.Final",
+            "connector": "postgresql",
+            "name": "tidemark",
+            "ts_ms": 1,
+            "snapshot": "false",
+            "db": "tidemark",
+            "sequence": sequence,
+            "schema": "public",
+            "table": "probe",
+            "txId": 732,
+            "lsn": 12,
+        },
+        "transaction": None,
+        "op": op,
+        "ts_ms": 2,
+    }
+
+
+@pytest.fixture
+def registry() -> MemoryRegistry:
+    registry = MemoryRegistry()
+    assert registry.register(TOPIC + "-key", json.dumps(SCHEMAS["key"])) == 1
+    assert registry.register(TOPIC + "-value", json.dumps(SCHEMAS["value"])) == 2
+    return registry
+
+
+def message(value: bytes | None, key: bytes | None = None, offset: int = 7) -> RawMessage:
+    key = key if key is not None else frame(1, SCHEMAS["key"], {"id": 1})
+    return RawMessage(TOPIC, 0, offset, key, value)
+
+
+def codec(registry: MemoryRegistry | None, envelope_name: str = "debezium-upsert") -> SourceCodec:
+    return SourceCodec(envelope_name, OUTPUT, SchemaCache(registry) if registry else None)
+
+
+def test_decodes_debezium_avro_with_logical_types(registry: MemoryRegistry) -> None:
+    source = codec(registry)
+    change = source.decode(message(frame(2, SCHEMAS["value"], envelope("u", row()))))
+    assert change.op == "u" and change.version == (10, 12)
+    assert change.after == row()  # the decimal is a Decimal, the rest as Debezium typed them
+    assert change.snapshot is Snapshot.NONE and change.connector == "postgresql"
+    assert change.key == frame(1, SCHEMAS["key"], {"id": 1})[5:]  # no schema id in state keys
+    assert not change.toast
+
+
+def test_output_has_its_schema_registered_and_the_retraction_from_state(
+    registry: MemoryRegistry,
+) -> None:
+    source = codec(registry)
+    state = BatchState(MemoryPartitionStore())
+    outputs = []
+    for name, sequence in (("a", '["8","9"]'), ("b", '["10","12"]')):
+        msg = message(frame(2, SCHEMAS["value"], envelope("u", row(name), sequence)))
+        change = source.decode(msg)
+        emit = debezium_upsert(change, state, source)
+        assert emit is not None
+        outputs.append(source.encode(change, emit, msg))
+    key, value = outputs[1]
+    assert key == message(None).key  # the key schema is the same, so is its id
+    schema_id, event = unframe(registry, value)
+    assert registry.versions(OUTPUT + "-value") == [schema_id]
+    assert registry.versions(OUTPUT + "-key") == [1]
+    assert event["before"] == row("a") and event["after"] == row("b")
+    assert event["tidemark"] == {
+        "topic": TOPIC,
+        "partition": 0,
+        "offset": 7,
+        "position": "10,12",
+        "envelope": "debezium-upsert",
+        "reason": "applied",
+    }
+    assert event["source"]["txId"] == 732
+
+
+def test_a_row_in_state_is_read_into_a_newer_schema(registry: MemoryRegistry) -> None:
+    newer = copy.deepcopy(SCHEMAS["value"])
+    fields = newer["fields"][0]["type"][1]["fields"]
+    fields.append({"name": "note", "type": ["null", "string"], "default": None})
+    assert registry.register(TOPIC + "-value", json.dumps(newer)) == 3
+    source = codec(registry)
+    state = BatchState(MemoryPartitionStore())
+    old = message(frame(2, SCHEMAS["value"], envelope("c", row("a"))))
+    first = source.decode(old)
+    debezium_upsert(first, state, source)
+    msg = message(frame(3, newer, envelope("u", dict(row("b"), note="hi"), '["20","22"]')))
+    change = source.decode(msg)
+    emit = debezium_upsert(change, state, source)
+    assert emit is not None
+    _, event = unframe(registry, source.encode(change, emit, msg)[1])
+    assert event["before"] == dict(row("a"), note=None)
+    assert event["after"]["note"] == "hi"
+
+
+def test_toast_placeholder_in_avro_is_filled_from_state(registry: MemoryRegistry) -> None:
+    source = codec(registry)
+    state = BatchState(MemoryPartitionStore())
+    debezium_upsert(
+        source.decode(message(frame(2, SCHEMAS["value"], envelope("c", row())))), state, source
+    )
+    unchanged = dict(row("b"), j=TOAST_PLACEHOLDER)
+    msg = message(frame(2, SCHEMAS["value"], envelope("u", unchanged, '["20","22"]')))
+    change = source.decode(msg)
+    assert change.toast
+    emit = debezium_upsert(change, state, source)
+    assert emit is not None and emit.after is not None
+    assert emit.after["j"] == '{"x": 1}' and emit.after["name"] == "b"
+
+
+def test_upsert_envelope_wraps_a_flat_avro_row(registry: MemoryRegistry) -> None:
+    flat = row_schema(SCHEMAS["value"])
+    value_id = registry.register("flat-value", json.dumps(flat))
+    source = codec(registry, "upsert")
+    msg = message(frame(value_id, flat, row()))
+    change = source.decode(msg)
+    assert change.after == row() and change.version == (0, 7)
+    _, event = unframe(
+        registry, source.encode(change, Emit("c", None, change.after, "applied"), msg)[1]
+    )
+    assert event["after"] == row() and event["op"] == "c" and event["before"] is None
+    deleted = source.decode(message(None))
+    assert deleted.op == "d" and deleted.after is None
+
+
+@pytest.mark.parametrize(
+    ("value", "reason", "kind"),
+    [
+        (b"\x00\x00\x00\x00\x63" + b"\x00" * 8, "schema id 99 is not registered", "schema"),
+        (b"\x00\x00\x00", "not in the Confluent Avro wire format", "malformed"),
+        (b"\x01\x00\x00\x00\x02abc", "value is not JSON", "malformed"),  # no magic byte
+        (None, "null value where a Debezium event", "not-debezium"),
+    ],
+)
+def test_bad_avro_is_an_input_error(
+    registry: MemoryRegistry, value: bytes | None, reason: str, kind: str
+) -> None:
+    with pytest.raises(InputError, match=reason) as info:
+        codec(registry).decode(message(value))
+    assert info.value.kind == kind and info.value.message.value == value
+
+
+def test_a_truncated_or_padded_body_is_refused(registry: MemoryRegistry) -> None:
+    good = frame(2, SCHEMAS["value"], envelope("u", row()))
+    for bad, reason in ((good[:-9], "not valid Avro"), (good + b"\x00", "1 bytes after")):
+        with pytest.raises(InputError, match=reason) as info:
+            codec(registry).decode(message(bad))
+        assert info.value.kind == "malformed"
+
+
+def test_avro_without_a_registry_is_a_dead_letter_not_a_crash() -> None:
+    with pytest.raises(InputError, match="no schema registry is configured") as info:
+        codec(None).decode(message(frame(2, SCHEMAS["value"], envelope("u", row()))))
+    assert info.value.kind == "schema"
+
+
+def test_an_avro_key_that_is_not_a_struct_is_refused(registry: MemoryRegistry) -> None:
+    key_id = registry.register("k", '"string"')
+    key = frame(key_id, "string", "one")  # type: ignore[arg-type]
+    with pytest.raises(InputError, match="not a struct of primary-key columns"):
+        codec(registry).decode(message(frame(2, SCHEMAS["value"], envelope("u", row())), key))

@@ -1,0 +1,250 @@
+"""The reconciler under malformed input (hypothesis): it never crashes and loses nothing.
+
+A valid Debezium stream (JSON with or without schemas, or Avro) is interleaved
+with generated bad messages: random bytes, truncated events, JSON that is not
+a Debezium event, unknown ops, unreadable positions, missing or mismatched
+keys, unknown Avro schema ids, truncated Avro bodies. Fed in batches of random
+sizes, every bad message must come out as a dead letter carrying its raw bytes,
+and the valid ones must produce exactly the outputs of the clean stream.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from processor.errors import RawMessage
+from processor.reconciler import Reconciler
+from processor.registry import MemoryRegistry, SchemaCache
+from state.store import Checkpoint, MemoryPartitionStore
+from tidemark.config import Config, ProcessorConfig
+
+TOPIC = "tidemark.public.probe"
+TP = (TOPIC, 0)
+SCHEMAS = json.loads((Path(__file__).parent / "data" / "debezium_avro_schemas.json").read_text())
+JSON_SCHEMA = {
+    "type": "struct",
+    "name": "tidemark.public.probe.Envelope",
+    "optional": False,
+    "fields": [
+        {"type": "struct", "field": "before", "optional": True, "fields": []},
+        {"type": "struct", "field": "after", "optional": True, "fields": []},
+        {"type": "string", "field": "op", "optional": False},
+    ],
+}
+KEY_SCHEMA = {
+    "type": "struct",
+    "optional": False,
+    "fields": [{"type": "int32", "optional": False, "field": "id"}],
+}
+
+
+def avro(schema_id: int, schema: Any, datum: Any) -> bytes:
+    out = io.BytesIO()
+    out.write(struct.pack(">bI", 0, schema_id))
+    fastavro.schemaless_writer(out, fastavro.parse_schema(schema, {}), datum)
+    return out.getvalue()
+
+
+def event(key: int, op: str, name: str | None, position: int) -> dict[str, Any]:
+    after = None if name is None else {"id": key, "name": name, "amount": None, "at": None}
+    after = after if after is None else dict(after, u=None, j=None, d=None)
+    return {
+        "before": None,
+        "after": after,
+        "source": {
+            "version": "3.6.3.Final",
+            "connector": "postgresql",
+            "name": "tidemark",
+            "ts_ms": 1,
+            "snapshot": "false",
+            "db": "tidemark",
+            "sequence": f'["{position}","{position}"]',
+            "schema": "public",
+            "table": "probe",
+            "txId": position,
+            "lsn": position,
+        },
+        "transaction": None,
+        "op": op,
+        "ts_ms": 2,
+    }
+
+
+def encode(fmt: str, key: int, payload: dict[str, Any] | None) -> tuple[bytes, bytes | None]:
+    """Key and value bytes of one event in ``fmt``."""
+    if fmt == "avro":
+        value = None if payload is None else avro(2, SCHEMAS["value"], payload)
+        return avro(1, SCHEMAS["key"], {"id": key}), value
+    if fmt == "json":
+        wrapped_key = orjson.dumps({"schema": KEY_SCHEMA, "payload": {"id": key}})
+        value = (
+            None if payload is None else orjson.dumps({"schema": JSON_SCHEMA, "payload": payload})
+        )
+        return wrapped_key, value
+    value = None if payload is None else orjson.dumps(payload)
+    return orjson.dumps({"id": key}), value
+
+
+@st.composite
+def valid_streams(draw: st.DrawFn, fmt: str) -> list[tuple[bytes, bytes | None]]:
+    """Key/value pairs of a commit-ordered stream, Debezium tombstones after deletes."""
+    live: set[int] = set()
+    out: list[tuple[bytes, bytes | None]] = []
+    position = 100
+    for _ in range(draw(st.integers(1, 30))):
+        position += draw(st.integers(1, 3))
+        key = draw(st.integers(0, 5))
+        if key in live and draw(st.booleans()):
+            live.discard(key)
+            out.append(encode(fmt, key, event(key, "d", None, position)))
+            out.append((encode(fmt, key, None)[0], None))
+        else:
+            name = draw(st.text(max_size=8))
+            out.append(encode(fmt, key, event(key, "u" if key in live else "c", name, position)))
+            live.add(key)
+    return out
+
+
+BAD_KEYS = [b"[1]", b'"id"', b"{}", b'{"schema":{"fields":3},"payload":{"id":1}}']
+
+
+def bad_messages(fmt: str) -> st.SearchStrategy[tuple[bytes | None, bytes | None]]:
+    good_key, good_value = encode(fmt, 1, event(1, "u", "x", 5))
+    assert good_value is not None
+    json_values = st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+        max_leaves=6,
+    )
+    broken = [
+        st.binary(min_size=1, max_size=40).map(lambda b: (good_key, b)),
+        st.integers(1, len(good_value) - 1).map(lambda n: (good_key, good_value[:n])),
+        json_values.map(lambda v: (good_key, orjson.dumps(v))),
+        st.sampled_from(["x", "U", "", "delete"]).map(
+            lambda op: (good_key, orjson.dumps(event(1, op, "x", 5)))
+        ),
+        st.sampled_from(["[oops", "[]", '["a","b"]']).map(
+            lambda seq: (
+                good_key,
+                orjson.dumps({**event(1, "u", "x", 5), "source": {"sequence": seq}}),
+            )
+        ),
+        st.just((None, good_value)),
+        st.sampled_from(
+            [b"[1]", b'"id"', b"{}", b'{"schema":{"fields":3},"payload":{"id":1}}']
+        ).map(lambda key: (key, good_value)),
+        st.just((orjson.dumps({"schema": KEY_SCHEMA, "payload": {"id": "one"}}), good_value)),
+        st.integers(3, 1000).map(lambda sid: (good_key, struct.pack(">bI", 0, sid) + b"\x02")),
+    ]
+    if fmt == "avro":
+        broken.append(st.integers(6, len(good_value) - 1).map(lambda n: (good_key, good_value[:n])))
+    return st.one_of(broken)
+
+
+def run(
+    reconciler: Reconciler, messages: list[tuple[bytes | None, bytes | None]], batches: list[int]
+) -> tuple[list[tuple[bytes | None, bytes | None]], list[int]]:
+    """Feed ``messages`` in batches; return the outputs and the dead letters' offsets."""
+    store = MemoryPartitionStore()
+    raw = [RawMessage(TOPIC, 0, offset, k, v) for offset, (k, v) in enumerate(messages)]
+    outputs: list[tuple[bytes | None, bytes | None]] = []
+    dead: list[int] = []
+    start, sizes = 0, iter(batches)
+    while start < len(raw):
+        size = next(sizes, 5)
+        batch = reconciler.decide({TP: raw[start : start + size]}, {TP: store})
+        outputs += [(key, value) for _topic, _p, key, value in batch.records]
+        dead += [error.message.offset for error in batch.dead_letters]
+        for error in batch.dead_letters:
+            assert error.message == raw[error.message.offset]  # the raw message, unchanged
+        store.commit(batch.states[TP].updates, Checkpoint(batch.next_offsets[TP]))
+        start += size
+    return outputs, dead
+
+
+def comparable(
+    registry: MemoryRegistry, outputs: list[tuple[bytes | None, bytes | None]]
+) -> list[Any]:
+    """Outputs decoded, without the ``tidemark`` block (its offsets differ between runs)."""
+    seen: list[Any] = []
+    for key, value in outputs:
+        if value is None:
+            seen.append((key, None))
+            continue
+        if value[:1] == b"\x00":
+            schema_id = struct.unpack(">I", value[1:5])[0]
+            schema = fastavro.parse_schema(json.loads(registry.schema(schema_id)), {})
+            payload = fastavro.schemaless_reader(io.BytesIO(value[5:]), schema, None)
+        else:
+            doc = orjson.loads(value)
+            payload = doc.get("payload", doc)
+        assert isinstance(payload, dict)
+        seen.append((key, payload["op"], payload["before"], payload["after"]))
+    return seen
+
+
+def make_reconciler() -> tuple[Reconciler, MemoryRegistry]:
+    registry = MemoryRegistry()
+    registry.register(TOPIC + "-key", json.dumps(SCHEMAS["key"]))
+    registry.register(TOPIC + "-value", json.dumps(SCHEMAS["value"]))
+    return Reconciler(Config(processor=ProcessorConfig()), SchemaCache(registry)), registry
+
+
+@pytest.mark.parametrize("fmt", ["json-schemaless", "json", "avro"])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_bad_input_becomes_dead_letters_and_the_rest_flows(fmt: str, data: st.DataObject) -> None:
+    valid = data.draw(valid_streams(fmt))
+    bad = data.draw(st.lists(bad_messages(fmt), min_size=1, max_size=12))
+    mixed: list[tuple[bytes | None, bytes | None]] = list(valid)
+    for message in bad:
+        at = data.draw(st.integers(0, len(mixed)))
+        mixed.insert(at, message)
+    bad_ids = {id(m) for m in bad}
+    bad_offsets = [i for i, m in enumerate(mixed) if id(m) in bad_ids]
+    batches = data.draw(st.lists(st.integers(1, 9), max_size=20))
+
+    clean, clean_registry = make_reconciler()
+    fuzzed, registry = make_reconciler()
+    clean_outputs, clean_dead = run(clean, valid, [5])
+    outputs, dead = run(fuzzed, mixed, batches)
+    assert clean_dead == []
+    assert dead == bad_offsets
+    assert comparable(registry, outputs) == comparable(clean_registry, clean_outputs)
+    assert len(clean_outputs) >= len([v for _, v in valid if v is not None])
+
+
+def test_a_source_that_breaks_the_debezium_envelope_stops_alone() -> None:
+    config = Config(processor=ProcessorConfig(envelopes={"public.probe": "debezium"}))
+    reconciler = Reconciler(config)
+    other = ("tidemark.public.other", 0)
+    ok = [
+        RawMessage(other[0], 0, i, *encode("json-schemaless", 1, event(1, "c", "x", 10 + i)))
+        for i in range(3)
+    ]
+    no_before = encode("json-schemaless", 1, event(1, "u", "x", 20))
+    probe = [
+        RawMessage(TOPIC, 0, 0, *encode("json-schemaless", 1, event(1, "c", "x", 10))),
+        RawMessage(TOPIC, 0, 1, *no_before),  # an update without 'before'
+        RawMessage(TOPIC, 0, 2, *encode("json-schemaless", 1, event(1, "c", "y", 30))),
+    ]
+    stores = {TP: MemoryPartitionStore(), other: MemoryPartitionStore()}
+    batch = reconciler.decide({TP: probe, other: ok}, stores)
+    assert "REPLICA IDENTITY FULL" in reconciler.refused[TOPIC]
+    assert batch.next_offsets == {TP: 1, other: 3}  # the refused partition stops at the update
+    assert batch.rewinds == {TP: 1}
+    assert [r[0] for r in batch.records] == ["tidemark.reconciled.public.probe"] + [
+        "tidemark.reconciled.public.other"
+    ] * 3
+    again = reconciler.decide({TP: probe[1:], other: []}, stores)
+    assert again.rewinds == {TP: 1} and not again.records  # it stays stopped
