@@ -340,14 +340,17 @@ class DataPlane:
                 config=compacted,
             )
         consumer.assign(partitions)
-        waiting = []
+        stores = {}
         for p in partitions:
-            key = (p.topic, p.partition)
-            store = self._stores[key] = self.backend.open(p.topic, p.partition)
-            if self._restorer.add(self._source(p.topic).changelog, p.partition, store):
-                waiting.append(p)
-            elif p.topic in self.refused:
-                waiting.append(p)
+            store = self._stores[(p.topic, p.partition)] = self.backend.open(p.topic, p.partition)
+            stores[(self._source(p.topic).changelog, p.partition)] = store
+        restoring = self._restorer.add(stores)
+        waiting = [
+            p
+            for p in partitions
+            if (self._source(p.topic).changelog, p.partition) in restoring
+            or p.topic in self.refused
+        ]
         if waiting:
             consumer.pause(waiting)
         metrics.ASSIGNED_PARTITIONS.set(len(self._stores))

@@ -61,35 +61,48 @@ class Restorer:
     """
 
     def __init__(self, consumer_settings: dict[str, object], batch: int = 20_000) -> None:
-        self._consumer = Consumer(
-            {**consumer_settings, "enable.auto.commit": False, "enable.partition.eof": False}
-        )
+        settings = {**consumer_settings, "enable.auto.commit": False, "enable.partition.eof": False}
+        self._consumer = Consumer(settings)
+        #: Finds where changelogs end; reassigning it never disturbs the restores under way.
+        self._probe = Consumer(settings)
         self._batch = batch
         self._pending: dict[tuple[str, int], _Pending] = {}
 
-    def add(self, topic: str, partition: int, store: PartitionStore) -> bool:
-        """Start restoring ``store`` from ``topic[partition]``; ``False`` if it is up to date."""
-        start = store.checkpoint().changelog_offset or 0
-        tp = TopicPartition(topic, partition)
-        low, _high = self._consumer.get_watermark_offsets(tp, timeout=10)
-        end = exact_end_offsets(self._consumer, [tp])[(topic, partition)]
-        if start > end or (start < low):
-            log.warning(
-                "changelog %s[%d] does not continue the local state (state at %d, log %d..%d): "
-                "rebuilding the store from the changelog",
-                topic,
-                partition,
-                start,
-                low,
-                end,
-            )
-            store.wipe()
-            start = 0
-        if start >= end:
-            return False
-        self._pending[(topic, partition)] = _Pending(store, start, end, time.monotonic())
-        self._assign()
-        return True
+    def add(self, stores: dict[tuple[str, int], PartitionStore]) -> set[tuple[str, int]]:
+        """Start restoring each store from its changelog partition (``(topic, partition)``).
+
+        Returns the changelog partitions that are being restored; the others were
+        up to date. Where the changelog ends is found for all of them at once.
+        """
+        tps = [TopicPartition(topic, partition) for topic, partition in stores]
+        lows = {
+            (tp.topic, tp.partition): self._probe.get_watermark_offsets(tp, timeout=10)[0]
+            for tp in tps
+        }
+        ends = exact_end_offsets(self._probe, tps)
+        restoring = set()
+        for (topic, partition), store in stores.items():
+            start = store.checkpoint().changelog_offset or 0
+            low, end = lows[(topic, partition)], ends[(topic, partition)]
+            if start > end or start < low:
+                log.warning(
+                    "changelog %s[%d] does not continue the local state (state at %d, log "
+                    "%d..%d): rebuilding the store from the changelog",
+                    topic,
+                    partition,
+                    start,
+                    low,
+                    end,
+                )
+                store.wipe()
+                start = 0
+            if start < end:
+                pending = _Pending(store, start, end, time.monotonic())
+                self._pending[(topic, partition)] = pending
+                restoring.add((topic, partition))
+        if restoring:
+            self._assign()
+        return restoring
 
     def remove(self, topic: str, partition: int) -> None:
         """Stop restoring a partition (revoked before it finished)."""
@@ -149,5 +162,6 @@ class Restorer:
         )
 
     def close(self) -> None:
-        """Release the consumer."""
+        """Release the consumers."""
         self._consumer.close()
+        self._probe.close()

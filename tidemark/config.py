@@ -139,10 +139,10 @@ class Config:
         if self.processor.input_pattern:
             return self.processor.input_pattern
         prefix = re.escape(self.source.topic_prefix)
-        # Not the reconciled topics, nor the signal tables' change topics.
+        # Not the reconciled topics, nor the signal and heartbeat tables' change topics.
         return (
             rf"^{prefix}\.(?!reconciled\.)[^.]+\."
-            r"(?!(?:debezium|tidemark)_signal$)[^.]+$"
+            r"(?!(?:debezium_signal|tidemark_signal|tidemark_heartbeat)$)[^.]+$"
         )
 
     def envelope_of(self, topic: str) -> str:

@@ -97,30 +97,37 @@ def _wait_visible(admin: AdminClient, names: list[str], timeout: float) -> None:
 
 
 def exact_end_offsets(
-    consumer: Consumer, partitions: list[TopicPartition], idle: float = 0.3
+    consumer: Consumer, partitions: list[TopicPartition], timeout: float = 10.0
 ) -> dict[tuple[str, int], int]:
     """The offset after the last readable message of each partition.
 
     The embedded broker (Tansu 0.6) reports a high watermark of the last record
     batch's base offset + 1, not the end; the records after it are readable. So
-    the end is found by reading from one before the reported watermark until the
-    partition stays idle. On Apache Kafka this returns the high watermark.
+    each non-empty partition is read from one before the reported watermark: that
+    message exists, and the fetch that brings it brings the rest of its batch.
+    On Apache Kafka this returns the high watermark. ``consumer`` is reassigned:
+    give it a consumer of its own.
     """
     ends: dict[tuple[str, int], int] = {}
     starts = []
     for tp in partitions:
-        _low, high = consumer.get_watermark_offsets(tp, timeout=10)
+        low, high = consumer.get_watermark_offsets(tp, timeout=10)
         ends[(tp.topic, tp.partition)] = high
-        if high > 0:
+        if high > max(low, 0):
             starts.append(TopicPartition(tp.topic, tp.partition, high - 1))
     if not starts:
         return ends
+    waiting = {(tp.topic, tp.partition) for tp in starts}
     consumer.assign(starts)
     try:
-        while True:
-            messages = consumer.consume(1000, idle)
-            if not messages:
-                break
+        deadline = time.monotonic() + timeout
+        while waiting and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, 0.1):
+                if msg.error() is None:
+                    key = (msg.topic() or "", msg.partition() or 0)
+                    ends[key] = max(ends[key], (msg.offset() or 0) + 1)
+                    waiting.discard(key)
+        while messages := consumer.consume(10_000, 0.2):  # the rest of the fetched batches
             for msg in messages:
                 if msg.error() is None:
                     key = (msg.topic() or "", msg.partition() or 0)

@@ -26,6 +26,8 @@ def claim_port(port: int, what: str, host: str = "127.0.0.1") -> int:
     if port == 0:
         return free_port()
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        # As servers do: connections of a previous run in TIME_WAIT do not block a restart.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError:

@@ -15,14 +15,25 @@ from tidemark.devstack.procs import pid_alive
 from tidemark.devstack.stack import DevStack
 from tidemark.ports import free_port
 
+#: The shared processor's input: every change topic but the signal, heartbeat and ``iso_*``
+#: tables, which tests give to processors of their own (``processes.pipeline_config``).
+SHARED_INPUT = (
+    r"^tidemark\.public\.(?!(?:debezium_signal|tidemark_signal|tidemark_heartbeat)$)(?!iso_)[^.]+$"
+)
+SHARED_OUTPUT = r"^tidemark\.reconciled\.public\.(?!iso_)[^.]+$"
+
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevStack]:
     """A development stack with Debezium streaming; stopped at the end of the session."""
     run_dir = tmp_path_factory.mktemp("stack")
     base = Config(
-        processor=ProcessorConfig(web_port=free_port(), state_dir=str(run_dir / "state")),
-        sink=SinkConfig(warehouse=str(run_dir / "warehouse")),
+        processor=ProcessorConfig(
+            web_port=free_port(),
+            state_dir=str(run_dir / "state"),
+            input_pattern=SHARED_INPUT,
+        ),
+        sink=SinkConfig(warehouse=str(run_dir / "warehouse"), topic_pattern=SHARED_OUTPUT),
     )
     dev = DevStack(run_dir, base)
     dev.up()

@@ -82,6 +82,7 @@ def test_default_input_pattern_takes_change_topics_only() -> None:
         "tidemark.reconciled.public.orders",
         "tidemark.public.debezium_signal",
         "tidemark.public.tidemark_signal",
+        "tidemark.public.tidemark_heartbeat",
         "__debezium-heartbeat.tidemark",
         "tidemark.dlq",
         "other.public.orders",

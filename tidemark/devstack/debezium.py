@@ -39,6 +39,13 @@ log = logging.getLogger(__name__)
 Record = tuple[str, bytes | None, bytes | None]
 
 DEBEZIUM_SIGNAL_TABLE = "public.debezium_signal"
+#: Written by Debezium at every heartbeat, so that the replication slot's confirmed
+#: position moves past the last change even when the captured tables are idle.
+HEARTBEAT_TABLE = "public.tidemark_heartbeat"
+HEARTBEAT_QUERY = (
+    "INSERT INTO public.tidemark_heartbeat (id, ts) VALUES (1, now()) "
+    "ON CONFLICT (id) DO UPDATE SET ts = excluded.ts"
+)
 SLOT_NAME = "tidemark_dev"
 PUBLICATION = "tidemark_dev"
 
@@ -66,6 +73,7 @@ def engine_properties(config: Config, run_dir: Path) -> dict[str, str]:
         "schema.include.list": ",".join(source.schemas),
         "snapshot.mode": "initial",
         "heartbeat.interval.ms": str(dev.heartbeat_interval_ms),
+        "heartbeat.action.query": HEARTBEAT_QUERY,
         "signal.data.collection": DEBEZIUM_SIGNAL_TABLE,
         "tombstones.on.delete": "true",
         "converter.schemas.enable": schemas,
@@ -75,7 +83,9 @@ def engine_properties(config: Config, run_dir: Path) -> dict[str, str]:
         "poll.interval.ms": "100",
     }
     if source.tables:
-        props["table.include.list"] = ",".join(source.tables + [DEBEZIUM_SIGNAL_TABLE])
+        props["table.include.list"] = ",".join(
+            source.tables + [DEBEZIUM_SIGNAL_TABLE, HEARTBEAT_TABLE]
+        )
     return props
 
 

@@ -25,7 +25,7 @@ import psycopg
 
 from tidemark.config import Config, dump_config
 from tidemark.devstack import broker, postgres, registry
-from tidemark.devstack.debezium import DEBEZIUM_SIGNAL_TABLE, SLOT_NAME
+from tidemark.devstack.debezium import DEBEZIUM_SIGNAL_TABLE, HEARTBEAT_TABLE, SLOT_NAME
 from tidemark.devstack.procs import pid_alive, start_detached, stop_pid, wait_for
 from tidemark.errors import DevStackError
 from tidemark.runtime import find_java, java_home
@@ -186,7 +186,7 @@ class DevStack:
             return False
 
     def _create_signal_tables(self, cluster: postgres.PostgresCluster) -> None:
-        """Debezium's signal table and Tidemark's own: same columns, never the same table."""
+        """Debezium's signal table and Tidemark's own (never the same), and the heartbeat's."""
         with psycopg.connect(**cluster.conninfo(), autocommit=True) as conn:  # type: ignore[arg-type]
             for table in (DEBEZIUM_SIGNAL_TABLE, TIDEMARK_SIGNAL_TABLE):
                 schema, name = table.split(".")
@@ -196,6 +196,12 @@ class DevStack:
                         "data varchar(2048))"
                     ).format(psycopg.sql.Identifier(schema, name))
                 )
+            schema, name = HEARTBEAT_TABLE.split(".")
+            conn.execute(
+                psycopg.sql.SQL("CREATE TABLE {} (id integer PRIMARY KEY, ts timestamptz)").format(
+                    psycopg.sql.Identifier(schema, name)
+                )
+            )
 
     def _write_config(self) -> None:
         fd = os.open(self.config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -1,0 +1,203 @@
+"""Helpers for integration tests: processors of their own, workloads, reading reconciled topics.
+
+Tests that need processors of their own use tables named ``iso_<test>_...``:
+the session's shared processor never reads them (see ``conftest.py``), so each
+test's pipeline owns its input and output topics. Every process is started
+through the stack, which records its pid; tests stop (or kill) exactly those.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import signal
+import struct
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import orjson
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from processor.registry import HttpRegistry
+from tidemark.config import Config, dump_config
+from tidemark.devstack.procs import pid_alive
+from tidemark.devstack.stack import DevStack
+from tidemark.kafka import client_config, exact_end_offsets
+from tidemark.ports import free_port
+
+
+def pipeline_config(stack: DevStack, name: str, **processor: Any) -> Config:
+    """The stack's configuration for a pipeline ``name`` reading only ``iso_<name>_*`` tables."""
+    prefix = stack.config.source.topic_prefix
+    settings: dict[str, Any] = {
+        "pipeline": name,
+        "input_pattern": rf"^{prefix}\.public\.iso_{name}_[a-z0-9_]+$",
+        "state_dir": str(stack.run_dir / f"{name}-state"),
+        "web_port": free_port(),
+    }
+    settings.update(processor)
+    return dataclasses.replace(
+        stack.config, processor=dataclasses.replace(stack.config.processor, **settings)
+    )
+
+
+class Processor:
+    """One ``tidemark process`` of a test, started through the stack (pid recorded)."""
+
+    def __init__(self, stack: DevStack, config: Config, name: str) -> None:
+        self.stack, self.config, self.name = stack, config, name
+        self.path = stack.run_dir / f"{name}.yaml"
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(dump_config(config))
+        self.pid = 0
+
+    @property
+    def log(self) -> Path:
+        return self.stack.run_dir / f"{self.name}.log"
+
+    def start(self, timeout: float = 90) -> Processor:
+        cmd = [sys.executable, "-m", "tidemark.cli", "process", "--config", str(self.path)]
+        self.pid = self.stack.start_process(self.name, cmd)
+        deadline = time.monotonic() + timeout
+        while self.health().get("status") != "ok":
+            assert pid_alive(self.pid), self.log.read_text()[-3000:]
+            assert time.monotonic() < deadline, f"{self.name} did not become healthy"
+            time.sleep(0.3)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL, no goodbye: the crash the commit protocol must survive."""
+        os.killpg(self.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while pid_alive(self.pid) and time.monotonic() < deadline:
+            try:
+                os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                break
+            time.sleep(0.05)
+        assert not pid_alive(self.pid)
+        self.stack.stop_process(self.name)  # forget the record (the pid is gone)
+
+    def stop(self) -> None:
+        self.stack.stop_process(self.name)
+
+    def health(self) -> dict[str, Any]:
+        try:
+            url = f"http://127.0.0.1:{self.config.processor.web_port}/health"
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return dict(json.loads(resp.read()))
+        except OSError:
+            return {}
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.config.processor.web_port}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return str(resp.read().decode())
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in Prometheus text, 0 when absent."""
+    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    head = f"{name}{{{wanted}}}" if labels else name
+    for line in text.splitlines():
+        if line.startswith(head + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+@dataclass(frozen=True)
+class Event:
+    """One record of a reconciled topic, decoded."""
+
+    partition: int
+    offset: int
+    key: dict[str, Any]
+    value: dict[str, Any] | None  # the payload; None for a tombstone
+
+    @property
+    def after(self) -> dict[str, Any] | None:
+        return None if self.value is None else self.value["after"]
+
+
+def read_topic(config: Config, topic: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """Every record of ``topic`` (all partitions, to their current end)."""
+    consumer = Consumer(
+        client_config(config.kafka, **{"group.id": "tests-reader", "enable.auto.commit": False})
+    )
+    try:
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        tps = [TopicPartition(topic, p) for p in partitions]
+        ends = exact_end_offsets(consumer, tps)
+        records = []
+        for tp in tps:
+            end = ends[(topic, tp.partition)]
+            if end == 0:
+                continue
+            consumer.assign([TopicPartition(topic, tp.partition, 0)])
+            position = 0
+            while position < end:
+                msg = consumer.poll(10)
+                assert msg is not None, f"{topic}[{tp.partition}] stopped at {position} of {end}"
+                err = msg.error()
+                if err is not None:
+                    assert err.code() == KafkaError._PARTITION_EOF, err
+                    continue
+                records.append((tp.partition, msg.offset() or 0, msg.key(), msg.value()))
+                position = (msg.offset() or 0) + 1
+        return records
+    finally:
+        consumer.close()
+
+
+def decoder(config: Config) -> Callable[[bytes], Any]:
+    """Decodes a JSON (with or without schema) or Confluent-Avro key or value."""
+    registry = (
+        HttpRegistry(config.kafka.schema_registry_url) if config.kafka.schema_registry_url else None
+    )
+    schemas: dict[int, Any] = {}
+
+    def decode(raw: bytes) -> Any:
+        if raw[:1] == b"\x00":
+            assert registry is not None
+            schema_id = struct.unpack(">I", raw[1:5])[0]
+            if schema_id not in schemas:
+                schemas[schema_id] = fastavro.parse_schema(
+                    json.loads(registry.schema(schema_id)), {}
+                )
+            return fastavro.schemaless_reader(io.BytesIO(raw[5:]), schemas[schema_id], None)
+        doc = orjson.loads(raw)
+        if isinstance(doc, dict) and set(doc) == {"schema", "payload"}:
+            return doc["payload"]
+        return doc
+
+    return decode
+
+
+def reconciled(config: Config, table: str) -> list[Event]:
+    """The decoded records of ``table``'s reconciled topic, by partition then offset."""
+    prefix = config.source.topic_prefix
+    decode = decoder(config)
+    return [
+        Event(partition, offset, decode(key), None if value is None else decode(value))
+        for partition, offset, key, value in read_topic(
+            config, f"{prefix}.reconciled.public.{table}"
+        )
+        if key is not None
+    ]
+
+
+def final_rows(events: list[Event]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The last value per key, deleted keys dropped (what a compacted topic converges to)."""
+    last: dict[tuple[Any, ...], dict[str, Any] | None] = {}
+    for event in events:
+        last[tuple(event.key.values())] = event.after
+    return {k: v for k, v in last.items() if v is not None}
