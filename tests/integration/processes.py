@@ -12,6 +12,7 @@ import dataclasses
 import io
 import json
 import os
+import re
 import signal
 import struct
 import sys
@@ -20,7 +21,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import fastavro
 import orjson
@@ -32,6 +33,15 @@ from tidemark.devstack.procs import pid_alive
 from tidemark.devstack.stack import DevStack
 from tidemark.kafka import client_config, exact_end_offsets
 from tidemark.ports import free_port
+
+
+def without_table(config: Config, table: str) -> Config:
+    """``config`` whose input leaves ``public.<table>`` out (to wait for the others)."""
+    prefix = re.escape(config.source.topic_prefix)
+    pattern = config.processor.input_pattern.replace("^", rf"^(?!{prefix}\.public\.{table}$)", 1)
+    return dataclasses.replace(
+        config, processor=dataclasses.replace(config.processor, input_pattern=pattern)
+    )
 
 
 def pipeline_config(stack: DevStack, name: str, **processor: Any) -> Config:
@@ -105,12 +115,15 @@ class Processor:
 
 
 def metric(text: str, name: str, **labels: str) -> float:
-    """The value of one sample in Prometheus text, 0 when absent."""
-    wanted = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    head = f"{name}{{{wanted}}}" if labels else name
+    """The value of one sample in Prometheus text (labels in any order), 0 when absent."""
     for line in text.splitlines():
-        if line.startswith(head + " "):
-            return float(line.rsplit(" ", 1)[1])
+        sample, _, value = line.rpartition(" ")
+        found, _, rest = sample.partition("{")
+        if found != name:
+            continue
+        pairs = dict(re.findall(r'(\w+)="([^"]*)"', rest))
+        if pairs == labels:
+            return float(value)
     return 0.0
 
 
@@ -128,7 +141,17 @@ class Event:
         return None if self.value is None else self.value["after"]
 
 
-def read_topic(config: Config, topic: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
+class Record(NamedTuple):
+    """One Kafka record as read back."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: dict[str, bytes]
+
+
+def read_topic(config: Config, topic: str) -> list[Record]:
     """Every record of ``topic`` (all partitions, to their current end)."""
     consumer = Consumer(
         client_config(config.kafka, **{"group.id": "tests-reader", "enable.auto.commit": False})
@@ -151,7 +174,10 @@ def read_topic(config: Config, topic: str) -> list[tuple[int, int, bytes | None,
                 if err is not None:
                     assert err.code() == KafkaError._PARTITION_EOF, err
                     continue
-                records.append((tp.partition, msg.offset() or 0, msg.key(), msg.value()))
+                headers = {k: v or b"" for k, v in msg.headers() or []}
+                records.append(
+                    Record(tp.partition, msg.offset() or 0, msg.key(), msg.value(), headers)
+                )
                 position = (msg.offset() or 0) + 1
         return records
     finally:
@@ -186,12 +212,11 @@ def reconciled(config: Config, table: str) -> list[Event]:
     """The decoded records of ``table``'s reconciled topic, by partition then offset."""
     prefix = config.source.topic_prefix
     decode = decoder(config)
+    records = read_topic(config, f"{prefix}.reconciled.public.{table}")
     return [
-        Event(partition, offset, decode(key), None if value is None else decode(value))
-        for partition, offset, key, value in read_topic(
-            config, f"{prefix}.reconciled.public.{table}"
-        )
-        if key is not None
+        Event(r.partition, r.offset, decode(r.key), None if r.value is None else decode(r.value))
+        for r in records
+        if r.key is not None
     ]
 
 

@@ -1,0 +1,148 @@
+"""Avro end to end: real Debezium bytes from Confluent's AvroConverter, through the processor.
+
+A stack of its own runs Debezium with the Avro converter, whose Java registry
+client registers the change topics' schemas in the stack's registry over HTTP.
+The processor resolves them by id, reconciles, and writes Avro with its output
+schema registered under the output topic's subjects. The test decodes the
+reconciled topics with those schemas and compares every column, logical types
+included, with PostgreSQL's own values.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import json
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from confluent_kafka import Producer
+
+from tests.integration.processes import Processor, metric, read_topic, reconciled
+from tidemark.config import Config, DevConfig, ProcessorConfig
+from tidemark.devstack.stack import DevStack
+from tidemark.kafka import client_config
+from tidemark.ports import free_port
+from tidemark.verify import wait_caught_up
+
+pytestmark = pytest.mark.integration
+
+EPOCH = dt.datetime(1970, 1, 1)  # noqa: DTZ001 - timestamp without time zone
+TABLE = """CREATE TABLE kinds (
+    id integer PRIMARY KEY, small smallint, big bigint, amount numeric(12, 3),
+    ratio double precision, flag boolean, name text, at timestamptz, local_at timestamp,
+    day date, u uuid, doc jsonb, blob bytea)"""
+
+
+@pytest.fixture(scope="module")
+def avro_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevStack]:
+    run_dir = tmp_path_factory.mktemp("avro-stack")
+    base = Config(
+        processor=ProcessorConfig(web_port=free_port(), state_dir=str(run_dir / "state")),
+        dev=DevConfig(debezium_format="avro"),
+    )
+    stack = DevStack(run_dir, base)
+    stack.up()
+    try:
+        yield stack
+    finally:
+        stack.down()
+
+
+def from_debezium(column: str, value: Any) -> Any:
+    """The Python value of a column as Debezium's Avro converter encodes it."""
+    if value is None:
+        return None
+    if column == "at":
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if column == "local_at":
+        return EPOCH + dt.timedelta(microseconds=value)
+    if column == "day":
+        return dt.date(1970, 1, 1) + dt.timedelta(days=value)
+    if column == "u":
+        return uuid.UUID(value)
+    if column == "doc":
+        return json.loads(value)
+    return value
+
+
+def test_avro_changes_reconcile_with_registered_output_schemas(avro_stack: DevStack) -> None:
+    config = avro_stack.config
+    assert config.kafka.schema_registry_url.startswith("http://127.0.0.1:")
+    rows = [
+        (
+            i,
+            i - 3,
+            2**40 + i,
+            decimal.Decimal(f"{i}.125"),
+            i / 7,
+            i % 2 == 0,
+            f"name-{i}",
+            dt.datetime(2026, 1, i, 10, 30, 15, 123456, tzinfo=dt.UTC),
+            dt.datetime(2025, 12, i, 8, 0, 0, 654321),  # noqa: DTZ001
+            dt.date(2024, 2, i),
+            uuid.UUID(int=i),
+            psycopg.types.json.Jsonb({"i": i, "tags": ["a", "b"]}),
+            bytes([i, 0, 255]),
+        )
+        for i in range(1, 9)
+    ]
+    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        conn.execute(TABLE)
+        with conn.cursor() as cur:
+            cur.executemany("INSERT INTO kinds VALUES (" + ", ".join(["%s"] * 13) + ")", rows)
+        conn.execute("UPDATE kinds SET amount = amount * 2, name = NULL WHERE id % 3 = 0")
+        conn.execute("DELETE FROM kinds WHERE id = 8")
+    processor = Processor(avro_stack, config, "avro-processor").start()
+    try:
+        wait_caught_up(config)
+        events = reconciled(config, "kinds")
+        with psycopg.connect(**config.source.conninfo()) as conn:
+            cur = conn.execute("SELECT * FROM kinds ORDER BY id")
+            names = [c.name for c in cur.description or []]
+            source = {r[0]: dict(zip(names, r, strict=True)) for r in cur.fetchall()}
+        final: dict[int, dict[str, Any] | None] = {}
+        for event in events:
+            final[event.key["id"]] = event.after
+        assert final.pop(8) is None  # deleted: delete event, then a tombstone
+        decoded = {
+            key: {c: from_debezium(c, v) for c, v in after.items()}
+            for key, after in final.items()
+            if after is not None
+        }
+        assert decoded == source
+        updates = [e for e in events if e.value is not None and e.value["op"] == "u"]
+        assert {e.key["id"] for e in updates} == {3, 6}
+        for event in updates:
+            assert event.value is not None and event.value["before"] is not None
+            assert event.value["before"]["name"] == f"name-{event.key['id']}"  # from state
+            assert event.value["tidemark"]["envelope"] == "debezium-upsert"
+
+        url = config.kafka.schema_registry_url
+        with urllib.request.urlopen(url + "/subjects", timeout=5) as resp:
+            subjects = json.loads(resp.read())
+        assert "tidemark.reconciled.public.kinds-value" in subjects
+        assert "tidemark.reconciled.public.kinds-key" in subjects
+
+        # An Avro message whose schema id the registry does not know: a dead letter.
+        producer = Producer(client_config(config.kafka))
+        key = read_topic(config, "tidemark.public.kinds")[0].key
+        producer.produce("tidemark.public.kinds", value=b"\x00\x00\x00\x27\x10\x02", key=key)
+        producer.flush(10)
+        wait_caught_up(config)
+        dead = read_topic(config, f"{config.processor.pipeline}.dlq")
+        assert [r.headers["tidemark.error.kind"] for r in dead] == [b"schema"]
+        assert b"schema id 10000 is not registered" in dead[0].headers["tidemark.error"]
+        text = processor.metrics()
+        assert (
+            metric(
+                text, "tidemark_dead_letters_total", topic="tidemark.public.kinds", reason="schema"
+            )
+            == 1
+        )
+    finally:
+        processor.stop()
