@@ -40,6 +40,7 @@ QUIX := .venv-quix
 
 bench: setup $(QUIX)/.installed
 	$(BIN)/python bench/envelopes.py
+	$(BIN)/python bench/restore.py
 
 $(QUIX)/.installed:
 	$(PYTHON) -m venv $(QUIX)

@@ -1,22 +1,26 @@
 """Envelope throughput against Python peers, on one broker, in one run.
 
-Starts the embedded broker (Tansu), loads topics with Debezium-like JSON events
-of about 500 bytes, then runs each program in a process of its own, one after
-another, on the same data:
+Starts the embedded broker (Tansu) and a schema registry (the dev stack's),
+loads topics with Debezium-like events of about 500 bytes, in JSON and in Avro
+(Confluent wire format), then runs each program in a process of its own, one
+after another, on the same data:
 
-- ``plain-loop``: confluent-kafka ``consume(5000)``, orjson decode, take
-  ``after``, encode, produce (the ceiling);
-- ``quix-streams``: Quix Streams 3.28 stateless ``apply`` + ``to_topic``
-  (its own virtualenv, ``.venv-quix``: it pins an older confluent-kafka);
-- ``faust``: a Faust agent, ``take(5000)`` batches, ``send_soon``;
-- ``tidemark-<envelope>``: Tidemark's data plane with RocksDB state and the
-  changelog, for ``upsert`` (flat rows), ``debezium-upsert`` and ``debezium``.
+- ``plain-loop`` / ``plain-loop-avro``: confluent-kafka ``consume(5000)``,
+  decode, take ``after``, encode, produce: no state, no guarantees (the ceiling);
+- ``quix-streams``: Quix Streams 3.28 stateless ``apply`` + ``to_topic`` (its
+  own virtualenv, ``.venv-quix``: it pins an older confluent-kafka);
+- ``faust``: a Faust agent, ``take_events(5000)`` batches, ``send_soon``;
+- ``tidemark-<envelope>[-avro]``: Tidemark's data plane with RocksDB state, the
+  changelog and the commit protocol, for ``upsert`` (flat rows),
+  ``debezium-upsert`` and ``debezium``.
 
 Each program is measured from its first consumed message until every event is
-processed and produced: events/s, and CPU-seconds of its process (all threads)
-per million events. ``debezium`` also runs over ten times as many keys to show
-that its resident memory does not grow with the key count. Prints a table and
-writes ``bench/results/envelopes.json``.
+processed, produced and (for Tidemark) committed: events/s, CPU-seconds of its
+process (all threads) per million events, and its peak resident memory (VmHWM).
+``debezium`` and ``debezium-upsert`` also run over ten times as many keys: the
+classic envelope's state stays one mark per partition, so neither its memory
+nor its state on disk grows with the key count. Prints a table and writes
+``bench/results/envelopes.json``.
 
     python bench/envelopes.py [--events N] [--keys K]
 """
@@ -24,10 +28,12 @@ writes ``bench/results/envelopes.json``.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import platform
-import resource
+import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -37,17 +43,69 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 RESULTS = ROOT / "bench" / "results"
 QUIX_PYTHON = ROOT / ".venv-quix" / "bin" / "python"
 PARTITIONS = 3
 BATCH = 5000
+
+ROW_FIELDS = [
+    {"name": "id", "type": "long"},
+    {"name": "customer", "type": ["null", "string"], "default": None},
+    {"name": "status", "type": ["null", "string"], "default": None},
+    {"name": "amount", "type": ["null", "double"], "default": None},
+    {"name": "note", "type": ["null", "string"], "default": None},
+    {"name": "updated_at", "type": ["null", "long"], "default": None},
+]
+ROW_SCHEMA = {
+    "type": "record",
+    "name": "Value",
+    "namespace": "bench.public.items",
+    "fields": ROW_FIELDS,
+}
+SOURCE_SCHEMA = {
+    "type": "record",
+    "name": "Source",
+    "namespace": "io.debezium.connector.postgresql",
+    "fields": [
+        {"name": "version", "type": "string"},
+        {"name": "connector", "type": "string"},
+        {"name": "name", "type": "string"},
+        {"name": "ts_ms", "type": "long"},
+        {"name": "snapshot", "type": ["string", "null"], "default": "false"},
+        {"name": "db", "type": "string"},
+        {"name": "sequence", "type": ["null", "string"], "default": None},
+        {"name": "schema", "type": "string"},
+        {"name": "table", "type": "string"},
+        {"name": "txId", "type": ["null", "long"], "default": None},
+        {"name": "lsn", "type": ["null", "long"], "default": None},
+    ],
+}
+VALUE_SCHEMA = {
+    "type": "record",
+    "name": "Envelope",
+    "namespace": "bench.public.items",
+    "fields": [
+        {"name": "before", "type": ["null", ROW_SCHEMA], "default": None},
+        {"name": "after", "type": ["null", "Value"], "default": None},
+        {"name": "source", "type": SOURCE_SCHEMA},
+        {"name": "op", "type": "string"},
+        {"name": "ts_ms", "type": ["null", "long"], "default": None},
+    ],
+}
+KEY_SCHEMA = {
+    "type": "record",
+    "name": "Key",
+    "namespace": "bench.public.items",
+    "fields": [{"name": "id", "type": "long"}],
+}
 
 
 # -- the data ------------------------------------------------------------------
 
 
 def debezium_event(i: int, key: int) -> dict[str, Any]:
-    """A Debezium update of about 500 bytes (schemaless JSON, ``REPLICA IDENTITY FULL``)."""
+    """A Debezium update of about 500 bytes in JSON (``REPLICA IDENTITY FULL``)."""
     row = {
         "id": key,
         "customer": f"customer-{key % 997:04d}",
@@ -77,8 +135,13 @@ def debezium_event(i: int, key: int) -> dict[str, Any]:
     }
 
 
-def load(bootstrap: str, topic: str, events: int, keys: int, flat: bool) -> None:
-    """Create ``topic`` and fill it; keys hash to partitions like Debezium's producer."""
+def load(bootstrap: str, topic: str, events: int, keys: int, fmt: str, ids: dict[str, int]) -> None:
+    """Create ``topic`` and fill it; keys hash to partitions like Debezium's producer.
+
+    ``fmt``: ``json`` (Debezium envelope), ``flat`` (JSON rows for ``upsert``),
+    ``avro`` (envelope) or ``avro-flat`` (rows), Avro framed with ``ids``.
+    """
+    import fastavro
     import orjson
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient
@@ -94,13 +157,36 @@ def load(bootstrap: str, topic: str, events: int, keys: int, flat: bool) -> None
             "queue.buffering.max.messages": 1_000_000,
         }
     )
+    parsed = {
+        "key": fastavro.parse_schema(KEY_SCHEMA, {}),
+        "value": fastavro.parse_schema(VALUE_SCHEMA, {}),
+        "row": fastavro.parse_schema(ROW_SCHEMA, {}),
+    }
+
+    def avro(kind: str, schema_id: int, datum: Any) -> bytes:
+        out = io.BytesIO()
+        out.write(struct.pack(">bI", 0, schema_id))
+        fastavro.schemaless_writer(out, parsed[kind], datum)
+        return out.getvalue()
+
     for i in range(events):
         key = i % keys
         event = debezium_event(i, key)
-        value = orjson.dumps(event["after"] if flat else event)
+        if fmt == "json":
+            value, raw_key = orjson.dumps(event), orjson.dumps({"id": key})
+        elif fmt == "flat":
+            value, raw_key = orjson.dumps(event["after"]), orjson.dumps({"id": key})
+        elif fmt == "avro":
+            value, raw_key = (
+                avro("value", ids["value"], event),
+                avro("key", ids["key"], {"id": key}),
+            )
+        else:
+            value = avro("row", ids["row"], event["after"])
+            raw_key = avro("key", ids["key"], {"id": key})
         while True:
             try:
-                producer.produce(topic, value=value, key=orjson.dumps({"id": key}))
+                producer.produce(topic, value=value, key=raw_key)
                 break
             except BufferError:
                 producer.poll(0.1)
@@ -108,6 +194,14 @@ def load(bootstrap: str, topic: str, events: int, keys: int, flat: bool) -> None
 
 
 # -- the programs (each runs in a child process) ----------------------------------
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM; getrusage would count the parent's)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 class Window:
@@ -120,18 +214,28 @@ class Window:
         if not self.wall:
             self.wall, self.cpu = time.perf_counter(), time.process_time()
 
-    def result(self, events: int) -> dict[str, Any]:
+    def result(self, events: int, **extra: Any) -> dict[str, Any]:
         seconds = time.perf_counter() - self.wall
         cpu = time.process_time() - self.cpu
-        rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        return {"events": events, "seconds": seconds, "cpu_s": cpu, "max_rss_mb": rss_mb}
+        return {
+            "events": events,
+            "seconds": seconds,
+            "cpu_s": cpu,
+            "peak_rss_mb": peak_rss_mb(),
+            **extra,
+        }
 
 
-def plain_loop(bootstrap: str, topic: str, events: int) -> dict[str, Any]:
+def plain_loop(bootstrap: str, topic: str, events: int, registry: str) -> dict[str, Any]:
+    import fastavro
     import orjson
     from confluent_kafka import Consumer, Producer
 
-    consumer = Consumer(_consumer_settings(bootstrap, "plain"))
+    from processor.registry import HttpRegistry, SchemaCache
+
+    schemas = SchemaCache(HttpRegistry(registry))
+    row = fastavro.parse_schema(ROW_SCHEMA, {})
+    consumer = Consumer(_consumer_settings(bootstrap, f"plain-{os.getpid()}"))
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "compression.type": "lz4"})
     consumer.subscribe([topic])
     window, seen = Window(), 0
@@ -141,13 +245,20 @@ def plain_loop(bootstrap: str, topic: str, events: int) -> dict[str, Any]:
             if msg.error():
                 continue
             window.start()
-            doc = orjson.loads(msg.value())  # type: ignore[arg-type]
-            if "after" not in doc:
-                raise RuntimeError(f"{msg.topic()} {msg.offset()} {msg.value()[:300]!r}")
-            after = doc["after"]
+            value = msg.value()
+            assert value is not None
+            if value[:1] == b"\x00":  # decode with the registry's schema, write the row
+                writer = schemas.get(struct.unpack_from(">I", value, 1)[0])[1]
+                after = fastavro.schemaless_reader(io.BytesIO(value[5:]), writer, None)["after"]
+                body = io.BytesIO()
+                body.write(value[:5])
+                fastavro.schemaless_writer(body, row, after)
+                encoded = body.getvalue()
+            else:
+                encoded = orjson.dumps(orjson.loads(value)["after"])
             while True:
                 try:
-                    producer.produce(out, orjson.dumps(after), msg.key(), partition=msg.partition())
+                    producer.produce(out, encoded, msg.key(), partition=msg.partition())
                     break
                 except BufferError:
                     producer.poll(0.05)
@@ -179,7 +290,6 @@ def faust_agent(bootstrap: str, topic: str, events: int) -> dict[str, Any]:
     source = app.topic(topic, value_serializer="raw", key_serializer="raw")
     sink = app.topic(topic + ".faust", value_serializer="raw", key_serializer="raw")
     window, state = Window(), {"seen": 0}
-    result: dict[str, Any] = {}
 
     @app.agent(source)
     async def passthrough(stream: Any) -> None:
@@ -191,16 +301,17 @@ def faust_agent(bootstrap: str, topic: str, events: int) -> dict[str, Any]:
             state["seen"] += len(batch)
             if state["seen"] >= events:
                 await app.producer.flush()
-                result.update(window.result(state["seen"]))
-                os.write(1, json.dumps(result).encode() + b"\n")  # Faust redirects print
+                result = window.result(state["seen"])
+                os.write(1, b"\n" + json.dumps(result).encode() + b"\n")  # Faust redirects print
                 os._exit(0)
 
-    worker = faust.Worker(app, loglevel="warning", quiet=True)
-    worker.execute_from_commandline()
-    return result
+    faust.Worker(app, loglevel="warning", quiet=True).execute_from_commandline()
+    return {}
 
 
-def tidemark(bootstrap: str, topic: str, events: int, envelope: str) -> dict[str, Any]:
+def tidemark(
+    bootstrap: str, topic: str, events: int, envelope: str, registry: str
+) -> dict[str, Any]:
     from confluent_kafka import Consumer, TopicPartition
 
     from processor import metrics
@@ -214,6 +325,7 @@ def tidemark(bootstrap: str, topic: str, events: int, envelope: str) -> dict[str
         None,
         {
             "TIDEMARK_KAFKA__BOOTSTRAP_SERVERS": bootstrap,
+            "TIDEMARK_KAFKA__SCHEMA_REGISTRY_URL": registry,
             "TIDEMARK_SOURCE__TOPIC_PREFIX": "bench",
             "TIDEMARK_PROCESSOR__PIPELINE": pipeline,
             "TIDEMARK_PROCESSOR__ENVELOPE": envelope,
@@ -237,14 +349,20 @@ def tidemark(bootstrap: str, topic: str, events: int, envelope: str) -> dict[str
         if plane.failure is not None:
             raise RuntimeError(f"data plane failed: {plane.failure}")
         time.sleep(0.005)
-    result = window.result(events)
+    result = window.result(events, state_mb=_size_mb(Path(state_dir)))
     plane.stop()
     thread.join(30)
     probe.close()
+    shutil.rmtree(state_dir, ignore_errors=True)
     return result
 
 
+def _size_mb(path: Path) -> float:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) / 2**20
+
+
 def _consumer_settings(bootstrap: str, group: str) -> dict[str, Any]:
+    """The plain loop reads with the data plane's fetch settings (a fair ceiling)."""
     return {
         "bootstrap.servers": bootstrap,
         "group.id": group,
@@ -253,13 +371,19 @@ def _consumer_settings(bootstrap: str, group: str) -> dict[str, Any]:
         "session.timeout.ms": 6000,
         "max.poll.interval.ms": 10000,
         "heartbeat.interval.ms": 1000,
+        "fetch.wait.max.ms": 50,
     }
 
 
 QUIX_PROGRAM = r"""
-import json, resource, sys, time
+import json, sys, time
 import orjson
 from quixstreams import Application
+
+def peak_rss_mb():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
 
 bootstrap, topic, events = sys.argv[1], sys.argv[2], int(sys.argv[3])
 app = Application(broker_address=bootstrap, consumer_group=f"bench-quix-{time.time_ns()}",
@@ -279,38 +403,37 @@ def passthrough(value):
 sdf = app.dataframe(source).apply(passthrough).to_topic(sink)
 app.run()
 print(json.dumps({"events": state["seen"], "seconds": time.perf_counter() - state["wall"],
-                  "cpu_s": time.process_time() - state["cpu"],
-                  "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "cpu_s": time.process_time() - state["cpu"], "peak_rss_mb": peak_rss_mb()}))
 """
 
 
 # -- orchestration ------------------------------------------------------------------
 
 
-def child(program: str, bootstrap: str, topic: str, events: int) -> None:
-    if program == "plain-loop":
-        result = plain_loop(bootstrap, topic, events)
+def child(program: str, bootstrap: str, topic: str, events: int, registry: str) -> None:
+    if program.startswith("plain-loop"):
+        result = plain_loop(bootstrap, topic, events, registry)
     elif program == "faust":
         faust_agent(bootstrap, topic, events)
         return
     else:
-        result = tidemark(bootstrap, topic, events, program.removeprefix("tidemark-"))
+        envelope = program.removeprefix("tidemark-").removesuffix("-avro")
+        result = tidemark(bootstrap, topic, events, envelope, registry)
     print(json.dumps(result), flush=True)
 
 
 def measure(cmd: list[str], timeout: float) -> dict[str, Any]:
-    """Run one program in its own process; its last stdout line is its JSON result."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    """Run one program in its own process; its last JSON line on stdout is its result."""
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT
     )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
-        raise RuntimeError(f"{cmd[-4]} did not finish in {timeout:.0f} s: {err[-2000:]}") from None
-    lines = [line for line in out.splitlines() if line.startswith("{")]
+        raise RuntimeError(f"{cmd} did not finish in {timeout:.0f} s: {err[-2000:]}") from None
+    lines = [line[line.index("{") :] for line in out.splitlines() if '{"events"' in line]
     if proc.returncode != 0 or not lines:
         raise RuntimeError(f"{cmd} failed ({proc.returncode}): {err[-3000:]}")
     result: dict[str, Any] = json.loads(lines[-1])
@@ -322,60 +445,90 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=300_000)
     parser.add_argument("--keys", type=int, default=50_000)
     parser.add_argument("--faust-events", type=int, default=30_000)
+    parser.add_argument("--repeat", type=int, default=3, help="runs per program (median kept)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     parser.add_argument("--topic", help=argparse.SUPPRESS)
+    parser.add_argument("--registry", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.bootstrap, args.topic, args.events)
+        child(args.child, args.bootstrap, args.topic, args.events, args.registry)
         return
 
+    from processor.registry import HttpRegistry
     from tidemark.devstack import broker
     from tidemark.devstack.procs import stop_pid
+    from tidemark.devstack.registry import make_server
 
     run_dir = Path(tempfile.mkdtemp(prefix="tidemark-bench-"))
     pid, port = broker.start_broker(run_dir)
+    server = make_server(0, None)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    registry = f"http://127.0.0.1:{server.server_address[1]}"
     bootstrap = f"127.0.0.1:{port}"
+    n, keys = args.events, args.keys
+    results = []
     try:
-        n, keys = args.events, args.keys
-        print(f"broker 127.0.0.1:{port}; loading {n:,} events over {keys:,} keys per topic")
-        topics = {
-            "debezium": "bench.public.items",
-            "flat": "bench.public.rows",
-            "wide": "bench.public.items_wide",
-            "faust": "bench.public.items_faust",
+        client = HttpRegistry(registry)
+        ids = {
+            "key": client.register("bench-key", json.dumps(KEY_SCHEMA)),
+            "value": client.register("bench-value", json.dumps(VALUE_SCHEMA)),
+            "row": client.register("bench-row", json.dumps(ROW_SCHEMA)),
         }
-        load(bootstrap, topics["debezium"], n, keys, flat=False)
-        load(bootstrap, topics["flat"], n, keys, flat=True)
-        load(bootstrap, topics["wide"], n, keys * 10, flat=False)
-        load(bootstrap, topics["faust"], args.faust_events, keys, flat=False)
-        me = [sys.executable, str(Path(__file__).resolve())]
-        runs: list[tuple[str, list[str], int, int]] = [
-            ("plain-loop", me, topics["debezium"], n),
-            ("tidemark-upsert", me, topics["flat"], n),
-            ("tidemark-debezium-upsert", me, topics["debezium"], n),
-            ("tidemark-debezium", me, topics["debezium"], n),
-            ("faust", me, topics["faust"], args.faust_events),
+        print(f"broker {bootstrap}, registry {registry}; {n:,} events over {keys:,} keys per topic")
+        topics = {  # (topic, format, events, keys)
+            "json": ("bench.public.items", "json", n, keys),
+            "flat": ("bench.public.rows", "flat", n, keys),
+            "avro": ("bench.public.items_avro", "avro", n, keys),
+            "avro-flat": ("bench.public.rows_avro", "avro-flat", n, keys),
+            "wide": ("bench.public.items_wide", "json", n, keys * 10),
+            "faust": ("bench.public.items_faust", "json", args.faust_events, keys),
+        }
+        for topic, fmt, events, key_count in topics.values():
+            load(bootstrap, topic, events, key_count, fmt, ids)
+        runs = [
+            ("plain-loop", "json"),
+            ("tidemark-upsert", "flat"),
+            ("tidemark-debezium-upsert", "json"),
+            ("tidemark-debezium", "json"),
+            ("plain-loop-avro", "avro"),
+            ("tidemark-upsert-avro", "avro-flat"),
+            ("tidemark-debezium-upsert-avro", "avro"),
+            ("tidemark-debezium-avro", "avro"),
+            ("faust", "faust"),
+            ("tidemark-debezium", "wide"),
+            ("tidemark-debezium-upsert", "wide"),
         ]
-        results = []
-        for program, base, topic, events in runs:
-            cmd = [*base, "--child", program, "--bootstrap", bootstrap, "--topic", topic]
-            results.append(_report(program, keys, measure([*cmd, "--events", str(events)], 900)))
+        me = [sys.executable, str(Path(__file__).resolve())]
+        commands = []
+        for program, data in runs:
+            topic, fmt, events, key_count = topics[data]
+            cmd = [*me, "--child", program, "--bootstrap", bootstrap, "--topic", topic]
+            commands.append(
+                (program, fmt, key_count, [*cmd, "--events", str(events), "--registry", registry])
+            )
         if QUIX_PYTHON.exists():
-            cmd = [str(QUIX_PYTHON), "-c", QUIX_PROGRAM, bootstrap, topics["debezium"], str(n)]
-            results.append(_report("quix-streams", keys, measure(cmd, 900)))
+            cmd = [str(QUIX_PYTHON), "-c", QUIX_PROGRAM, bootstrap, topics["json"][0], str(n)]
+            commands.append(("quix-streams", "json", keys, cmd))
         else:
-            print(f"quix-streams: skipped, {QUIX_PYTHON} missing (make bench creates it)")
-        for program in ("tidemark-debezium", "tidemark-debezium-upsert"):
-            cmd = [*me, "--child", program, "--bootstrap", bootstrap, "--topic", topics["wide"]]
-            result = measure([*cmd, "--events", str(n)], 900)
-            results.append(_report(program, keys * 10, result))
+            print(f"quix-streams: not run, {QUIX_PYTHON} missing (make bench creates it)")
+        # Rounds, not one program's runs back to back: drift of the machine hits all alike.
+        measured: dict[str, list[dict[str, Any]]] = {}
+        for _ in range(args.repeat):
+            for program, _fmt, key_count, cmd in commands:
+                measured.setdefault(f"{program}/{key_count}", []).append(measure(cmd, 900))
+        for program, fmt, key_count, _cmd in commands:
+            results.append(_report(program, fmt, key_count, measured[f"{program}/{key_count}"]))
     finally:
+        server.shutdown()
+        server.server_close()
         stop_pid(pid, broker.MARKER)
+        shutil.rmtree(run_dir, ignore_errors=True)
     RESULTS.mkdir(exist_ok=True)
     document = {
         "benchmark": "envelopes",
-        "events": args.events,
+        "command": "python bench/envelopes.py " + " ".join(sys.argv[1:]),
+        "events": n,
         "event_bytes": len(json.dumps(debezium_event(0, 0), separators=(",", ":"))),
         "partitions": PARTITIONS,
         "machine": {
@@ -390,20 +543,29 @@ def main() -> None:
     print(f"written: {path}")
 
 
-def _report(program: str, keys: int, result: dict[str, Any]) -> dict[str, Any]:
+def _report(program: str, fmt: str, keys: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median run by rate, with every run's rate beside it."""
+    rates = sorted(r["events"] / r["seconds"] for r in runs)
+    result = sorted(runs, key=lambda r: r["events"] / r["seconds"])[len(runs) // 2]
     rate = result["events"] / result["seconds"]
     cpu = result["cpu_s"] / result["events"] * 1_000_000
     row = {
         "program": program,
+        "format": fmt,
         "keys": keys,
         "events": result["events"],
         "events_per_s": round(rate),
+        "events_per_s_runs": [round(r) for r in rates],
         "cpu_s_per_million": round(cpu, 2),
-        "max_rss_mb": round(result["max_rss_mb"], 1),
+        "peak_rss_mb": round(max(r["peak_rss_mb"] for r in runs), 1),
     }
+    if "state_mb" in result:
+        row["state_mb"] = round(result["state_mb"], 1)
+    state = f"  state {row['state_mb']:>6.1f} MB" if "state_mb" in row else ""
     print(
-        f"{program:<26} keys {keys:>8,}  {rate:>10,.0f} events/s  "
-        f"{cpu:>7.2f} CPU-s per 1M  max RSS {row['max_rss_mb']:>7.1f} MB",
+        f"{program:<30} {fmt:<9} keys {keys:>7,} {rate:>8,.0f} events/s "
+        f"(min {rates[0]:>7,.0f} max {rates[-1]:>7,.0f})  {cpu:>6.2f} CPU-s/1M  "
+        f"peak RSS {row['peak_rss_mb']:>6.1f} MB{state}",
         flush=True,
     )
     return row

@@ -3,12 +3,19 @@
 A message is ``0x00``, a big-endian 4-byte schema id, then the Avro body.
 Schemas come from the registry through a :class:`~processor.registry.SchemaCache`
 (each id fetched and parsed once). The output schema is the input's envelope
-with a ``tidemark`` field added (an ``upsert`` row is wrapped in an envelope);
-it is registered under ``<output topic>-value`` (the key schema under
+with a ``tidemark`` field added last (an ``upsert`` row is wrapped in an
+envelope); it is registered under ``<output topic>-value`` (the key schema under
 ``<output topic>-key``), so any Avro consumer of the output can read it.
 
-Rows in state use the same framing: ``0x00``, the id of the value schema they
-were decoded with, then the row's Avro body. A row stored under an older
+Writing Avro costs more than reading it, so events are spliced, not re-encoded:
+a Debezium value is read in three parts (``before``, ``after``, the rest) to
+learn where each ends, and the output is the new header, the retraction's
+bytes, the input's own bytes from ``after`` on, and the ``tidemark`` block
+encoded by hand. A row is encoded only when it changed (a filled TOAST
+placeholder) or was stored under another schema.
+
+Rows in state use the message framing: ``0x00``, the id of the value schema
+they were decoded with, then the row's Avro body. A row stored under an older
 schema is read with Avro schema resolution into the current one.
 """
 
@@ -16,46 +23,39 @@ from __future__ import annotations
 
 import io
 import struct
-import time
 import typing
 from typing import Any
 
 import fastavro
 
+from processor.avro_schemas import (
+    Layout,
+    avro_long,
+    avro_string,
+    envelope_layout,
+    row_schema,
+    upsert_layout,
+)
 from processor.change import TOAST_PLACEHOLDER_BYTES, Change, Row, debezium_change
 from processor.envelopes import Emit
 from processor.errors import InputError, RawMessage
-from processor.json_codec import metadata
 from processor.registry import SchemaCache, UnknownSchemaError
 
 MAGIC = b"\x00"
 _HEADER = struct.Struct(">bI")
 
-TIDEMARK_RECORD: dict[str, Any] = {
-    "type": "record",
-    "name": "Metadata",
-    "namespace": "io.tidemark",
-    "fields": [
-        {"name": "topic", "type": "string"},
-        {"name": "partition", "type": "int"},
-        {"name": "offset", "type": "long"},
-        {"name": "position", "type": "string"},
-        {"name": "envelope", "type": "string"},
-        {"name": "reason", "type": "string"},
-    ],
-}
 
+class _Decoded:
+    """Where a decoded value's parts lie in its bytes.
 
-class _Schemas:
-    """What one input value schema id gives: the input, row and output schemas."""
+    The ``after`` row's body is ``raw[row:rest]``; the envelope's ``before`` is
+    ``raw[5:row - 1]`` and its fields after ``after`` are ``raw[rest:]``.
+    """
 
-    __slots__ = ("input", "row", "output", "output_id")
+    __slots__ = ("layout", "raw", "row", "rest")
 
-    def __init__(self, input_schema: Any, row: Any, output: Any, output_id: int) -> None:
-        self.input = input_schema
-        self.row = row
-        self.output = output
-        self.output_id = output_id
+    def __init__(self, layout: Layout, raw: bytes, row: int, rest: int) -> None:
+        self.layout, self.raw, self.row, self.rest = layout, raw, row, rest
 
 
 class AvroCodec:
@@ -65,21 +65,14 @@ class AvroCodec:
         self.envelope = envelope
         self.output_topic = output_topic
         self._cache = schemas
-        self._by_id: dict[int, _Schemas] = {}
+        self._layouts: dict[int, Layout] = {}
         self._rows: dict[int, Any] = {}
         self._key_ids: dict[int, int] = {}
+        self._metadata: dict[tuple[str, int], bytes] = {}
 
-    # -- framing ---------------------------------------------------------------
+    # -- schemas ---------------------------------------------------------------
 
-    def _read(self, raw: bytes, msg: RawMessage, what: str) -> tuple[int, Any]:
-        """``(schema id, decoded datum)`` of a wire-format ``raw``."""
-        if len(raw) < _HEADER.size or raw[0] != 0:
-            raise InputError(f"{what} is not in the Confluent Avro wire format", msg, "malformed")
-        schema_id = _HEADER.unpack_from(raw)[1]
-        parsed = self._parsed(schema_id, msg, what)
-        return schema_id, _decode(raw, _HEADER.size, parsed, msg, what)
-
-    def _parsed(self, schema_id: int, msg: RawMessage, what: str) -> Any:
+    def _parsed(self, schema_id: int, msg: RawMessage, what: str) -> tuple[dict[str, Any], Any]:
         if self._cache is None:
             raise InputError(
                 f"{what} is Avro but no schema registry is configured (kafka.schema_registry_url)",
@@ -87,9 +80,37 @@ class AvroCodec:
                 "schema",
             )
         try:
-            return self._cache.get(schema_id)[1]
+            return self._cache.get(schema_id)
         except UnknownSchemaError as exc:
             raise InputError(f"{what}: {exc}", msg, "schema") from None
+
+    def _layout(self, schema_id: int, msg: RawMessage) -> Layout:
+        layout = self._layouts.get(schema_id)
+        if layout is None:
+            document, parsed = self._parsed(schema_id, msg, "value")
+            assert self._cache is not None
+            try:
+                if self.envelope == "upsert":
+                    layout = upsert_layout(schema_id, document, parsed)
+                else:
+                    layout = envelope_layout(schema_id, document, parsed)
+            except ValueError as exc:
+                raise InputError(f"value schema {schema_id}: {exc}", msg, "schema") from None
+            layout.output_id = self._cache.register(self.output_topic + "-value", layout.output_doc)
+            self._layouts[schema_id] = layout
+            self._rows[schema_id] = layout.row
+        return layout
+
+    def _row(self, schema_id: int) -> Any:
+        """The parsed row schema of value schema ``schema_id`` (for rows in state)."""
+        row = self._rows.get(schema_id)
+        if row is None:
+            assert self._cache is not None
+            document = self._cache.get(schema_id)[0]
+            if self.envelope != "upsert":
+                document = row_schema(document)
+            row = self._rows[schema_id] = fastavro.parse_schema(document, {})
+        return row
 
     # -- rows in state ---------------------------------------------------------
 
@@ -100,11 +121,12 @@ class AvroCodec:
 
     def dump(self, change: Change) -> bytes:
         """``change.after`` framed with the id of the value schema it was decoded with."""
-        schema_id: int = change.schema
-        out = io.BytesIO()
-        out.write(_HEADER.pack(0, schema_id))
-        fastavro.schemaless_writer(out, self._by_id[schema_id].row, change.after)
-        return out.getvalue()
+        decoded: _Decoded = change.schema
+        layout = decoded.layout
+        header = _HEADER.pack(0, layout.schema_id)
+        if not change.toast:  # unchanged: the row's bytes are in the message
+            return header + decoded.raw[decoded.row : decoded.rest]
+        return header + _write(layout.row, change.after)
 
     def load(self, raw: bytes, into: int | None = None) -> Row:
         """A row from state, resolved into value schema ``into``'s row when given."""
@@ -118,77 +140,87 @@ class AvroCodec:
 
     def decode_key(self, msg: RawMessage) -> bytes:
         """The key's bytes in state: its Avro body (the schema id is not part of it)."""
-        assert msg.key is not None
-        _schema_id, key = self._read(msg.key, msg, "key")
-        if self.envelope != "upsert" and (not isinstance(key, dict) or not key):
+        key = msg.key
+        assert key is not None
+        schema_id = _schema_id(key, msg, "key")
+        datum = _read(
+            io.BytesIO(key), _HEADER.size, self._parsed(schema_id, msg, "key")[1], msg, "key"
+        )
+        if self.envelope != "upsert" and (not isinstance(datum, dict) or not datum):
             raise InputError("key is not a struct of primary-key columns", msg, "key")
-        return msg.key[_HEADER.size :]
+        return key[_HEADER.size :]
 
     def decode(self, msg: RawMessage, state_key: bytes) -> Change:
         """The change in ``msg``."""
-        if msg.value is None:
+        raw = msg.value
+        if raw is None:
             if self.envelope == "upsert":
                 return Change(state_key, "d", None, None, (0, msg.offset), codec=self)
             raise InputError("null value where a Debezium event was expected", msg, "not-debezium")
-        schema_id, payload = self._read(msg.value, msg, "value")
-        try:
-            self._schemas(schema_id)
-        except ValueError as exc:
-            raise InputError(f"value schema {schema_id}: {exc}", msg, "schema") from None
+        layout = self._layout(_schema_id(raw, msg, "value"), msg)
+        stream = io.BytesIO(raw)
         if self.envelope == "upsert":
-            if not isinstance(payload, dict):
+            row = _read(stream, _HEADER.size, layout.whole, msg, "value")
+            _at_end(stream, raw, msg)
+            if not isinstance(row, dict):
                 raise InputError("upsert value is not an Avro record", msg, "malformed")
-            return Change(state_key, "u", None, payload, (0, msg.offset), schema=schema_id)
-        change = debezium_change(state_key, payload, msg, TOAST_PLACEHOLDER_BYTES in msg.value)
-        change.schema = schema_id
+            decoded = _Decoded(layout, raw, _HEADER.size, len(raw))
+            return Change(state_key, "u", None, row, (0, msg.offset), schema=decoded)
+        if raw[_HEADER.size : _HEADER.size + 1] == layout.null_byte:
+            before, after_at = None, _HEADER.size + 1  # no old row (no REPLICA IDENTITY FULL)
+        else:
+            before = _read(stream, _HEADER.size, layout.before, msg, "value")["before"]
+            after_at = stream.tell()
+        after = _read(stream, after_at, layout.after, msg, "value")["after"]
+        rest_at = stream.tell()
+        payload = _read(stream, rest_at, layout.rest, msg, "value")
+        _at_end(stream, raw, msg)
+        payload["before"], payload["after"] = before, after
+        change = debezium_change(state_key, payload, msg, TOAST_PLACEHOLDER_BYTES in raw)
+        change.schema = _Decoded(layout, raw, after_at + len(layout.row_byte), rest_at)
         return change
-
-    def _row(self, schema_id: int) -> Any:
-        """The parsed row schema of value schema ``schema_id``."""
-        row = self._rows.get(schema_id)
-        if row is None:
-            assert self._cache is not None
-            document = self._cache.get(schema_id)[0]
-            row = fastavro.parse_schema(
-                document if self.envelope == "upsert" else row_schema(document), {}
-            )
-            self._rows[schema_id] = row
-        return row
-
-    def _schemas(self, schema_id: int) -> _Schemas:
-        found = self._by_id.get(schema_id)
-        if found is None:
-            assert self._cache is not None
-            document, parsed = self._cache.get(schema_id)
-            if self.envelope == "upsert":
-                output = envelope_schema(document)
-            else:
-                output = dict(document, fields=_with_tidemark(document.get("fields", [])))
-            output_id = self._cache.register(self.output_topic + "-value", output)
-            found = self._by_id[schema_id] = _Schemas(
-                parsed, self._row(schema_id), fastavro.parse_schema(output, {}), output_id
-            )
-        return found
 
     # -- output ----------------------------------------------------------------
 
     def encode(self, change: Change, emit: Emit, msg: RawMessage) -> tuple[bytes | None, bytes]:
         """The output key (registered for the output topic) and the reconciled event."""
-        schemas = self._by_id[change.schema]
-        payload: dict[str, Any] = dict(change.event or {})
+        decoded: _Decoded = change.schema
+        layout, raw = decoded.layout, decoded.raw
+        parts = [_HEADER.pack(0, layout.output_id)]
         before = emit.before
-        payload["before"] = (
-            self.load(before, change.schema) if isinstance(before, bytes) else before
+        if before is None:
+            parts.append(layout.null_byte)
+        elif isinstance(before, bytes) and _HEADER.unpack_from(before)[1] == layout.schema_id:
+            parts += (layout.row_byte, before[_HEADER.size :])
+        elif before is change.before and self.envelope != "upsert":
+            parts.append(raw[_HEADER.size : decoded.row - len(layout.row_byte)])  # the input's
+        else:
+            if isinstance(before, bytes):
+                before = self.load(before, layout.schema_id)
+            parts += (layout.row_byte, _write(layout.row, before))
+        if emit.after is None:
+            parts.append(layout.null_byte)
+        elif change.toast:
+            parts += (layout.row_byte, _write(layout.row, emit.after))
+        else:
+            parts += (layout.row_byte, raw[decoded.row : decoded.rest])
+        if self.envelope == "upsert":
+            parts += (avro_string(emit.op), b"\x00")  # op, and ts_ms null
+        else:
+            parts.append(raw[decoded.rest :])
+        head = self._metadata.get((msg.topic, msg.partition))
+        if head is None:
+            head = b"\x02" + avro_string(msg.topic) + avro_long(msg.partition)
+            self._metadata[(msg.topic, msg.partition)] = head
+        version = f"{change.version[0]},{change.version[1]}"
+        parts += (
+            head,
+            avro_long(msg.offset),
+            avro_string(version),
+            avro_string(self.envelope),
+            avro_string(emit.reason),
         )
-        payload["after"] = emit.after
-        payload["op"] = emit.op
-        if payload.get("ts_ms") is None:
-            payload["ts_ms"] = int(time.time() * 1000)
-        payload["tidemark"] = metadata(change, emit, msg, self.envelope)
-        out = io.BytesIO()
-        out.write(_HEADER.pack(0, schemas.output_id))
-        fastavro.schemaless_writer(out, schemas.output, payload)
-        return self._output_key(msg), out.getvalue()
+        return self._output_key(msg), b"".join(parts)
 
     def _output_key(self, msg: RawMessage) -> bytes | None:
         key = msg.key
@@ -206,54 +238,28 @@ class AvroCodec:
         return _HEADER.pack(0, output_id) + key[_HEADER.size :]
 
 
-def _decode(raw: bytes, start: int, parsed: Any, msg: RawMessage, what: str) -> Any:
-    stream = io.BytesIO(raw)
+def _schema_id(raw: bytes, msg: RawMessage, what: str) -> int:
+    if len(raw) < _HEADER.size or raw[0] != 0:
+        raise InputError(f"{what} is not in the Confluent Avro wire format", msg, "malformed")
+    return int(_HEADER.unpack_from(raw)[1])
+
+
+def _read(stream: io.BytesIO, start: int, parsed: Any, msg: RawMessage, what: str) -> Any:
     stream.seek(start)
     try:
-        datum = fastavro.schemaless_reader(stream, parsed, None)
+        return fastavro.schemaless_reader(stream, parsed, None)
     except Exception as exc:  # fastavro raises EOFError, ValueError, IndexError, ...
         reason = f"{what} is not valid Avro for its schema: {type(exc).__name__}: {exc}"
         raise InputError(reason, msg, "malformed") from None
+
+
+def _at_end(stream: io.BytesIO, raw: bytes, msg: RawMessage) -> None:
     if stream.tell() != len(raw):
         extra = len(raw) - stream.tell()
-        raise InputError(f"{what} has {extra} bytes after its Avro body", msg, "malformed")
-    return datum
+        raise InputError(f"value has {extra} bytes after its Avro body", msg, "malformed")
 
 
-def row_schema(envelope: dict[str, Any]) -> dict[str, Any]:
-    """The row record of a Debezium envelope schema (defined in ``before`` or ``after``)."""
-    for field in envelope.get("fields", []):
-        if field.get("name") in ("before", "after"):
-            kind = field.get("type")
-            branches = kind if isinstance(kind, list) else [kind]
-            for branch in branches:
-                if isinstance(branch, dict) and branch.get("type") == "record":
-                    # The row's name lives in the envelope's namespace unless it has its own.
-                    if "namespace" in branch or "." in branch.get("name", ""):
-                        return branch
-                    return dict(branch, namespace=envelope.get("namespace", ""))
-    raise ValueError(f"schema {envelope.get('name')!r} is not a Debezium envelope (no row record)")
-
-
-def _with_tidemark(fields: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    kept = [f for f in fields if f.get("name") != "tidemark"]
-    return [*kept, {"name": "tidemark", "type": ["null", TIDEMARK_RECORD], "default": None}]
-
-
-def envelope_schema(row: dict[str, Any]) -> dict[str, Any]:
-    """The output envelope of an ``upsert`` row schema."""
-    name = row.get("name", "Row")
-    namespace = row.get("namespace")
-    full = f"{namespace}.{name}" if namespace and "." not in name else name
-    return {
-        "type": "record",
-        "name": full + "Envelope",
-        "fields": _with_tidemark(
-            [
-                {"name": "before", "type": ["null", row], "default": None},
-                {"name": "after", "type": ["null", full], "default": None},
-                {"name": "op", "type": "string"},
-                {"name": "ts_ms", "type": ["null", "long"], "default": None},
-            ]
-        ),
-    }
+def _write(parsed: Any, datum: Any) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, parsed, datum)
+    return out.getvalue()

@@ -19,7 +19,7 @@ from typing import Any
 import fastavro
 import pytest
 
-from processor.avro_codec import row_schema
+from processor.avro_schemas import row_schema
 from processor.change import TOAST_PLACEHOLDER, Snapshot
 from processor.codecs import SourceCodec
 from processor.envelopes import Emit, debezium_upsert

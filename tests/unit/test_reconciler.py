@@ -122,7 +122,7 @@ def bad_messages(fmt: str) -> st.SearchStrategy[tuple[bytes | None, bytes | None
     good_key, good_value = encode(fmt, 1, event(1, "u", "x", 5))
     assert good_value is not None
     json_values = st.recursive(
-        st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+        st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.text(max_size=5),
         lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
         max_leaves=6,
     )
