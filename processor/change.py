@@ -57,12 +57,7 @@ class PositionError(ValueError):
 
 @dataclass(slots=True)
 class Change:
-    """One decoded input change.
-
-    ``before``/``after`` are rows as dicts (``None`` where absent). ``raw_after``
-    is the codec's own serialized form of ``after`` when it has one for free,
-    kept so a row is never serialized twice on the hot path.
-    """
+    """One decoded input change: ``before``/``after`` are rows as dicts (``None`` where absent)."""
 
     key: bytes
     op: str
@@ -79,6 +74,12 @@ class Change:
     schema: Any = None
     #: The codec that decoded the change; it encodes the output and stores the row.
     codec: Any = None
+    #: Debezium's ``source.txId`` (PostgreSQL's 32-bit transaction id), when given.
+    txid: int | None = None
+    #: For a chunk row of Tidemark's incremental snapshot: its chunk number and the
+    #: ``pg_snapshot`` it was read in (:mod:`processor.visibility`).
+    chunk: int | None = None
+    read_in: Any = None
 
 
 def snapshot_kind(source: dict[str, Any]) -> Snapshot:
@@ -158,6 +159,7 @@ def debezium_change(state_key: bytes, payload: Any, msg: RawMessage, toast: bool
     except PositionError as exc:
         raise InputError(str(exc), msg, "position") from None
     assert isinstance(source, dict)
+    txid = source.get("txId")
     return Change(
         state_key,
         op,
@@ -168,4 +170,5 @@ def debezium_change(state_key: bytes, payload: Any, msg: RawMessage, toast: bool
         source.get("connector"),
         toast and after is not None,
         payload,
+        txid=txid if isinstance(txid, int) and not isinstance(txid, bool) else None,
     )

@@ -40,7 +40,7 @@ from processor.change import (
     Version,
     fill_placeholders,
 )
-from processor.reconcile import Action, Entry, decide
+from processor.reconcile import Action, Entry, decide, decide_change, decide_row
 
 ENTRY = b"k"
 SEEN = b"s"
@@ -125,12 +125,17 @@ def debezium_upsert(change: Change, state: KeyState, rows: RowCodec) -> Emit | N
 
     The retraction comes from state, not from the input's ``before`` (which is
     empty without ``REPLICA IDENTITY FULL``). Unchanged-TOAST placeholders are
-    filled from the state's row, else from the input's own ``before``.
+    filled from the state's row, else from the input's own ``before``. A chunk
+    row of Tidemark's incremental snapshot (``change.chunk``) is decided against
+    state by the snapshot it was read in (:func:`processor.reconcile.decide_row`).
     """
     key = ENTRY + change.key
     raw = state.get(key)
     stored = Entry.decode(raw) if raw is not None else None
-    action = decide(change.version, stored.version if stored else None)
+    if change.chunk is not None:
+        action = decide_row(change.chunk, change.read_in, stored)
+    else:
+        action = decide_change(change.version, change.txid, stored)
     if action is Action.DROP:
         return None
     previous = stored.value if stored else None
@@ -139,8 +144,10 @@ def debezium_upsert(change: Change, state: KeyState, rows: RowCodec) -> Emit | N
         _fill(change.after, prior)
     after_stored = rows.dump(change) if change.after is not None else None
     if action is Action.APPLY:
-        state.put(key, Entry(change.version, after_stored).encode())
-    return Emit(change.op, previous, change.after, action.value, after_stored)
+        entry = Entry(change.version, after_stored, change.txid, change.chunk, change.read_in)
+        state.put(key, entry.encode())
+    reason = "snapshot" if change.chunk is not None else action.value
+    return Emit(change.op, previous, change.after, reason, after_stored)
 
 
 def debezium(change: Change, state: KeyState, rows: RowCodec) -> Emit | None:

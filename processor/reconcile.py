@@ -1,16 +1,23 @@
-"""The version rule every stateful envelope shares, and the state entry it keeps per key.
+"""The version rules every stateful envelope shares, and the state entry they keep per key.
 
 A *version* orders the changes of one key (DESIGN.md, "Versions, and the
-decision rules"). For a key whose state holds version ``v``, a change with
-version ``e``:
+decision rules"). State holds, per key, what was applied last: a change (its
+version and Debezium's ``txId``) or a chunk row of an incremental snapshot (its
+chunk number and the ``pg_snapshot`` it was read in). The decisions:
 
-- ``e < v``: drop it; it replays a change the output already reflects;
-- ``e = v``: re-emit it; a replay after a crash may be the only copy that
-  reached the output (I5: at-least-once, downstream is idempotent);
-- ``e > v``: apply and emit it.
+- change ``e`` against a change of version ``v``: ``e < v`` drop (a replay of
+  an older change); ``e = v`` re-emit (I5: after a crash the replay may be the
+  only copy that reached the output; downstream is idempotent); ``e > v`` apply;
+- change ``e`` against a chunk row read in snapshot ``S``: drop if ``e``'s
+  transaction is visible in ``S`` (the row already contains it), else apply;
+- chunk row ``r`` of ``S`` against a change: apply if that change is visible
+  in ``S`` (the row is newer), else drop (state is newer than the chunk);
+- chunk row ``r`` against a chunk row: the later chunk wins; the same chunk
+  (a replay) is re-emitted.
 
-A delete keeps a tombstone entry with its version, so a replayed older change
-of a deleted key is dropped rather than resurrecting the row.
+With exact visibility every decision is immediate, and the output is monotone
+per key. A delete keeps a tombstone entry with its version and ``txId``, so a
+replayed older change or a stale chunk row cannot resurrect the row.
 """
 
 from __future__ import annotations
@@ -19,14 +26,19 @@ import enum
 import struct
 from dataclasses import dataclass
 
+from processor.visibility import PgSnapshot
+
 Version = tuple[int, int]
 
-_VERSION = struct.Struct(">qqB")
-_PRESENT, _DELETED = 1, 0
+_HEAD = struct.Struct(">BqqB")  # format, version, flags
+_TXID = struct.Struct(">q")
+_CHUNK = struct.Struct(">q")
+_FORMAT = 2
+_PRESENT, _TXID_FLAG, _SNAPSHOT_FLAG = 1, 2, 4
 
 
 class Action(enum.Enum):
-    """What to do with a change."""
+    """What to do with a change or a chunk row."""
 
     APPLY = "applied"
     REEMIT = "replayed"
@@ -42,20 +54,69 @@ def decide(incoming: Version, stored: Version | None) -> Action:
     return Action.DROP
 
 
+def decide_change(version: Version, txid: int | None, stored: Entry | None) -> Action:
+    """A change (``txid``: Debezium's ``txId``, if any) against the key's state."""
+    if stored is None:
+        return Action.APPLY
+    if stored.snapshot is not None and txid is not None:
+        return Action.DROP if stored.snapshot.visible(txid) else Action.APPLY
+    return decide(version, stored.version)
+
+
+def decide_row(chunk: int, snapshot: PgSnapshot, stored: Entry | None) -> Action:
+    """A chunk row (chunk number ``chunk`` read in ``snapshot``) against the key's state."""
+    if stored is None:
+        return Action.APPLY
+    if stored.chunk is not None:
+        if chunk == stored.chunk:
+            return Action.REEMIT
+        return Action.APPLY if chunk > stored.chunk else Action.DROP
+    if stored.txid is None:
+        # A change without a transaction id (not from PostgreSQL) cannot be placed
+        # against the snapshot: the row read from the source now is the newest.
+        return Action.APPLY
+    return Action.APPLY if snapshot.visible(stored.txid) else Action.DROP
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """State of one key: the version last applied and its value (``None``: deleted)."""
+    """State of one key: what was applied last and its value (``None``: deleted).
+
+    A change has a ``version`` and, from PostgreSQL, a ``txid``; a chunk row has
+    the ``chunk`` number and the ``snapshot`` it was read in.
+    """
 
     version: Version
     value: bytes | None
+    txid: int | None = None
+    chunk: int | None = None
+    snapshot: PgSnapshot | None = None
 
     def encode(self) -> bytes:
-        """Bytes for the store: the version, a presence flag, then the value."""
-        flag = _DELETED if self.value is None else _PRESENT
-        return _VERSION.pack(self.version[0], self.version[1], flag) + (self.value or b"")
+        """Bytes for the store: format, version, flags, the optional parts, the value."""
+        flags = _PRESENT if self.value is not None else 0
+        parts = [b""]
+        if self.txid is not None:
+            flags |= _TXID_FLAG
+            parts.append(_TXID.pack(self.txid))
+        if self.snapshot is not None:
+            flags |= _SNAPSHOT_FLAG
+            parts += [_CHUNK.pack(self.chunk or 0), self.snapshot.encode()]
+        parts[0] = _HEAD.pack(_FORMAT, self.version[0], self.version[1], flags)
+        parts.append(self.value or b"")
+        return b"".join(parts)
 
     @staticmethod
     def decode(raw: bytes) -> Entry:
         """Inverse of :meth:`encode`."""
-        major, minor, flag = _VERSION.unpack_from(raw)
-        return Entry((major, minor), raw[_VERSION.size :] if flag == _PRESENT else None)
+        _format, major, minor, flags = _HEAD.unpack_from(raw)
+        offset = _HEAD.size
+        txid = chunk = snapshot = None
+        if flags & _TXID_FLAG:
+            txid = _TXID.unpack_from(raw, offset)[0]
+            offset += _TXID.size
+        if flags & _SNAPSHOT_FLAG:
+            chunk = _CHUNK.unpack_from(raw, offset)[0]
+            snapshot, offset = PgSnapshot.decode(raw, offset + _CHUNK.size)
+        value = raw[offset:] if flags & _PRESENT else None
+        return Entry((major, minor), value, txid, chunk, snapshot)

@@ -1,0 +1,81 @@
+"""PostgreSQL snapshots (``pg_current_snapshot()``) and whether a transaction is visible in one.
+
+A chunk of an incremental snapshot is read in a ``REPEATABLE READ`` transaction
+whose first statement takes ``pg_current_snapshot()``: ``xmin:xmax:xip``, 64-bit
+transaction ids (``xid8``, never wrapping). A change committed by transaction
+``t`` is visible in that snapshot, that is already in the chunk's rows, iff
+``t < xmin``, or ``t < xmax`` and ``t`` is not in ``xip`` (DESIGN.md).
+
+Debezium reports ``source.txId`` as PostgreSQL's 32-bit ``xid``; it is extended
+to 64 bits by taking the value congruent to it modulo 2^32 that lies within
+2^31 of the snapshot's ``xmax`` (a transaction that Debezium reports is never
+more than 2^31 transactions away from a snapshot taken while it streams).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+_EPOCH = 1 << 32
+_HALF = 1 << 31
+_HEAD = struct.Struct(">QQI")
+_XID = struct.Struct(">Q")
+
+
+class SnapshotFormatError(ValueError):
+    """Text that is not a ``pg_snapshot``."""
+
+
+@dataclass(frozen=True, slots=True)
+class PgSnapshot:
+    """A PostgreSQL MVCC snapshot: ``xmin``, ``xmax`` and the in-progress ``xip``."""
+
+    xmin: int
+    xmax: int
+    xip: frozenset[int] = frozenset()
+
+    @staticmethod
+    def parse(text: str) -> PgSnapshot:
+        """From ``pg_current_snapshot()``'s text form ``xmin:xmax:xip1,xip2``."""
+        try:
+            xmin, xmax, xip = text.strip().split(":")
+            ids = frozenset(int(x) for x in xip.split(",") if x)
+            snapshot = PgSnapshot(int(xmin), int(xmax), ids)
+        except ValueError:
+            raise SnapshotFormatError(f"not a pg_snapshot: {text!r}") from None
+        if not snapshot.xmin <= snapshot.xmax or any(
+            not snapshot.xmin <= x < snapshot.xmax for x in snapshot.xip
+        ):
+            raise SnapshotFormatError(f"inconsistent pg_snapshot: {text!r}")
+        return snapshot
+
+    def extend(self, xid32: int) -> int:
+        """The 64-bit id of a 32-bit ``xid`` seen while this snapshot was current."""
+        candidate = (self.xmax & ~(_EPOCH - 1)) | (xid32 & (_EPOCH - 1))
+        if candidate > self.xmax + _HALF:
+            candidate -= _EPOCH
+        elif candidate < self.xmax - _HALF:
+            candidate += _EPOCH
+        return candidate
+
+    def visible(self, xid32: int) -> bool:
+        """Whether transaction ``xid32`` (Debezium's ``txId``) committed before this snapshot."""
+        xid = self.extend(xid32)
+        return xid < self.xmin or (xid < self.xmax and xid not in self.xip)
+
+    def encode(self) -> bytes:
+        """Bytes for state: ``xmin``, ``xmax``, the count of ``xip``, each ``xip``."""
+        ids = sorted(self.xip)
+        return _HEAD.pack(self.xmin, self.xmax, len(ids)) + b"".join(_XID.pack(x) for x in ids)
+
+    @staticmethod
+    def decode(raw: bytes, offset: int = 0) -> tuple[PgSnapshot, int]:
+        """A snapshot from :meth:`encode`'s bytes at ``offset``; and the offset after it."""
+        xmin, xmax, count = _HEAD.unpack_from(raw, offset)
+        offset += _HEAD.size
+        ids = frozenset(_XID.unpack_from(raw, offset + i * _XID.size)[0] for i in range(count))
+        return PgSnapshot(xmin, xmax, ids), offset + count * _XID.size
+
+    def __str__(self) -> str:
+        return f"{self.xmin}:{self.xmax}:{','.join(map(str, sorted(self.xip)))}"

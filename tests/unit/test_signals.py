@@ -1,0 +1,62 @@
+"""Snapshot signals: Debezium's payloads parsed, bad ones refused with a reason."""
+
+from __future__ import annotations
+
+import pytest
+
+from processor.signals import (
+    ExecuteSnapshot,
+    PauseSnapshot,
+    ResumeSnapshot,
+    SignalError,
+    StopSnapshot,
+    parse_signal,
+)
+
+
+def test_execute_snapshot_with_conditions_and_a_surrogate_key() -> None:
+    data = (
+        '{"data-collections": ["public.orders", "public.items", "public.orders"],'
+        ' "type": "INCREMENTAL",'
+        ' "additional-conditions": [{"data-collection": "public.orders", "filter": "id > 5"}],'
+        ' "surrogate-key": "sku"}'
+    )
+    assert parse_signal("s1", "execute-snapshot", data) == ExecuteSnapshot(
+        "s1", ("public.orders", "public.items"), {"public.orders": "id > 5"}, "sku"
+    )
+
+
+def test_stop_pause_resume() -> None:
+    assert parse_signal("s2", "stop-snapshot", '{"type": "incremental"}') == StopSnapshot("s2")
+    assert parse_signal("s3", "stop-snapshot", '{"data-collections": ["a.b"]}') == StopSnapshot(
+        "s3", ("a.b",)
+    )
+    assert parse_signal("s4", "pause-snapshot", None) == PauseSnapshot("s4")
+    assert parse_signal("s5", "resume-snapshot", "") == ResumeSnapshot("s5")
+
+
+@pytest.mark.parametrize(
+    ("kind", "data", "reason"),
+    [
+        ("execute-snapshot", '{"type": "incremental"}', "names no table"),
+        ("execute-snapshot", '{"data-collections": ["orders"]}', "not 'schema.table'"),
+        (
+            "execute-snapshot",
+            '{"data-collections": ["a.b"], "type": "blocking"}',
+            "only incremental",
+        ),
+        ("execute-snapshot", "{oops", "not JSON"),
+        ("execute-snapshot", "[1]", "JSON object"),
+        (
+            "execute-snapshot",
+            '{"data-collections": ["a.b"], "additional-conditions": [{"data-collection": "c.d",'
+            ' "filter": "x"}]}',
+            "not among data-collections",
+        ),
+        ("execute-snapshot", '{"data-collections": ["a.b"], "surrogate-key": 3}', "column name"),
+        ("log", "{}", "unknown type"),
+    ],
+)
+def test_bad_signals_are_refused_with_a_reason(kind: str, data: str, reason: str) -> None:
+    with pytest.raises(SignalError, match=reason):
+        parse_signal("bad", kind, data)
