@@ -80,6 +80,9 @@ class Change:
     #: ``pg_snapshot`` it was read in (:mod:`processor.visibility`).
     chunk: int | None = None
     read_in: Any = None
+    #: ``after`` exactly as the input holds it (JSON text), when it could be taken
+    #: from the message without serializing it again.
+    raw_after: bytes | None = None
 
 
 def snapshot_kind(source: dict[str, Any]) -> Snapshot:

@@ -113,7 +113,9 @@ class JsonCodec:
 
     @staticmethod
     def dump(change: Change) -> bytes:
-        """``change.after``'s bytes in state."""
+        """``change.after``'s bytes in state (the input's own bytes when unchanged)."""
+        if change.raw_after is not None and not change.toast:
+            return change.raw_after
         return orjson.dumps(change.after)
 
     @staticmethod
@@ -164,7 +166,8 @@ class JsonCodec:
         row, schema = self._values.split(msg.value, msg, "value")
         if not isinstance(row, dict):
             raise InputError("upsert value is not a JSON object", msg, "malformed")
-        return Change(state_key, "u", None, row, version, schema=schema)
+        raw = msg.value if schema is None else None
+        return Change(state_key, "u", None, row, version, schema=schema, raw_after=raw)
 
     # -- output ----------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from processor.visibility import PgSnapshot
 
@@ -78,12 +78,12 @@ def decide_row(chunk: int, snapshot: PgSnapshot, stored: Entry | None) -> Action
     return Action.APPLY if snapshot.visible(stored.txid) else Action.DROP
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(NamedTuple):
     """State of one key: what was applied last and its value (``None``: deleted).
 
     A change has a ``version`` and, from PostgreSQL, a ``txid``; a chunk row has
-    the ``chunk`` number and the ``snapshot`` it was read in.
+    the ``chunk`` number and the ``snapshot`` it was read in. (A tuple: one is
+    made per event on the hot path.)
     """
 
     version: Version
@@ -95,6 +95,10 @@ class Entry:
     def encode(self) -> bytes:
         """Bytes for the store: format, version, flags, the optional parts, the value."""
         flags = _PRESENT if self.value is not None else 0
+        if self.txid is None and self.snapshot is None:
+            return _HEAD.pack(_FORMAT, self.version[0], self.version[1], flags) + (
+                self.value or b""
+            )
         parts = [b""]
         if self.txid is not None:
             flags |= _TXID_FLAG
@@ -110,6 +114,8 @@ class Entry:
     def decode(raw: bytes) -> Entry:
         """Inverse of :meth:`encode`."""
         _format, major, minor, flags = _HEAD.unpack_from(raw)
+        if flags < _TXID_FLAG:  # the common case: a version and a value
+            return Entry((major, minor), raw[_HEAD.size :] if flags else None)
         offset = _HEAD.size
         txid = chunk = snapshot = None
         if flags & _TXID_FLAG:
