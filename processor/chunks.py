@@ -1,0 +1,218 @@
+"""Chunk reads of an incremental snapshot: keyset pages of a table, each with its snapshot.
+
+:class:`ChunkReader` is what the snapshot coordinator needs from a source
+database; :class:`PostgresChunkReader` implements it in read-only mode: every
+chunk is one ``REPEATABLE READ READ ONLY`` transaction whose first statement
+takes ``pg_current_snapshot()`` and whose second reads the page, so the
+snapshot is exactly the one the rows were read in (DESIGN.md). Nothing is
+written to the source.
+
+Pages are ordered by the primary key (or a unique surrogate key) and bounded
+above by the largest key found when the table's snapshot started; composite
+keys compare as row values, ``(k1, k2) > (%s, %s)``, which PostgreSQL answers
+from the key's index. Identifiers are quoted by psycopg's ``sql`` module; the
+optional filter (Debezium's ``additional-conditions``) is SQL by design and is
+the only text taken as it is.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from processor.visibility import PgSnapshot
+from tidemark.errors import TidemarkError
+
+Key = tuple[Any, ...]
+
+
+class ChunkError(TidemarkError):
+    """A table cannot be snapshotted (no key, unknown table) or a chunk read failed."""
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """What a chunk reader needs of a table."""
+
+    schema: str
+    table: str
+    #: The columns that order and page the table (primary key or surrogate key).
+    key: tuple[str, ...]
+    columns: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One page: its rows (dicts by column), the snapshot they were read in, the last key."""
+
+    rows: list[dict[str, Any]]
+    snapshot: PgSnapshot
+    last_key: Key | None
+    seconds: float
+
+
+class ChunkReader(ABC):
+    """Reads a table in keyset pages for an incremental snapshot (one per database kind)."""
+
+    @abstractmethod
+    def table_info(self, table: str, surrogate_key: str | None = None) -> TableInfo:
+        """The key and columns of ``schema.table``; :class:`ChunkError` if it has no usable key."""
+
+    @abstractmethod
+    def max_key(self, info: TableInfo, condition: str | None = None) -> Key | None:
+        """The largest key now (``None``: the table, or its filtered part, is empty)."""
+
+    @abstractmethod
+    def read_chunk(
+        self,
+        info: TableInfo,
+        after: Key | None,
+        upto: Key,
+        limit: int,
+        condition: str | None = None,
+    ) -> Chunk:
+        """Rows with ``after < key <= upto`` in key order, at most ``limit``."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the connection."""
+
+
+class PostgresChunkReader(ChunkReader):
+    """Read-only chunks of a PostgreSQL table (one connection, one transaction per chunk)."""
+
+    def __init__(self, conninfo: dict[str, Any]) -> None:
+        try:
+            self._conn = psycopg.connect(**conninfo, autocommit=False)
+        except psycopg.Error as exc:
+            raise ChunkError(f"cannot connect to the source for chunk reads: {exc}") from None
+        self._conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        self._conn.read_only = True
+
+    def table_info(self, table: str, surrogate_key: str | None = None) -> TableInfo:
+        schema, _, name = table.partition(".")
+        relation = _regclass(schema, name)
+        with self._conn.transaction():
+            found = self._conn.execute("SELECT to_regclass(%s)", (relation,)).fetchone()
+            if found is None or found[0] is None:
+                raise ChunkError(f"table {table} does not exist")
+            columns = [
+                r[0]
+                for r in self._conn.execute(
+                    "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass "
+                    "AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+                    (relation,),
+                ).fetchall()
+            ]
+            primary = self._indexes(relation, "i.indisprimary")
+            unique = self._indexes(relation, "i.indisunique AND i.indpred IS NULL")
+        if surrogate_key is not None:
+            if surrogate_key not in columns:
+                raise ChunkError(f"surrogate key {surrogate_key!r} is not a column of {table}")
+            if [surrogate_key] not in unique:
+                raise ChunkError(
+                    f"surrogate key {surrogate_key!r} of {table} has no unique index: "
+                    "paging by a column with duplicates could skip rows"
+                )
+            key = [surrogate_key]
+        elif primary:
+            key = primary[0]
+        else:
+            raise ChunkError(
+                f"table {table} has no primary key: give a unique column as "
+                "'surrogate-key' in the execute-snapshot signal"
+            )
+        return TableInfo(schema, name, tuple(key), tuple(columns))
+
+    def max_key(self, info: TableInfo, condition: str | None = None) -> Key | None:
+        order = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(k)) for k in info.key)
+        query = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT 1").format(
+            _columns(info.key), sql.Identifier(info.schema, info.table), _where(condition), order
+        )
+        with self._conn.transaction():
+            row = self._conn.execute(query).fetchone()
+        return None if row is None else tuple(row)
+
+    def read_chunk(
+        self,
+        info: TableInfo,
+        after: Key | None,
+        upto: Key,
+        limit: int,
+        condition: str | None = None,
+    ) -> Chunk:
+        key = sql.SQL("({})").format(_columns(info.key))
+        marks = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(info.key)))
+        bounds = [sql.SQL("{} <= {}").format(key, marks)]
+        params: list[Any] = list(upto)
+        if after is not None:
+            bounds.insert(0, sql.SQL("{} > {}").format(key, marks))
+            params = [*after, *params]
+        if condition:
+            bounds.append(sql.SQL("({})").format(sql.SQL(condition)))
+        query = sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY {} LIMIT {}").format(
+            _columns(info.columns),
+            sql.Identifier(info.schema, info.table),
+            sql.SQL(" AND ").join(bounds),
+            _columns(info.key),
+            sql.Literal(int(limit)),
+        )
+        started = time.perf_counter()
+        try:
+            with self._conn.transaction():
+                text = self._conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+                cursor = self._conn.execute(query, params)
+                names = [c.name for c in cursor.description or []]
+                rows = [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
+        except psycopg.Error as exc:
+            raise ChunkError(f"chunk of {info.name} after {after!r}: {exc}") from None
+        assert text is not None
+        last = tuple(rows[-1][k] for k in info.key) if rows else None
+        return Chunk(rows, PgSnapshot.parse(text[0]), last, time.perf_counter() - started)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def _indexes(self, relation: str, which: str) -> list[list[str]]:
+        """The columns of each index of ``relation`` that matches ``which`` (SQL over ``i``)."""
+        query = sql.SQL(
+            "SELECT i.indexrelid, array_agg(a.attname ORDER BY array_position(i.indkey, a.attnum)) "
+            "FROM pg_index i JOIN pg_attribute a "
+            "ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+            "WHERE i.indrelid = %s::regclass AND {} GROUP BY i.indexrelid ORDER BY i.indexrelid"
+        ).format(sql.SQL(which))
+        return [list(r[1]) for r in self._conn.execute(query, (relation,)).fetchall()]
+
+
+def _regclass(schema: str, name: str) -> str:
+    """A ``regclass`` literal with both parts quoted (names are case-sensitive)."""
+    return '"{}"."{}"'.format(schema.replace('"', '""'), name.replace('"', '""'))
+
+
+def _columns(names: Sequence[str]) -> sql.Composed:
+    return sql.SQL(", ").join(sql.Identifier(n) for n in names)
+
+
+def _where(condition: str | None) -> sql.Composable:
+    if not condition:
+        return sql.SQL("")
+    return sql.SQL(" WHERE ({})").format(sql.SQL(condition))
+
+
+def next_chunk_size(current: int, seconds: float, target: float, low: int, high: int) -> int:
+    """Grow a chunk that was read well within ``target`` seconds, shrink a slow one."""
+    if seconds < target / 2:
+        current *= 2
+    elif seconds > target * 2:
+        current //= 2
+    return max(low, min(high, current))

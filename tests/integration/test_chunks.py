@@ -1,0 +1,103 @@
+"""Chunk reads against the session's real PostgreSQL: keyset pages, snapshots, refusals."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from processor.chunks import ChunkError, PostgresChunkReader, next_chunk_size
+from tidemark.devstack.stack import DevStack
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def reader(stack: DevStack) -> PostgresChunkReader:
+    with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
+        conn.execute(
+            'CREATE TABLE "iso_chunks_Weird Table" (region text, "select" int, v text, '
+            'PRIMARY KEY (region, "select"))'
+        )
+        conn.execute(
+            'INSERT INTO "iso_chunks_Weird Table" SELECT r, n, r || n '
+            "FROM unnest(ARRAY['eu', 'us', 'ap']) r, generate_series(1, 40) n"
+        )
+        conn.execute("CREATE TABLE iso_chunks_nokey (a int, b text)")
+        conn.execute("CREATE TABLE iso_chunks_surrogate (code text, v int)")
+        conn.execute("CREATE UNIQUE INDEX ON iso_chunks_surrogate (code)")
+        conn.execute("CREATE SEQUENCE iso_chunks_seq")
+        conn.execute(
+            "INSERT INTO iso_chunks_surrogate SELECT 'c' || g, g FROM generate_series(1, 9) g"
+        )
+    return PostgresChunkReader(stack.config.source.conninfo())
+
+
+def test_pages_cover_the_table_once_in_key_order(reader: PostgresChunkReader) -> None:
+    info = reader.table_info("public.iso_chunks_Weird Table")
+    assert info.key == ("region", "select")
+    top = reader.max_key(info)
+    assert top == ("us", 40)
+    seen, after = [], None
+    while True:
+        chunk = reader.read_chunk(info, after, top, 7)
+        if not chunk.rows:
+            break
+        assert len(chunk.rows) <= 7
+        seen += [(r["region"], r["select"]) for r in chunk.rows]
+        after = chunk.last_key
+    assert seen == sorted((r, n) for r in ("ap", "eu", "us") for n in range(1, 41))
+
+
+def test_the_max_key_bounds_the_snapshot_and_a_filter_narrows_it(
+    stack: DevStack, reader: PostgresChunkReader
+) -> None:
+    info = reader.table_info("public.iso_chunks_Weird Table")
+    top = reader.max_key(info, "region = 'eu'")
+    assert top == ("eu", 40)
+    with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
+        conn.execute("""INSERT INTO "iso_chunks_Weird Table" VALUES ('eu', 99, 'late')""")
+    rows = reader.read_chunk(info, None, top, 1000, "region = 'eu'").rows
+    assert [r["select"] for r in rows] == list(range(1, 41))  # 99 is above the bound
+
+
+def test_a_chunk_snapshot_shows_a_concurrent_transaction_in_progress(
+    stack: DevStack, reader: PostgresChunkReader
+) -> None:
+    info = reader.table_info("public.iso_chunks_Weird Table")
+    with psycopg.connect(**stack.config.source.conninfo()) as writer:
+        writer.execute("""UPDATE "iso_chunks_Weird Table" SET v = 'moved' WHERE region = 'ap'""")
+        xid = writer.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+        assert xid is not None
+        chunk = reader.read_chunk(info, None, ("ap", 40), 100)
+        writer.rollback()
+    # In progress: listed in xip, or at or above xmax (newer than every completed one).
+    assert xid[0] in chunk.snapshot.xip or xid[0] >= chunk.snapshot.xmax
+    assert not chunk.snapshot.visible(xid[0] % (1 << 32))
+    assert {r["v"] for r in chunk.rows} == {f"ap{n}" for n in range(1, 41)}
+
+
+def test_tables_without_a_usable_key_are_refused(reader: PostgresChunkReader) -> None:
+    with pytest.raises(ChunkError, match="no primary key"):
+        reader.table_info("public.iso_chunks_nokey")
+    with pytest.raises(ChunkError, match="no unique index"):
+        reader.table_info("public.iso_chunks_nokey", surrogate_key="a")
+    with pytest.raises(ChunkError, match="does not exist"):
+        reader.table_info("public.iso_chunks_missing")
+    info = reader.table_info("public.iso_chunks_surrogate", surrogate_key="code")
+    assert info.key == ("code",)
+    rows = reader.read_chunk(info, ("c3",), ("c7",), 10).rows
+    assert [r["code"] for r in rows] == ["c4", "c5", "c6", "c7"]
+
+
+def test_chunks_are_read_only_whatever_the_filter(reader: PostgresChunkReader) -> None:
+    info = reader.table_info("public.iso_chunks_surrogate", surrogate_key="code")
+    with pytest.raises(ChunkError, match="read-only transaction"):
+        reader.read_chunk(info, None, ("c9",), 10, "(SELECT nextval('iso_chunks_seq')) > 0")
+
+
+def test_chunk_size_adapts_within_bounds() -> None:
+    assert next_chunk_size(1024, 0.01, 1.0, 64, 8192) == 2048
+    assert next_chunk_size(8192, 0.01, 1.0, 64, 8192) == 8192
+    assert next_chunk_size(1024, 3.0, 1.0, 64, 8192) == 512
+    assert next_chunk_size(64, 3.0, 1.0, 64, 8192) == 64
+    assert next_chunk_size(1024, 1.0, 1.0, 64, 8192) == 1024
