@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg import sql
+from psycopg.types.string import TextLoader
 
 from processor.visibility import PgSnapshot
 from tidemark.errors import TidemarkError
@@ -45,6 +46,10 @@ class TableInfo:
     #: The columns that order and page the table (primary key or surrogate key).
     key: tuple[str, ...]
     columns: tuple[str, ...]
+    #: Per column: ``(type name, type modifier, type category, array element type name)``.
+    types: tuple[tuple[str, int, str, str | None], ...] = ()
+    #: Per column: the type's OID.
+    oids: tuple[int, ...] = ()
 
     @property
     def name(self) -> str:
@@ -80,8 +85,13 @@ class ChunkReader(ABC):
         upto: Key,
         limit: int,
         condition: str | None = None,
+        casts: Mapping[str, str] | None = None,
     ) -> Chunk:
-        """Rows with ``after < key <= upto`` in key order, at most ``limit``."""
+        """Rows with ``after < key <= upto`` in key order, at most ``limit``.
+
+        ``casts`` names columns to read as ``text`` (the type's own output, as the
+        replication stream carries it) or as ``numeric``.
+        """
 
     @abstractmethod
     def close(self) -> None:
@@ -98,6 +108,8 @@ class PostgresChunkReader(ChunkReader):
             raise ChunkError(f"cannot connect to the source for chunk reads: {exc}") from None
         self._conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         self._conn.read_only = True
+        #: Types loaded as their text (their output function's, not a cast's).
+        self._as_text: set[int] = set()
 
     def table_info(self, table: str, surrogate_key: str | None = None) -> TableInfo:
         schema, _, name = table.partition(".")
@@ -106,14 +118,15 @@ class PostgresChunkReader(ChunkReader):
             found = self._conn.execute("SELECT to_regclass(%s)", (relation,)).fetchone()
             if found is None or found[0] is None:
                 raise ChunkError(f"table {table} does not exist")
-            columns = [
-                r[0]
-                for r in self._conn.execute(
-                    "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass "
-                    "AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
-                    (relation,),
-                ).fetchall()
-            ]
+            described = self._conn.execute(
+                "SELECT a.attname, t.typname, a.atttypmod, t.typcategory, e.typname, t.oid "
+                "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+                "LEFT JOIN pg_type e ON e.oid = t.typelem AND t.typcategory = 'A' "
+                "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
+                "ORDER BY a.attnum",
+                (relation,),
+            ).fetchall()
+            columns = [r[0] for r in described]
             primary = self._indexes(relation, "i.indisprimary")
             unique = self._indexes(relation, "i.indisunique AND i.indpred IS NULL")
         if surrogate_key is not None:
@@ -132,7 +145,9 @@ class PostgresChunkReader(ChunkReader):
                 f"table {table} has no primary key: give a unique column as "
                 "'surrogate-key' in the execute-snapshot signal"
             )
-        return TableInfo(schema, name, tuple(key), tuple(columns))
+        types = tuple((r[1], r[2], r[3], r[4]) for r in described)
+        oids = tuple(int(r[5]) for r in described)
+        return TableInfo(schema, name, tuple(key), tuple(columns), types, oids)
 
     def max_key(self, info: TableInfo, condition: str | None = None) -> Key | None:
         order = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(k)) for k in info.key)
@@ -150,6 +165,7 @@ class PostgresChunkReader(ChunkReader):
         upto: Key,
         limit: int,
         condition: str | None = None,
+        casts: Mapping[str, str] | None = None,
     ) -> Chunk:
         key = sql.SQL("({})").format(_columns(info.key))
         marks = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(info.key)))
@@ -161,16 +177,21 @@ class PostgresChunkReader(ChunkReader):
         if condition:
             bounds.append(sql.SQL("({})").format(sql.SQL(condition)))
         query = sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY {} LIMIT {}").format(
-            _columns(info.columns),
+            _selected(info.columns, casts or {}),
             sql.Identifier(info.schema, info.table),
             sql.SQL(" AND ").join(bounds),
             _columns(info.key),
             sql.Literal(int(limit)),
         )
+        for name, oid in zip(info.columns, info.oids, strict=False):
+            if (casts or {}).get(name) == "text" and oid not in self._as_text:
+                self._conn.adapters.register_loader(oid, TextLoader)
+                self._as_text.add(oid)
         started = time.perf_counter()
         try:
             with self._conn.transaction():
                 text = self._conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+                self._conn.execute("SET LOCAL intervalstyle = 'iso_8601'")
                 cursor = self._conn.execute(query, params)
                 names = [c.name for c in cursor.description or []]
                 rows = [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
@@ -201,6 +222,22 @@ def _regclass(schema: str, name: str) -> str:
 
 def _columns(names: Sequence[str]) -> sql.Composed:
     return sql.SQL(", ").join(sql.Identifier(n) for n in names)
+
+
+_CASTS = {"numeric": sql.SQL("numeric")}
+
+
+def _selected(names: Sequence[str], casts: Mapping[str, str]) -> sql.Composed:
+    """The select list: each column, cast where ``casts`` says, under its own name."""
+    items: list[sql.Composable] = []
+    for name in names:
+        column = sql.Identifier(name)
+        cast = casts.get(name)
+        if cast not in _CASTS:  # none, or text: loaded as text, not cast
+            items.append(column)
+        else:
+            items.append(sql.SQL("{}::{} AS {}").format(column, _CASTS[cast], column))
+    return sql.SQL(", ").join(items)
 
 
 def _where(condition: str | None) -> sql.Composable:

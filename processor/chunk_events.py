@@ -1,0 +1,166 @@
+"""Chunk rows as Debezium events: the same key bytes, value encoding and partition.
+
+A chunk row must be indistinguishable from Debezium's own event for the row
+(DESIGN.md): the same key bytes, so Kafka's murmur2 partitioner puts it in the
+partition that owns the key, and the same value encoding for every column.
+:class:`TableShape` learns a table's formats and schemas from one of Debezium's
+events on its change topic (JSON with or without schemas, or Avro with the
+registry's ids) and then writes ``op = r`` events with ``source.snapshot =
+incremental`` for rows converted by :mod:`processor.debezium_values`.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import fastavro
+import orjson
+
+from processor.debezium_values import Column, to_avro, to_json
+from processor.registry import SchemaCache
+from tidemark.errors import TidemarkError
+
+_HEADER = struct.Struct(">bI")
+_SCHEMA_HEAD = b'{"schema":'
+_PAYLOAD_HEAD = b',"payload":'
+#: Source fields of an incremental snapshot's READ event that are not the table's.
+_READ_SOURCE = {
+    "snapshot": "incremental",
+    "sequence": None,
+    "txId": None,
+    "lsn": None,
+    "xmin": None,
+}
+
+
+class ShapeError(TidemarkError):
+    """A table's Debezium events cannot be learned or reproduced."""
+
+
+@dataclass
+class _Side:
+    """How a key or a value is written: its format and what that format needs."""
+
+    format: str  # "avro", "json-schema" or "json"
+    #: JSON with schema: the bytes up to the payload, exactly as Debezium wrote them.
+    head: bytes = b""
+    schema_id: int = 0
+    parsed: Any = None
+    #: Field order (the key's columns; the envelope's fields).
+    fields: tuple[str, ...] = ()
+
+
+class TableShape:
+    """A table's Debezium event layout, learned from one of its events."""
+
+    def __init__(self, key: _Side, value: _Side, source: dict[str, Any]) -> None:
+        self._key, self._value, self._source = key, value, source
+
+    @staticmethod
+    def learn(key: bytes, value: bytes, schemas: SchemaCache | None) -> TableShape:
+        """The shape of the events of the table that Debezium's ``key``/``value`` belong to."""
+        key_side, key_payload = _learn(key, schemas, "key")
+        value_side, payload = _learn(value, schemas, "value")
+        if not isinstance(payload, dict) or not isinstance(payload.get("source"), dict):
+            raise ShapeError("not a Debezium change event: cannot learn the table's events")
+        if not isinstance(key_payload, dict) or not key_payload:
+            raise ShapeError("a Debezium key is a struct of the key columns")
+        key_side.fields = tuple(key_payload)
+        value_side.fields = tuple(payload)
+        return TableShape(key_side, value_side, dict(payload["source"]))
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        """The key's columns, in the order Debezium writes them."""
+        return self._key.fields
+
+    def encode(self, row: dict[str, Any], columns: list[Column]) -> tuple[bytes, bytes]:
+        """Key and value bytes of ``row``'s READ event (values as the chunk query gave them)."""
+        values = {c.name: c.convert(row[c.name]) for c in columns}
+        key = {name: values[name] for name in self._key.fields}
+        now_ns = time.time_ns()
+        source = dict(self._source, **_READ_SOURCE)
+        source.update(ts_ms=now_ns // 1_000_000, ts_us=now_ns // 1000, ts_ns=now_ns)
+        payload: dict[str, Any] = {
+            "before": None,
+            "after": values,
+            "source": {k: v for k, v in source.items() if k in self._source},
+            "transaction": None,
+            "op": "r",
+            "ts_ms": now_ns // 1_000_000,
+            "ts_us": now_ns // 1000,
+            "ts_ns": now_ns,
+        }
+        envelope = {f: payload.get(f) for f in self._value.fields}
+        return _write(self._key, key), _write(self._value, envelope)
+
+
+def _learn(raw: bytes, schemas: SchemaCache | None, what: str) -> tuple[_Side, Any]:
+    if raw[:1] == b"\x00":
+        if schemas is None:
+            raise ShapeError(f"the {what}s are Avro but no schema registry is configured")
+        schema_id = _HEADER.unpack_from(raw)[1]
+        parsed = schemas.get(schema_id)[1]
+        datum = fastavro.schemaless_reader(io.BytesIO(raw[_HEADER.size :]), parsed, None)
+        return _Side("avro", schema_id=schema_id, parsed=parsed), datum
+    document = orjson.loads(raw)
+    if isinstance(document, dict) and set(document) == {"schema", "payload"}:
+        end = raw.index(_PAYLOAD_HEAD, len(_SCHEMA_HEAD)) + len(_PAYLOAD_HEAD)
+        return _Side("json-schema", head=raw[:end]), document["payload"]
+    return _Side("json"), document
+
+
+def _write(side: _Side, datum: dict[str, Any]) -> bytes:
+    if side.format == "avro":
+        out = io.BytesIO()
+        out.write(_HEADER.pack(0, side.schema_id))
+        fastavro.schemaless_writer(out, side.parsed, _avro(datum))
+        return out.getvalue()
+    body = orjson.dumps(_json(datum))
+    return side.head + body + b"}" if side.format == "json-schema" else body
+
+
+def _json(datum: dict[str, Any]) -> dict[str, Any]:
+    out = dict(datum)
+    if isinstance(out.get("after"), dict):
+        out["after"] = {k: to_json(v) for k, v in out["after"].items()}
+        return out
+    return {k: to_json(v) for k, v in out.items()}
+
+
+def _avro(datum: dict[str, Any]) -> dict[str, Any]:
+    out = dict(datum)
+    if isinstance(out.get("after"), dict):
+        out["after"] = {k: to_avro(v) for k, v in out["after"].items()}
+        return out
+    return {k: to_avro(v) for k, v in out.items()}
+
+
+def murmur2_partition(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner (and librdkafka's ``murmur2``) gives ``key``."""
+    seed, m, r = 0x9747B28C, 0x5BD1E995, 24
+    length = len(key)
+    h = (seed ^ length) & 0xFFFFFFFF
+    for i in range(0, length - length % 4, 4):
+        k = int.from_bytes(key[i : i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    tail = length % 4
+    if tail:
+        rest = key[length - tail :]
+        if tail == 3:
+            h ^= rest[2] << 16
+        if tail >= 2:
+            h ^= rest[1] << 8
+        h ^= rest[0]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return (h & 0x7FFFFFFF) % partitions

@@ -1,0 +1,69 @@
+"""Debezium's encodings of PostgreSQL values (pure parts; the integration tests compare with
+Debezium's own events for every type)."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from processor.debezium_values import column, to_avro, to_json
+
+
+def convert(type_name: str, value: object, typmod: int = -1) -> object:
+    return column("c", type_name, typmod, "", None).convert(value)
+
+
+@given(st.integers(-(2**200), 2**200))
+def test_decimals_are_javas_big_integer_bytes(unscaled: int) -> None:
+    value = decimal.Decimal(f"{unscaled}E-3")  # exact, whatever the digits
+    raw = base64.b64decode(to_json(convert("numeric", value, (12 << 16 | 3) + 4)))
+    assert int.from_bytes(raw, "big", signed=True) == unscaled
+    # the fewest bytes that keep the sign, as BigInteger.toByteArray()
+    assert len(raw) == 1 or raw[:2] not in (b"\x00\x00", b"\xff\xff")
+    assert len(raw) == 1 or not (raw[0] == 0 and raw[1] < 0x80)
+    assert len(raw) == 1 or not (raw[0] == 0xFF and raw[1] >= 0x80)
+
+
+def test_variable_scale_decimals_drop_trailing_zeros_but_keep_a_scale_of_zero() -> None:
+    assert convert("numeric", decimal.Decimal("1.10")) == {"scale": 1, "value": 11}
+    assert convert("numeric", decimal.Decimal("100")) == {"scale": 0, "value": 100}
+    assert convert("numeric", decimal.Decimal("0.000")) == {"scale": 0, "value": 0}
+    assert to_json({"scale": 1, "value": 11}) == {"scale": 1, "value": "Cw=="}
+    assert to_avro({"scale": 1, "value": 11}) == {"scale": 1, "value": b"\x0b"}
+
+
+def test_times() -> None:
+    moment = dt.datetime(2026, 1, 1, 10, 0, 0, 120000, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    assert convert("timestamptz", moment) == "2026-01-01T08:00:00.120000Z"
+    assert convert("timestamptz", moment, 3) == "2026-01-01T08:00:00.120Z"
+    naive = dt.datetime(1969, 12, 31, 23, 59, 59, 500000)  # noqa: DTZ001
+    assert convert("timestamp", naive) == -500_000
+    assert convert("timestamp", naive, 3) == -500
+    assert convert("date", dt.date(2024, 2, 29)) == 19782
+    assert convert("time", dt.time(13, 14, 15, 500000)) == 47_655_500_000
+    zoned = dt.time(1, 2, 3, 250000, tzinfo=dt.timezone(-dt.timedelta(hours=5)))
+    assert convert("timetz", zoned) == "06:02:03.25Z"
+
+
+def test_intervals_use_debeziums_average_month() -> None:
+    assert convert("interval", "P1Y2M3DT4H5M6.7S") == 37_091_106_700_000
+    assert convert("interval", "P-1DT2H") == -79_200_000_000
+
+
+def test_enums_and_text_types_are_read_as_text_and_arrays_convert_elements() -> None:
+    assert column("m", "mood", -1, "E", None).cast == "text"
+    assert column("j", "jsonb", -1, "U", None).cast == "text"
+    assert column("c", "bpchar", 7, "S", None).cast is None  # the padding stays
+    dates = column("a", "_date", -1, "A", "date")
+    assert dates.convert([dt.date(1970, 1, 2), None]) == [1, None]
+
+
+@pytest.mark.parametrize("type_name", ["point", "polygon", "pg_lsn"])
+def test_unknown_types_are_refused(type_name: str) -> None:
+    with pytest.raises(Exception, match=type_name):
+        column("c", type_name, -1, "G", None)
