@@ -48,8 +48,9 @@ _HEADER = struct.Struct(">bI")
 class _Decoded:
     """Where a decoded value's parts lie in its bytes.
 
-    The ``after`` row's body is ``raw[row:rest]``; the envelope's ``before`` is
-    ``raw[5:row - 1]`` and its fields after ``after`` are ``raw[rest:]``.
+    The ``after`` row's body is ``raw[row:rest]`` (after its one union byte); the
+    envelope's ``before`` ends where that byte starts, and the fields after
+    ``after`` are ``raw[rest:]``.
     """
 
     __slots__ = ("layout", "raw", "row", "rest")
