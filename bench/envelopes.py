@@ -31,7 +31,6 @@ import argparse
 import io
 import json
 import os
-import platform
 import shutil
 import struct
 import subprocess
@@ -42,9 +41,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from results_file import write_results
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "bench" / "results"
 QUIX_PYTHON = ROOT / ".venv-quix" / "bin" / "python"
 PARTITIONS = 3
 BATCH = 5000
@@ -524,23 +524,13 @@ def main() -> None:
         server.server_close()
         stop_pid(pid, broker.MARKER)
         shutil.rmtree(run_dir, ignore_errors=True)
-    RESULTS.mkdir(exist_ok=True)
-    document = {
-        "benchmark": "envelopes",
-        "command": "python bench/envelopes.py " + " ".join(sys.argv[1:]),
-        "events": n,
-        "event_bytes": len(json.dumps(debezium_event(0, 0), separators=(",", ":"))),
-        "partitions": PARTITIONS,
-        "machine": {
-            "python": platform.python_version(),
-            "cpu": platform.machine(),
-            "cores": os.cpu_count(),
-        },
-        "results": results,
-    }
-    path = RESULTS / "envelopes.json"
-    path.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"written: {path}")
+    write_results(
+        "envelopes",
+        results,
+        events=n,
+        event_bytes=len(json.dumps(debezium_event(0, 0), separators=(",", ":"))),
+        partitions=PARTITIONS,
+    )
 
 
 def _report(program: str, fmt: str, keys: int, runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -16,9 +16,6 @@ count and the records read. Prints a table and writes
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -26,9 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from results_file import write_results
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-RESULTS = ROOT / "bench" / "results"
 PARTITIONS = 3
 
 
@@ -129,21 +127,7 @@ def main() -> None:
     finally:
         stop_pid(pid, broker.MARKER)
         shutil.rmtree(run_dir, ignore_errors=True)
-    RESULTS.mkdir(exist_ok=True)
-    document = {
-        "benchmark": "restore",
-        "command": "python bench/restore.py " + " ".join(sys.argv[1:]),
-        "partitions": PARTITIONS,
-        "machine": {
-            "python": platform.python_version(),
-            "cpu": platform.machine(),
-            "cores": os.cpu_count(),
-        },
-        "results": results,
-    }
-    path = RESULTS / "restore.json"
-    path.write_text(json.dumps(document, indent=2) + "\n")
-    print(f"written: {path}")
+    write_results("restore", results, partitions=PARTITIONS)
 
 
 if __name__ == "__main__":

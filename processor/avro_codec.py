@@ -94,7 +94,7 @@ class AvroCodec:
                 if self.envelope == "upsert":
                     layout = upsert_layout(schema_id, document, parsed)
                 else:
-                    layout = envelope_layout(schema_id, document, parsed)
+                    layout = envelope_layout(schema_id, document)
             except ValueError as exc:
                 raise InputError(f"value schema {schema_id}: {exc}", msg, "schema") from None
             layout.output_id = self._cache.register(self.output_topic + "-value", layout.output_doc)
@@ -161,7 +161,7 @@ class AvroCodec:
         layout = self._layout(_schema_id(raw, msg, "value"), msg)
         stream = io.BytesIO(raw)
         if self.envelope == "upsert":
-            row = _read(stream, _HEADER.size, layout.whole, msg, "value")
+            row = _read(stream, _HEADER.size, layout.row, msg, "value")
             _at_end(stream, raw, msg)
             if not isinstance(row, dict):
                 raise InputError("upsert value is not an Avro record", msg, "malformed")

@@ -46,8 +46,6 @@ class Layout:
     before: Any = None
     after: Any = None
     rest: Any = None
-    #: The whole value schema (``upsert``: the row itself).
-    whole: Any = None
     output_id: int = field(default=0)
 
 
@@ -108,7 +106,7 @@ def envelope_schema(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def envelope_layout(schema_id: int, document: dict[str, Any], parsed: Any) -> Layout:
+def envelope_layout(schema_id: int, document: dict[str, Any]) -> Layout:
     """The layout of a Debezium envelope schema: ``before`` and ``after`` first, as unions.
 
     Raises ``ValueError`` for a schema that is not laid out like Debezium's.
@@ -130,7 +128,6 @@ def envelope_layout(schema_id: int, document: dict[str, Any], parsed: Any) -> La
         before=_wrap("Before", fields[:1]),
         after=_wrap("After", fields[1:2]),
         rest=_wrap("Rest", fields[2:]),
-        whole=parsed,
     )
 
 
@@ -138,7 +135,7 @@ def upsert_layout(schema_id: int, document: dict[str, Any], parsed: Any) -> Layo
     """The layout of a flat row schema (``upsert``): the output wraps it in an envelope."""
     if not (isinstance(document, dict) and document.get("type") == "record"):
         raise ValueError("an upsert value must be an Avro record")
-    return Layout(schema_id, parsed, envelope_schema(document), whole=parsed)
+    return Layout(schema_id, parsed, envelope_schema(document))
 
 
 def _union_bytes(kind: Any) -> tuple[bytes, bytes]:

@@ -81,13 +81,13 @@ class TableShape:
     def encode(self, row: dict[str, Any], columns: list[Column]) -> tuple[bytes, bytes]:
         """Key and value bytes of ``row``'s READ event (values as the chunk query gave them)."""
         values = {c.name: c.convert(row[c.name]) for c in columns}
-        key = {name: values[name] for name in self._key.fields}
+        key = _wire(self._key, {name: values[name] for name in self._key.fields})
         now_ns = time.time_ns()
         source = dict(self._source, **_READ_SOURCE)
         source.update(ts_ms=now_ns // 1_000_000, ts_us=now_ns // 1000, ts_ns=now_ns)
         payload: dict[str, Any] = {
             "before": None,
-            "after": values,
+            "after": _wire(self._value, values),
             "source": {k: v for k, v in source.items() if k in self._source},
             "transaction": None,
             "op": "r",
@@ -114,30 +114,20 @@ def _learn(raw: bytes, schemas: SchemaCache | None, what: str) -> tuple[_Side, A
     return _Side("json"), document
 
 
+def _wire(side: _Side, values: dict[str, Any]) -> dict[str, Any]:
+    """Connect values as ``side``'s format writes them."""
+    convert = to_avro if side.format == "avro" else to_json
+    return {name: convert(value) for name, value in values.items()}
+
+
 def _write(side: _Side, datum: dict[str, Any]) -> bytes:
     if side.format == "avro":
         out = io.BytesIO()
         out.write(_HEADER.pack(0, side.schema_id))
-        fastavro.schemaless_writer(out, side.parsed, _avro(datum))
+        fastavro.schemaless_writer(out, side.parsed, datum)
         return out.getvalue()
-    body = orjson.dumps(_json(datum))
+    body = orjson.dumps(datum)
     return side.head + body + b"}" if side.format == "json-schema" else body
-
-
-def _json(datum: dict[str, Any]) -> dict[str, Any]:
-    out = dict(datum)
-    if isinstance(out.get("after"), dict):
-        out["after"] = {k: to_json(v) for k, v in out["after"].items()}
-        return out
-    return {k: to_json(v) for k, v in out.items()}
-
-
-def _avro(datum: dict[str, Any]) -> dict[str, Any]:
-    out = dict(datum)
-    if isinstance(out.get("after"), dict):
-        out["after"] = {k: to_avro(v) for k, v in out["after"].items()}
-        return out
-    return {k: to_avro(v) for k, v in out.items()}
 
 
 def murmur2_partition(key: bytes, partitions: int) -> int:

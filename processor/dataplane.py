@@ -32,7 +32,13 @@ from processor.registry import HttpRegistry, SchemaCache
 from state.changelog import Restorer
 from state.store import Checkpoint, PartitionStore, StateBackend
 from tidemark.config import Config
-from tidemark.kafka import client_config, consumer_config, ensure_topics, partition_counts
+from tidemark.kafka import (
+    client_config,
+    consumer_config,
+    data_messages,
+    ensure_topics,
+    partition_counts,
+)
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +87,6 @@ class DataPlane:
         self._stop = threading.Event()
         self.running = False
         self.failure: BaseException | None = None
-        self.last_batch_at = 0.0
         self._admin = AdminClient(client_config(config.kafka))
         self._producer = Producer(
             client_config(
@@ -132,7 +137,6 @@ class DataPlane:
                     metrics.BATCH_SECONDS.observe(time.perf_counter() - started)
                 if self._restorer.busy:
                     self._restore_step()
-                self.last_batch_at = time.time()
                 if now >= next_lag:
                     self._update_lag()
                     next_lag = now + 2.0
@@ -184,12 +188,7 @@ class DataPlane:
     def decide(self, messages: list[Message]) -> Batch:
         """Reconcile ``messages`` against state, in memory (protocol step 1)."""
         groups: dict[TopicPartitionKey, list[RawMessage]] = defaultdict(list)
-        for msg in messages:
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise KafkaException(err)
+        for msg in data_messages(messages):
             raw = RawMessage(
                 msg.topic() or "", msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value()
             )

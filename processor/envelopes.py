@@ -47,8 +47,6 @@ SEEN = b"s"
 HIGH_WATER = b"\x00tidemark:high-water"
 _MARK = struct.Struct(">qqB")
 
-ENVELOPES = ("upsert", "debezium-upsert", "debezium")
-
 
 class KeyState(Protocol):
     """The state of one input partition as the rules see it."""

@@ -64,12 +64,11 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 class _SchemaCache:
     """The last schema prefix seen, its parsed schema and what was derived from it."""
 
-    __slots__ = ("prefix", "schema", "derived")
+    __slots__ = ("prefix", "schema")
 
     def __init__(self) -> None:
         self.prefix = b""
         self.schema: dict[str, Any] | None = None
-        self.derived: Any = None
 
     def split(self, raw: bytes, msg: RawMessage, what: str) -> tuple[Any, dict[str, Any] | None]:
         """``(payload, schema)`` of ``raw``; only the payload is parsed when the schema is known."""
@@ -84,7 +83,7 @@ class _SchemaCache:
             raise InputError(f"{what} schema is not a JSON object", msg, "schema")
         candidate = _SCHEMA_HEAD + orjson.dumps(schema) + _PAYLOAD_HEAD
         if raw.startswith(candidate):
-            self.prefix, self.schema, self.derived = candidate, schema, None
+            self.prefix, self.schema = candidate, schema
         return doc["payload"], schema
 
 

@@ -20,10 +20,10 @@ import logging
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from state.store import Checkpoint, PartitionStore
-from tidemark.kafka import exact_end_offsets
+from tidemark.kafka import data_messages, exact_end_offsets
 
 log = logging.getLogger(__name__)
 
@@ -127,12 +127,7 @@ class Restorer:
             updates: dict[tuple[str, int], dict[bytes, bytes | None]] = {}
             read: dict[tuple[str, int], int] = {}
             last: dict[tuple[str, int], int] = {}
-            for msg in messages:
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        continue
-                    raise KafkaException(err)
+            for msg in data_messages(messages):
                 tp = (msg.topic() or "", msg.partition() or 0)
                 if tp not in self._pending:
                     continue

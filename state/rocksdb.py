@@ -22,8 +22,9 @@ from state.store import Checkpoint, PartitionStore, StateBackend, StateError
 
 # Reserved keys. The envelopes prefix every user key with a letter (b"k", b"s"),
 # so keys that start with a NUL byte belong to the store and the rules' metadata.
-_INPUT_KEY = b"\x00\x00checkpoint:input"
-_CHANGELOG_KEY = b"\x00\x00checkpoint:changelog"
+_RESERVED = b"\x00\x00checkpoint:"
+_INPUT_KEY = _RESERVED + b"input"
+_CHANGELOG_KEY = _RESERVED + b"changelog"
 _OFFSET = struct.Struct(">q")
 
 
@@ -62,7 +63,7 @@ class RocksDBPartitionStore(PartitionStore):
             assert isinstance(key, bytes)  # raw mode
             if bound is not None and key >= bound:
                 break
-            if not key.startswith(b"\x00\x00checkpoint:"):
+            if not key.startswith(_RESERVED):
                 found.append(key)
         return found
 

@@ -27,7 +27,7 @@ ENV_PREFIX = "TIDEMARK_"
 DEFAULT_CONFIG_PATH = "tidemark.yaml"
 
 Envelope = Literal["upsert", "debezium-upsert", "debezium"]
-ENVELOPE_NAMES = ("upsert", "debezium-upsert", "debezium")
+ENVELOPE_NAMES: tuple[str, ...] = typing.get_args(Envelope)
 
 
 @dataclass(frozen=True)

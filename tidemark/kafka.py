@@ -9,10 +9,10 @@ writes to a missing topic makes the broker create it with its own defaults.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tidemark.config import KafkaConfig
@@ -96,6 +96,16 @@ def _wait_visible(admin: AdminClient, names: list[str], timeout: float) -> None:
     raise TopicError(f"topics {names} did not appear within {timeout:.0f} s")
 
 
+def data_messages(messages: Iterable[Message]) -> Iterator[Message]:
+    """The messages that carry records: end-of-partition events skipped, other errors raised."""
+    for msg in messages:
+        err = msg.error()
+        if err is None:
+            yield msg
+        elif err.code() != KafkaError._PARTITION_EOF:
+            raise KafkaException(err)
+
+
 def exact_end_offsets(
     consumer: Consumer, partitions: list[TopicPartition], timeout: float = 10.0
 ) -> dict[tuple[str, int], int]:
@@ -119,19 +129,19 @@ def exact_end_offsets(
         return ends
     waiting = {(tp.topic, tp.partition) for tp in starts}
     consumer.assign(starts)
+
+    def note(messages: list[Message]) -> None:
+        for msg in data_messages(messages):
+            key = (msg.topic() or "", msg.partition() or 0)
+            ends[key] = max(ends[key], (msg.offset() or 0) + 1)
+            waiting.discard(key)
+
     try:
         deadline = time.monotonic() + timeout
         while waiting and time.monotonic() < deadline:
-            for msg in consumer.consume(1000, 0.1):
-                if msg.error() is None:
-                    key = (msg.topic() or "", msg.partition() or 0)
-                    ends[key] = max(ends[key], (msg.offset() or 0) + 1)
-                    waiting.discard(key)
+            note(consumer.consume(1000, 0.1))
         while messages := consumer.consume(10_000, 0.2):  # the rest of the fetched batches
-            for msg in messages:
-                if msg.error() is None:
-                    key = (msg.topic() or "", msg.partition() or 0)
-                    ends[key] = max(ends[key], (msg.offset() or 0) + 1)
+            note(messages)
     finally:
         consumer.unassign()
     return ends

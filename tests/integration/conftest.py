@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
+from tests.integration.processes import Processor
 from tidemark.config import Config, ProcessorConfig, SinkConfig
-from tidemark.devstack.procs import pid_alive
 from tidemark.devstack.stack import DevStack
 from tidemark.ports import free_port
 
@@ -45,22 +41,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevStack]:
 
 @pytest.fixture(scope="session")
 def processor(stack: DevStack) -> Iterator[int]:
-    """A running ``tidemark process``; yields its web port."""
-    cmd = [sys.executable, "-m", "tidemark.cli", "process", "--config", str(stack.config_path)]
-    pid = stack.start_process("processor", cmd)
-    port = stack.config.processor.web_port
-    deadline = time.monotonic() + 90
-    while True:
-        assert pid_alive(pid), (Path(stack.run_dir) / "processor.log").read_text()[-3000:]
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
-                if resp.status == 200:
-                    break
-        except OSError:
-            pass
-        assert time.monotonic() < deadline, "the processor did not become healthy"
-        time.sleep(0.5)
+    """A running ``tidemark process`` on the stack's configuration; yields its web port."""
+    shared = Processor(stack, stack.config, "processor").start()
     try:
-        yield port
+        yield stack.config.processor.web_port
     finally:
-        stack.stop_process("processor")
+        shared.stop()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from processor.chunks import ChunkError, PostgresChunkReader, next_chunk_size
+from processor.chunks import ChunkError, PostgresChunkReader
 from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
@@ -93,11 +93,3 @@ def test_chunks_are_read_only_whatever_the_filter(reader: PostgresChunkReader) -
     info = reader.table_info("public.iso_chunks_surrogate", surrogate_key="code")
     with pytest.raises(ChunkError, match="read-only transaction"):
         reader.read_chunk(info, None, ("c9",), 10, "(SELECT nextval('iso_chunks_seq')) > 0")
-
-
-def test_chunk_size_adapts_within_bounds() -> None:
-    assert next_chunk_size(1024, 0.01, 1.0, 64, 8192) == 2048
-    assert next_chunk_size(8192, 0.01, 1.0, 64, 8192) == 8192
-    assert next_chunk_size(1024, 3.0, 1.0, 64, 8192) == 512
-    assert next_chunk_size(64, 3.0, 1.0, 64, 8192) == 64
-    assert next_chunk_size(1024, 1.0, 1.0, 64, 8192) == 1024

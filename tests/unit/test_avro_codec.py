@@ -13,7 +13,6 @@ import decimal
 import io
 import json
 import struct
-from pathlib import Path
 from typing import Any
 
 import fastavro
@@ -26,16 +25,9 @@ from processor.envelopes import Emit, debezium_upsert
 from processor.errors import InputError, RawMessage
 from processor.registry import MemoryRegistry, SchemaCache
 from state.store import BatchState, MemoryPartitionStore
+from tests.unit.probe import SCHEMAS, TOPIC, frame, probe_event
 
-SCHEMAS = json.loads((Path(__file__).parent / "data" / "debezium_avro_schemas.json").read_text())
-TOPIC, OUTPUT = "tidemark.public.probe", "tidemark.reconciled.public.probe"
-
-
-def frame(schema_id: int, schema: dict[str, Any], datum: Any) -> bytes:
-    out = io.BytesIO()
-    out.write(struct.pack(">bI", 0, schema_id))
-    fastavro.schemaless_writer(out, fastavro.parse_schema(schema, {}), datum)
-    return out.getvalue()
+OUTPUT = "tidemark.reconciled.public.probe"
 
 
 def unframe(registry: MemoryRegistry, raw: bytes) -> tuple[int, Any]:
@@ -53,31 +45,6 @@ def row(name: str = "a", amount: str = "12.34") -> dict[str, Any]:
         "u": "5f81ae80-1f21-448e-9ae9-6a3b3ee4cf76",
         "j": '{"x": 1}',
         "d": 20780,
-    }
-
-
-def envelope(
-    op: str, after: dict[str, Any] | None, sequence: str = '["10","12"]'
-) -> dict[str, Any]:
-    return {
-        "before": None,
-        "after": after,
-        "source": {
-            "version": "3.6.3.Final",
-            "connector": "postgresql",
-            "name": "tidemark",
-            "ts_ms": 1,
-            "snapshot": "false",
-            "db": "tidemark",
-            "sequence": sequence,
-            "schema": "public",
-            "table": "probe",
-            "txId": 732,
-            "lsn": 12,
-        },
-        "transaction": None,
-        "op": op,
-        "ts_ms": 2,
     }
 
 
@@ -100,7 +67,7 @@ def codec(registry: MemoryRegistry | None, envelope_name: str = "debezium-upsert
 
 def test_decodes_debezium_avro_with_logical_types(registry: MemoryRegistry) -> None:
     source = codec(registry)
-    change = source.decode(message(frame(2, SCHEMAS["value"], envelope("u", row()))))
+    change = source.decode(message(frame(2, SCHEMAS["value"], probe_event("u", row()))))
     assert change.op == "u" and change.version == (10, 12)
     assert change.after == row()  # the decimal is a Decimal, the rest as Debezium typed them
     assert change.snapshot is Snapshot.NONE and change.connector == "postgresql"
@@ -115,7 +82,7 @@ def test_output_has_its_schema_registered_and_the_retraction_from_state(
     state = BatchState(MemoryPartitionStore())
     outputs = []
     for name, sequence in (("a", '["8","9"]'), ("b", '["10","12"]')):
-        msg = message(frame(2, SCHEMAS["value"], envelope("u", row(name), sequence)))
+        msg = message(frame(2, SCHEMAS["value"], probe_event("u", row(name), sequence)))
         change = source.decode(msg)
         emit = debezium_upsert(change, state, source)
         assert emit is not None
@@ -144,10 +111,10 @@ def test_a_row_in_state_is_read_into_a_newer_schema(registry: MemoryRegistry) ->
     assert registry.register(TOPIC + "-value", json.dumps(newer)) == 3
     source = codec(registry)
     state = BatchState(MemoryPartitionStore())
-    old = message(frame(2, SCHEMAS["value"], envelope("c", row("a"))))
+    old = message(frame(2, SCHEMAS["value"], probe_event("c", row("a"))))
     first = source.decode(old)
     debezium_upsert(first, state, source)
-    msg = message(frame(3, newer, envelope("u", dict(row("b"), note="hi"), '["20","22"]')))
+    msg = message(frame(3, newer, probe_event("u", dict(row("b"), note="hi"), '["20","22"]')))
     change = source.decode(msg)
     emit = debezium_upsert(change, state, source)
     assert emit is not None
@@ -160,10 +127,10 @@ def test_toast_placeholder_in_avro_is_filled_from_state(registry: MemoryRegistry
     source = codec(registry)
     state = BatchState(MemoryPartitionStore())
     debezium_upsert(
-        source.decode(message(frame(2, SCHEMAS["value"], envelope("c", row())))), state, source
+        source.decode(message(frame(2, SCHEMAS["value"], probe_event("c", row())))), state, source
     )
     unchanged = dict(row("b"), j=TOAST_PLACEHOLDER)
-    msg = message(frame(2, SCHEMAS["value"], envelope("u", unchanged, '["20","22"]')))
+    msg = message(frame(2, SCHEMAS["value"], probe_event("u", unchanged, '["20","22"]')))
     change = source.decode(msg)
     assert change.toast
     emit = debezium_upsert(change, state, source)
@@ -204,7 +171,7 @@ def test_bad_avro_is_an_input_error(
 
 
 def test_a_truncated_or_padded_body_is_refused(registry: MemoryRegistry) -> None:
-    good = frame(2, SCHEMAS["value"], envelope("u", row()))
+    good = frame(2, SCHEMAS["value"], probe_event("u", row()))
     for bad, reason in ((good[:-9], "not valid Avro"), (good + b"\x00", "1 bytes after")):
         with pytest.raises(InputError, match=reason) as info:
             codec(registry).decode(message(bad))
@@ -213,7 +180,7 @@ def test_a_truncated_or_padded_body_is_refused(registry: MemoryRegistry) -> None
 
 def test_avro_without_a_registry_is_a_dead_letter_not_a_crash() -> None:
     with pytest.raises(InputError, match="no schema registry is configured") as info:
-        codec(None).decode(message(frame(2, SCHEMAS["value"], envelope("u", row()))))
+        codec(None).decode(message(frame(2, SCHEMAS["value"], probe_event("u", row()))))
     assert info.value.kind == "schema"
 
 
@@ -221,4 +188,4 @@ def test_an_avro_key_that_is_not_a_struct_is_refused(registry: MemoryRegistry) -
     key_id = registry.register("k", '"string"')
     key = frame(key_id, "string", "one")  # type: ignore[arg-type]
     with pytest.raises(InputError, match="not a struct of primary-key columns"):
-        codec(registry).decode(message(frame(2, SCHEMAS["value"], envelope("u", row())), key))
+        codec(registry).decode(message(frame(2, SCHEMAS["value"], probe_event("u", row())), key))

@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import json
 import struct
-from pathlib import Path
 from typing import Any
 
 import fastavro
@@ -26,11 +25,10 @@ from processor.errors import RawMessage
 from processor.reconciler import Reconciler
 from processor.registry import MemoryRegistry, SchemaCache
 from state.store import Checkpoint, MemoryPartitionStore
+from tests.unit.probe import SCHEMAS, TOPIC, frame, probe_event
 from tidemark.config import Config, ProcessorConfig
 
-TOPIC = "tidemark.public.probe"
 TP = (TOPIC, 0)
-SCHEMAS = json.loads((Path(__file__).parent / "data" / "debezium_avro_schemas.json").read_text())
 JSON_SCHEMA = {
     "type": "struct",
     "name": "tidemark.public.probe.Envelope",
@@ -48,43 +46,26 @@ KEY_SCHEMA = {
 }
 
 
-def avro(schema_id: int, schema: Any, datum: Any) -> bytes:
-    out = io.BytesIO()
-    out.write(struct.pack(">bI", 0, schema_id))
-    fastavro.schemaless_writer(out, fastavro.parse_schema(schema, {}), datum)
-    return out.getvalue()
-
-
 def event(key: int, op: str, name: str | None, position: int) -> dict[str, Any]:
-    after = None if name is None else {"id": key, "name": name, "amount": None, "at": None}
-    after = after if after is None else dict(after, u=None, j=None, d=None)
-    return {
-        "before": None,
-        "after": after,
-        "source": {
-            "version": "3.6.3.Final",
-            "connector": "postgresql",
-            "name": "tidemark",
-            "ts_ms": 1,
-            "snapshot": "false",
-            "db": "tidemark",
-            "sequence": f'["{position}","{position}"]',
-            "schema": "public",
-            "table": "probe",
-            "txId": position,
-            "lsn": position,
-        },
-        "transaction": None,
-        "op": op,
-        "ts_ms": 2,
-    }
+    after = None
+    if name is not None:
+        after = {
+            "id": key,
+            "name": name,
+            "amount": None,
+            "at": None,
+            "u": None,
+            "j": None,
+            "d": None,
+        }
+    return probe_event(op, after, f'["{position}","{position}"]', txid=position, lsn=position)
 
 
 def encode(fmt: str, key: int, payload: dict[str, Any] | None) -> tuple[bytes, bytes | None]:
     """Key and value bytes of one event in ``fmt``."""
     if fmt == "avro":
-        value = None if payload is None else avro(2, SCHEMAS["value"], payload)
-        return avro(1, SCHEMAS["key"], {"id": key}), value
+        value = None if payload is None else frame(2, SCHEMAS["value"], payload)
+        return frame(1, SCHEMAS["key"], {"id": key}), value
     if fmt == "json":
         wrapped_key = orjson.dumps({"schema": KEY_SCHEMA, "payload": {"id": key}})
         value = (

@@ -23,7 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from processor.registry import MemoryRegistry, UnknownSchemaError
+from processor.registry import MemoryRegistry, UnknownSchemaError, canonical
 from tidemark.devstack.procs import pid_alive, start_detached, wait_for
 from tidemark.ports import claim_port, port_is_open
 
@@ -82,7 +82,7 @@ class _Handler(BaseHTTPRequestHandler):
             subject = _subject(match)
             versions = self.registry.versions(subject)
             for version, schema_id in enumerate(versions, 1):
-                if self.registry.schema(schema_id) == self._canonical(schema):
+                if self.registry.schema(schema_id) == canonical(schema):
                     return self._reply(self._registered(subject, version, schema_id))
             return self._error(HTTPStatus.NOT_FOUND, 40403, "schema not found")
         return self._error(HTTPStatus.NOT_FOUND, 404, f"no such resource: {path}")
@@ -90,12 +90,6 @@ class _Handler(BaseHTTPRequestHandler):
     def _registered(self, subject: str, version: int, schema_id: int) -> dict[str, Any]:
         schema = self.registry.schema(schema_id)
         return {"subject": subject, "version": version, "id": schema_id, "schema": schema}
-
-    @staticmethod
-    def _canonical(schema: str) -> str:
-        from processor.registry import canonical
-
-        return canonical(schema)
 
     def _reply(self, document: Any, status: HTTPStatus = HTTPStatus.OK) -> None:
         body = json.dumps(document).encode()
