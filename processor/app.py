@@ -16,13 +16,14 @@ import os
 import signal
 import threading
 import typing
-from typing import Any
+from typing import Any, Protocol
 
 import faust
 from faust.web import Request, Response, View
 from mode import Service
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from processor.coordinator import Coordinator
 from processor.dataplane import DataPlane
 from state.rocksdb import RocksDBBackend
 from tidemark.config import Config
@@ -31,35 +32,46 @@ from tidemark.ports import claim_port
 log = logging.getLogger(__name__)
 
 
-class DataPlaneService(Service):
-    """Runs a :class:`DataPlane` in a thread for as long as the worker runs."""
+class Loop(Protocol):
+    """A blocking loop with its own Kafka clients: the data plane or the snapshot coordinator."""
 
-    def __init__(self, dataplane: DataPlane, **kwargs: Any) -> None:
+    failure: BaseException | None
+
+    def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class LoopService(Service):
+    """Runs a :class:`Loop` in a thread for as long as the worker runs."""
+
+    def __init__(self, loop: Loop, name: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.dataplane = dataplane
+        self.loop_ = loop
+        self.thread_name = name
         self._thread: threading.Thread | None = None
 
     async def on_start(self) -> None:
         """Start the loop thread."""
 
         def target() -> None:
-            self.dataplane.run()
-            if self.dataplane.failure is not None:
+            self.loop_.run()
+            if self.loop_.failure is not None:
                 # Stop the whole worker the way an operator would; run_worker then
                 # exits non-zero so that the orchestrator restarts the process.
                 os.kill(os.getpid(), signal.SIGTERM)
 
-        self._thread = threading.Thread(target=target, name="dataplane", daemon=True)
+        self._thread = threading.Thread(target=target, name=self.thread_name, daemon=True)
         self._thread.start()
 
     async def on_stop(self) -> None:
-        """Let the batch in flight finish, then join the thread."""
-        self.dataplane.stop()
+        """Let the work in flight (a batch, a chunk) finish, then join the thread."""
+        self.loop_.stop()
         if self._thread is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 30)
 
 
-def create_app(config: Config) -> tuple[faust.App, DataPlane]:
+def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
     """The Faust app and its data plane for ``config``."""
     pc = config.processor
     app = faust.App(
@@ -78,7 +90,9 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane]:
         autodiscover=False,
     )
     dataplane = DataPlane(config, RocksDBBackend(pc.state_dir))
-    app.service(typing.cast(Any, DataPlaneService(dataplane)))  # an instance is accepted
+    coordinator = Coordinator(config, dataplane.reconciler.schemas)
+    for loop, name in ((dataplane, "dataplane"), (coordinator, "snapshots")):
+        app.service(typing.cast(Any, LoopService(loop, name)))  # an instance is accepted
 
     @app.page("/metrics")
     class Metrics(View):
@@ -88,25 +102,32 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane]:
     @app.page("/health")
     class Health(View):
         async def get(self, request: Request) -> Response:
-            healthy = dataplane.running and dataplane.failure is None
+            healthy = (
+                dataplane.running and dataplane.failure is None and coordinator.failure is None
+            )
             body = {
                 "status": "ok" if healthy else "failing",
                 "dataplane": "running" if dataplane.running else "stopped",
                 "assigned_partitions": len(dataplane.assigned),
+                "snapshots": "leader" if coordinator.leader else "standby",
             }
             return self.json(body, status=200 if healthy else 503)
 
-    return app, dataplane
+    return app, dataplane, coordinator
 
 
 def run_worker(config: Config) -> int:
     """Run the processor until SIGTERM/SIGINT; exit code non-zero if the data plane failed."""
     claim_port(config.processor.web_port, "processor's web server", config.processor.web_host)
-    app, dataplane = create_app(config)
+    app, dataplane, coordinator = create_app(config)
     worker = faust.Worker(app, loglevel="info")
+
+    def failed() -> bool:
+        return dataplane.failure is not None or coordinator.failure is not None
+
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
-        return 1 if dataplane.failure is not None else code
-    return 1 if dataplane.failure is not None else 0
+        return 1 if failed() else code
+    return 1 if failed() else 0

@@ -157,13 +157,20 @@ def debezium_change(state_key: bytes, payload: Any, msg: RawMessage, toast: bool
         raise InputError(f"op {op!r} without an 'after' row", msg, "not-debezium")
     if before is not None and not isinstance(before, dict):
         raise InputError("'before' is not a row", msg, "not-debezium")
-    try:
-        version = source_version(source)
-    except PositionError as exc:
-        raise InputError(str(exc), msg, "position") from None
+    tag = msg.chunk
+    if tag is not None:
+        # A chunk row of Tidemark's own snapshot: placed by its chunk, not by a position.
+        if op != "r" or not isinstance(source, dict):
+            raise InputError("a backfill record that is not a read event", msg, "not-debezium")
+        version: Version = (0, tag.number)
+    else:
+        try:
+            version = source_version(source)
+        except PositionError as exc:
+            raise InputError(str(exc), msg, "position") from None
     assert isinstance(source, dict)
     txid = source.get("txId")
-    return Change(
+    change = Change(
         state_key,
         op,
         before,
@@ -175,3 +182,6 @@ def debezium_change(state_key: bytes, payload: Any, msg: RawMessage, toast: bool
         payload,
         txid=txid if isinstance(txid, int) and not isinstance(txid, bool) else None,
     )
+    if tag is not None:
+        change.chunk, change.read_in = tag.number, tag.snapshot
+    return change

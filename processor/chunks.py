@@ -78,6 +78,10 @@ class ChunkReader(ABC):
         """The largest key now (``None``: the table, or its filtered part, is empty)."""
 
     @abstractmethod
+    def estimate_rows(self, info: TableInfo, condition: str | None = None) -> int:
+        """About how many rows the table (or its filtered part) holds, for progress."""
+
+    @abstractmethod
     def read_chunk(
         self,
         info: TableInfo,
@@ -157,6 +161,23 @@ class PostgresChunkReader(ChunkReader):
         with self._conn.transaction():
             row = self._conn.execute(query).fetchone()
         return None if row is None else tuple(row)
+
+    def estimate_rows(self, info: TableInfo, condition: str | None = None) -> int:
+        """The planner's estimate (``pg_class.reltuples``); a count where there is none or a
+        filter applies."""
+        relation = _regclass(info.schema, info.table)
+        with self._conn.transaction():
+            if not condition:
+                row = self._conn.execute(
+                    "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", (relation,)
+                ).fetchone()
+                if row is not None and row[0] >= 0:
+                    return int(row[0])
+            query = sql.SQL("SELECT count(*) FROM {}{}").format(
+                sql.Identifier(info.schema, info.table), _where(condition)
+            )
+            counted = self._conn.execute(query).fetchone()
+        return int(counted[0]) if counted else 0
 
     def read_chunk(
         self,

@@ -26,6 +26,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient
 
 from processor import metrics
+from processor.backfill import ChunkTags, backfill_topic, backfilled_topic
 from processor.errors import InputError, ProcessorError, RawMessage
 from processor.reconciler import Batch, Reconciler, Source, TopicPartitionKey
 from processor.registry import HttpRegistry, SchemaCache
@@ -83,6 +84,7 @@ class DataPlane:
         self._on_delivery = self._delivery_error
         self._changelog_ends: dict[TopicPartitionKey, int] = {}
         self._input = re.compile(config.input_pattern())
+        self._chunk_tags = ChunkTags()
         self._subscribed: list[str] = []
         self._stop = threading.Event()
         self.running = False
@@ -102,7 +104,14 @@ class DataPlane:
         )
         self._consumer = Consumer(
             consumer_config(
-                config.kafka, self.group, **{"enable.partition.eof": False, "fetch.wait.max.ms": 50}
+                config.kafka,
+                self.group,
+                **{
+                    "enable.partition.eof": False,
+                    "fetch.wait.max.ms": 50,
+                    # Partition p of an input topic and of its backfill topic go together.
+                    "partition.assignment.strategy": "range",
+                },
             )
         )
         self._restorer = Restorer(
@@ -153,8 +162,11 @@ class DataPlane:
         librdkafka's own pattern subscription uses POSIX regular expressions (no
         look-ahead), so topics are matched here with Python's and subscribed by name.
         """
+        pipeline = self.config.processor.pipeline
         names = sorted(
-            t for t in self._admin.list_topics(timeout=10).topics if self._input.match(t)
+            t
+            for t in self._admin.list_topics(timeout=10).topics
+            if self._input.match(backfilled_topic(pipeline, t) or t)
         )
         if names != self._subscribed:
             if names:
@@ -188,10 +200,12 @@ class DataPlane:
     def decide(self, messages: list[Message]) -> Batch:
         """Reconcile ``messages`` against state, in memory (protocol step 1)."""
         groups: dict[TopicPartitionKey, list[RawMessage]] = defaultdict(list)
+        backfill = f"{self.config.processor.pipeline}.backfill."
         for msg in data_messages(messages):
-            raw = RawMessage(
-                msg.topic() or "", msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value()
-            )
+            topic = msg.topic() or ""
+            raw = RawMessage(topic, msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value())
+            if topic.startswith(backfill):
+                raw = raw._replace(chunk=self._chunk_tags.parse(msg.headers()))
             groups[(raw.topic, raw.partition)].append(raw)
         return self.reconciler.decide(groups, self._stores, self._restoring)
 
@@ -245,13 +259,12 @@ class DataPlane:
                 "Kafka did not acknowledge the batch's outputs: "
                 + (failures[0].str() if failures else f"{remaining} pending")
             )
-        for tp, next_offset in batch.next_offsets.items():
+        for tp, state in batch.states.items():
             store = self._stores.get(tp)
             if store is None:
                 continue
-            updates = batch.states[tp].updates if tp in batch.states else {}
             changelog_end = self._changelog_ends.get((self._source(tp[0]).changelog, tp[1]))
-            store.commit(updates, Checkpoint(next_offset, changelog_end))
+            store.commit(state.updates, Checkpoint(batch.next_offsets.get(tp), changelog_end))
         if batch.next_offsets:
             self._consumer.commit(
                 offsets=[TopicPartition(t, p, o) for (t, p), o in batch.next_offsets.items()],
@@ -320,6 +333,8 @@ class DataPlane:
     # -- partitions ---------------------------------------------------------
 
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        backfills = [p for p in partitions if self._is_backfill(p.topic)]
+        partitions = [p for p in partitions if not self._is_backfill(p.topic)]
         topics = {p.topic for p in partitions}
         new = topics - set(self.reconciler.sources)
         if new:
@@ -338,7 +353,7 @@ class DataPlane:
                 replication,
                 config=compacted,
             )
-        consumer.assign(partitions)
+        consumer.assign(partitions + backfills)
         stores = {}
         for p in partitions:
             store = self._stores[(p.topic, p.partition)] = self.backend.open(p.topic, p.partition)
@@ -350,8 +365,18 @@ class DataPlane:
             if (self._source(p.topic).changelog, p.partition) in restoring
             or p.topic in self.refused
         ]
-        if waiting:
-            consumer.pause(waiting)
+        held = {(p.topic, p.partition) for p in waiting}
+        if waiting or backfills:
+            # A backfill partition waits with its input partition (or without one here).
+            consumer.pause(
+                waiting
+                + [
+                    p
+                    for p in backfills
+                    if self.reconciler.state_partition((p.topic, p.partition)) in held
+                    or self.reconciler.state_partition((p.topic, p.partition)) not in self._stores
+                ]
+            )
         metrics.ASSIGNED_PARTITIONS.set(len(self._stores))
         metrics.RESTORING_PARTITIONS.set(len(waiting))
         log.info(
@@ -378,14 +403,26 @@ class DataPlane:
                 done.seconds,
             )
             if input_topic not in self.refused:
-                self._consumer.resume([TopicPartition(input_topic, done.partition)])
+                pipeline = self.config.processor.pipeline
+                self._consumer.resume(
+                    [
+                        TopicPartition(topic, done.partition)
+                        for topic in (input_topic, backfill_topic(pipeline, input_topic))
+                        if topic in self._subscribed
+                    ]
+                )
         metrics.RESTORING_PARTITIONS.set(sum(1 for tp in self._stores if self._restoring(tp)))
+
+    def _is_backfill(self, topic: str) -> bool:
+        return backfilled_topic(self.config.processor.pipeline, topic) is not None
 
     def _restoring(self, tp: TopicPartitionKey) -> bool:
         return self._restorer.restoring(self._source(tp[0]).changelog, tp[1])
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         for p in partitions:
+            if self._is_backfill(p.topic):
+                continue
             self._restorer.remove(self._source(p.topic).changelog, p.partition)
             store = self._stores.pop((p.topic, p.partition), None)
             if store is not None:

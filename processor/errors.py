@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from tidemark.errors import TidemarkError
+
+if TYPE_CHECKING:
+    from processor.backfill import ChunkTag
 
 
 class ProcessorError(TidemarkError):
@@ -19,6 +22,8 @@ class RawMessage(NamedTuple):
     offset: int
     key: bytes | None
     value: bytes | None
+    #: For a record of a backfill topic: its chunk, from the headers (``None`` if unreadable).
+    chunk: ChunkTag | None = None
 
 
 class InputError(ProcessorError):

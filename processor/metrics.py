@@ -40,3 +40,26 @@ BATCH_SECONDS = Histogram(
 ASSIGNED_PARTITIONS = Gauge(
     "tidemark_assigned_partitions", "Input partitions owned by this instance"
 )
+SNAPSHOT_ROWS = Counter(
+    "tidemark_snapshot_rows_total", "Rows read by incremental snapshots", ["table"]
+)
+SNAPSHOT_CHUNKS = Counter(
+    "tidemark_snapshot_chunks_total", "Chunks read by incremental snapshots", ["table"]
+)
+SNAPSHOT_PROGRESS = Gauge(
+    "tidemark_snapshot_progress_ratio",
+    "Share of the table read by its running or last snapshot (0 to 1)",
+    ["table"],
+)
+SNAPSHOT_REMAINING_SECONDS = Gauge(
+    "tidemark_snapshot_remaining_seconds",
+    "Estimated time left in the table's running snapshot",
+    ["table"],
+)
+SNAPSHOT_QUEUED_TABLES = Gauge(
+    "tidemark_snapshot_queued_tables", "Tables waiting for or in an incremental snapshot"
+)
+SNAPSHOT_PAUSED = Gauge("tidemark_snapshot_paused", "1 while incremental snapshots are paused")
+SNAPSHOT_LEADER = Gauge(
+    "tidemark_snapshot_leader", "1 on the instance that coordinates incremental snapshots"
+)

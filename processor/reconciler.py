@@ -12,7 +12,10 @@ partition, in offset order, each message is decoded, then the envelope's rule
   stops at that message and the topic's partitions stay paused there, while
   every other source goes on;
 - a Debezium tombstone (null value after a delete) is skipped: the delete
-  event itself produced the output and the output tombstone.
+  event itself produced the output and the output tombstone;
+- a record of a backfill topic (:mod:`processor.backfill`), a chunk row of an
+  incremental snapshot, is decided against the state of the input partition it
+  belongs to, in the same batch state as that partition's changes.
 
 Nothing here writes anywhere: state updates stay in each partition's
 :class:`~state.store.BatchState` until the commit protocol applies them.
@@ -25,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from processor import metrics
+from processor.backfill import backfilled_topic
 from processor.change import Change
 from processor.codecs import SourceCodec
 from processor.envelopes import ENTRY, STEPS, SourceRefused, Step, Unfillable
@@ -113,28 +117,45 @@ class Reconciler:
         """
         batch = Batch()
         for tp, group in groups.items():
-            store = stores.get(tp)
-            if store is None or not group:
+            if not group:
                 continue
-            if tp[0] in self.refused or waiting(tp):
+            state_tp = self.state_partition(tp)
+            store = stores.get(state_tp)
+            if store is None:
+                if state_tp != tp:  # a backfill partition whose input partition is not here yet
+                    batch.rewinds[tp] = group[0].offset
+                continue
+            if state_tp[0] in self.refused or waiting(state_tp):
                 batch.rewinds[tp] = group[0].offset
                 continue
             metrics.EVENTS_IN.labels(tp[0]).inc(len(group))
-            state = batch.states[tp] = BatchState(store)
-            self._decide_partition(self.source(tp[0]), group, state, batch)
+            state = batch.states.get(state_tp)
+            if state is None:
+                state = batch.states[state_tp] = BatchState(store)
+            self._decide_partition(self.source(state_tp[0]), group, state, batch)
         return batch
+
+    def state_partition(self, tp: TopicPartitionKey) -> TopicPartitionKey:
+        """The input partition whose state decides ``tp``'s records (itself, or a backfill's)."""
+        input_topic = backfilled_topic(self.config.processor.pipeline, tp[0])
+        return tp if input_topic is None else (input_topic, tp[1])
 
     def _decide_partition(
         self, source: Source, group: list[RawMessage], state: BatchState, batch: Batch
     ) -> None:
-        tp = (source.topic, group[0].partition)
+        tp = (group[0].topic, group[0].partition)
         codec, step, records = source.codec, source.step, batch.records
         first_record = len(records)
         upsert = source.envelope == "upsert"
+        backfill = tp[0] != source.topic
         decoded: list[tuple[RawMessage, Change | InputError | None]] = []
         for raw in group:
             if raw.value is None and raw.key is not None and not upsert:
                 decoded.append((raw, None))  # Debezium's tombstone after a delete event
+                continue
+            if backfill and raw.chunk is None:
+                reason = "backfill record without readable tidemark.chunk/snapshot headers"
+                decoded.append((raw, InputError(reason, raw, "backfill-headers")))
                 continue
             try:
                 decoded.append((raw, codec.decode(raw)))

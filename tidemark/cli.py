@@ -58,6 +58,28 @@ def _parser() -> argparse.ArgumentParser:
     demo = command("demo", _demo, "run the whole pipeline on embedded components and verify it")
     demo.add_argument("--run-dir", default=".tidemark/demo", help="folder for logs and data")
 
+    snap = sub.add_parser("snapshot", help="incremental snapshots (backfills) of source tables")
+    snap_sub = snap.add_subparsers(dest="snapshot_command", required=True)
+    start = command("start", _snapshot_start, "backfill tables (schema.table), in order", snap_sub)
+    start.add_argument("tables", nargs="+", metavar="TABLE")
+    start.add_argument(
+        "--filter",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("TABLE", "SQL"),
+        help="read only the rows of TABLE that match SQL (Debezium's additional-conditions)",
+    )
+    start.add_argument("--surrogate-key", help="a unique column to chunk by instead of the key")
+    start.add_argument("--id", default="", help="the request's id (default: a new UUID)")
+    stop = command("stop", _snapshot_stop, "stop the snapshot of tables (none: of all)", snap_sub)
+    stop.add_argument("tables", nargs="*", metavar="TABLE")
+    command("pause", _snapshot_pause, "stop reading chunks; progress is kept", snap_sub)
+    command("resume", _snapshot_resume, "read chunks again after a pause", snap_sub)
+    status = command("status", _snapshot_status, "progress per table", snap_sub)
+    status.add_argument("--json", action="store_true", help="print JSON")
+    status.add_argument("--watch", type=float, metavar="SECONDS", help="print again every SECONDS")
+
     dev = sub.add_parser("dev", help="the embedded development stack")
     dev_sub = dev.add_subparsers(dest="dev_command", required=True)
     up = command("up", _dev_up, "start broker, PostgreSQL and Debezium", dev_sub)
@@ -95,6 +117,55 @@ def _demo(args: argparse.Namespace) -> int:
     from tidemark.demo import run_demo
 
     return run_demo(config, Path(args.run_dir))
+
+
+def _signal(args: argparse.Namespace, kind: str, data: dict[str, object]) -> int:
+    from processor.snapshot_control import send_signal
+
+    config = _config(args)
+    request = send_signal(config, kind, data, getattr(args, "id", ""))
+    print(f"{kind} sent to pipeline {config.processor.pipeline}: request {request}")
+    return 0
+
+
+def _snapshot_start(args: argparse.Namespace) -> int:
+    data: dict[str, object] = {"data-collections": args.tables, "type": "incremental"}
+    if args.filter:
+        data["additional-conditions"] = [
+            {"data-collection": table, "filter": sql} for table, sql in args.filter
+        ]
+    if args.surrogate_key:
+        data["surrogate-key"] = args.surrogate_key
+    return _signal(args, "execute-snapshot", data)
+
+
+def _snapshot_stop(args: argparse.Namespace) -> int:
+    return _signal(args, "stop-snapshot", {"data-collections": args.tables, "type": "incremental"})
+
+
+def _snapshot_pause(args: argparse.Namespace) -> int:
+    return _signal(args, "pause-snapshot", {"type": "incremental"})
+
+
+def _snapshot_resume(args: argparse.Namespace) -> int:
+    return _signal(args, "resume-snapshot", {"type": "incremental"})
+
+
+def _snapshot_status(args: argparse.Namespace) -> int:
+    import json
+
+    from processor.snapshot_control import read_state, render_status, status_document, watch
+
+    config = _config(args)
+    if args.watch:
+        watch(config, args.watch)
+        return 0
+    state = read_state(config)
+    if args.json:
+        print(json.dumps(status_document(state) if state else None, indent=2))
+    else:
+        print(render_status(state))
+    return 0
 
 
 def _dev_up(args: argparse.Namespace) -> int:

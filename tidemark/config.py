@@ -94,6 +94,22 @@ class ProcessorConfig:
 
 
 @dataclass(frozen=True)
+class SnapshotConfig:
+    """Incremental snapshots (backfills) run by the processor."""
+
+    #: Rows per chunk at the start; adapted between the bounds to keep chunks near the target.
+    chunk_size: int = 4096
+    min_chunk_size: int = 256
+    max_chunk_size: int = 65536
+    chunk_target_seconds: float = 0.5
+    #: A ceiling on rows read per second, to protect a busy source; 0: none.
+    max_rows_per_second: int = 0
+    #: Tidemark's signal table in the source (``id``, ``type``, ``data``), read from its
+    #: change topic; never Debezium's ``signal.data.collection``.
+    signal_table: str = "public.tidemark_signal"
+
+
+@dataclass(frozen=True)
 class SinkConfig:
     """The Spark job that merges reconciled topics into Iceberg (``tidemark sink``)."""
 
@@ -131,6 +147,7 @@ class Config:
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     source: SourceConfig = field(default_factory=SourceConfig)
     processor: ProcessorConfig = field(default_factory=ProcessorConfig)
+    snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
     sink: SinkConfig = field(default_factory=SinkConfig)
     dev: DevConfig = field(default_factory=DevConfig)
 
@@ -166,6 +183,10 @@ _POSITIVE = {
     ("kafka", "replication_factor"),
     ("processor", "batch_size"),
     ("processor", "batch_timeout_ms"),
+    ("snapshot", "chunk_size"),
+    ("snapshot", "min_chunk_size"),
+    ("snapshot", "max_chunk_size"),
+    ("snapshot", "chunk_target_seconds"),
     ("sink", "max_records_per_partition"),
     ("sink", "trigger_interval_s"),
     ("dev", "heartbeat_interval_ms"),
@@ -313,6 +334,13 @@ def _check_ranges(config: Config) -> None:
                 f"processor.envelopes.{source}: {envelope!r} is not one of "
                 + ", ".join(map(repr, ENVELOPE_NAMES))
             )
+    snap = config.snapshot
+    if not snap.min_chunk_size <= snap.chunk_size <= snap.max_chunk_size:
+        raise ConfigError("snapshot.chunk_size: must lie between min_chunk_size and max_chunk_size")
+    if snap.max_rows_per_second < 0:
+        raise ConfigError("snapshot.max_rows_per_second: must be 0 (no ceiling) or more")
+    if not re.fullmatch(r"[^.\s]+\.[^.\s]+", snap.signal_table):
+        raise ConfigError("snapshot.signal_table: expected 'schema.table'")
     if not re.fullmatch(r"[A-Za-z0-9_-]+", config.source.topic_prefix):
         raise ConfigError("source.topic_prefix: use letters, digits, '_' and '-' only")
     if not re.fullmatch(r"[A-Za-z0-9_-]+", config.processor.pipeline):

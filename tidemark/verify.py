@@ -21,6 +21,7 @@ import psycopg
 from confluent_kafka import Consumer, TopicPartition
 from psycopg import sql
 
+from processor.backfill import backfilled_topic
 from tidemark.config import Config
 from tidemark.devstack.debezium import SLOT_NAME
 from tidemark.errors import TidemarkError
@@ -60,7 +61,7 @@ def wait_debezium(config: Config, lsn: int, timeout: float = 120) -> None:
 
 
 def processor_lag(config: Config) -> dict[str, int]:
-    """Per input topic, messages not yet committed by the processor's data plane."""
+    """Per input topic (backfill topics included), messages the data plane has not committed."""
     pattern = re.compile(config.input_pattern())
     group = f"{config.processor.pipeline}-dataplane"
     consumer = Consumer(
@@ -68,7 +69,12 @@ def processor_lag(config: Config) -> dict[str, int]:
     )
     try:
         listed = consumer.list_topics(timeout=10).topics
-        topics = {name: meta for name, meta in listed.items() if pattern.match(name)}
+        pipeline = config.processor.pipeline
+        topics = {
+            name: meta
+            for name, meta in listed.items()
+            if pattern.match(backfilled_topic(pipeline, name) or name)
+        }
         parts = [TopicPartition(t, p) for t, m in topics.items() for p in m.partitions]
         committed = consumer.committed(parts, timeout=10) if parts else []
         ends = exact_end_offsets(consumer, parts)

@@ -1,0 +1,79 @@
+"""Backfill topics: where an incremental snapshot's chunk rows travel to the data plane.
+
+Chunk rows go to ``<pipeline>.backfill.<input topic>``, created with the input
+topic's partition count. Each row is written to the partition Kafka's default
+partitioner gives its key, so partition ``p`` of the backfill topic holds rows
+of exactly the keys whose changes are in partition ``p`` of the input topic.
+The data plane subscribes to both with the range assignor, which gives the
+same partition of co-partitioned topics to the same instance, and decides a
+backfill record against the state of the input partition it belongs to.
+
+Each record carries three headers: ``tidemark.chunk`` (the chunk's number, which
+only grows across every snapshot of the pipeline), ``tidemark.snapshot`` (the
+``pg_snapshot`` the chunk was read in) and ``tidemark.request`` (the id of the
+signal that asked for the snapshot).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from processor.visibility import PgSnapshot, SnapshotFormatError
+
+CHUNK_HEADER = "tidemark.chunk"
+SNAPSHOT_HEADER = "tidemark.snapshot"
+REQUEST_HEADER = "tidemark.request"
+
+
+class ChunkTag(NamedTuple):
+    """What a backfill record says about the chunk it belongs to."""
+
+    number: int
+    snapshot: PgSnapshot
+    request: str
+
+    def headers(self) -> list[tuple[str, str | bytes | None]]:
+        """The record headers that carry this tag."""
+        return [
+            (CHUNK_HEADER, str(self.number).encode()),
+            (SNAPSHOT_HEADER, str(self.snapshot).encode()),
+            (REQUEST_HEADER, self.request.encode()),
+        ]
+
+
+def backfill_topic(pipeline: str, input_topic: str) -> str:
+    """The backfill topic of ``input_topic`` in ``pipeline``."""
+    return f"{pipeline}.backfill.{input_topic}"
+
+
+def backfilled_topic(pipeline: str, topic: str) -> str | None:
+    """The input topic whose backfill topic ``topic`` is, or ``None``."""
+    head = f"{pipeline}.backfill."
+    return topic[len(head) :] if topic.startswith(head) and len(topic) > len(head) else None
+
+
+class ChunkTags:
+    """Parses chunk tags from headers; a chunk's rows share one snapshot, parsed once."""
+
+    def __init__(self) -> None:
+        self._snapshots: dict[bytes, PgSnapshot] = {}
+
+    def parse(self, headers: Any) -> ChunkTag | None:
+        """The tag in ``headers`` (a message's list of pairs); ``None`` if it lacks one."""
+        found = {k: v for k, v in headers or [] if isinstance(v, bytes)}
+        number, text, request = (
+            found.get(CHUNK_HEADER),
+            found.get(SNAPSHOT_HEADER),
+            found.get(REQUEST_HEADER, b""),
+        )
+        if number is None or text is None:
+            return None
+        snapshot = self._snapshots.get(text)
+        try:
+            if snapshot is None:
+                if len(self._snapshots) > 64:
+                    self._snapshots.clear()
+                snapshot = self._snapshots[text] = PgSnapshot.parse(text.decode())
+            return ChunkTag(int(number), snapshot, request.decode())
+        except (SnapshotFormatError, UnicodeDecodeError, ValueError):
+            return None

@@ -1,0 +1,584 @@
+"""The incremental-snapshot coordinator: signals in, chunk rows to backfill topics, progress out.
+
+One instance of a pipeline coordinates at a time: the member of the consumer
+group ``<pipeline>-snapshots`` that owns the single partition of the signal
+topic ``<pipeline>.signals``. Kafka's group protocol elects it; when it stops
+or dies, another instance takes over within the session timeout and continues
+from the progress record.
+
+The coordinator reads signals from two channels, with the same meaning
+(:mod:`processor.signals`): the Kafka signal topic (``tidemark snapshot ...``
+writes there) and the change topic of Tidemark's signal table in the source.
+It reads the queued tables chunk by chunk (:mod:`processor.chunks`), writes
+every row as Debezium's own ``r`` event (:mod:`processor.chunk_events`) to the
+partition of the table's backfill topic that matches the key's change-topic
+partition (:mod:`processor.backfill`), and the data plane decides each row
+against that partition's state. Progress, the queue and the signal channels'
+offsets are one record in the compacted topic ``<pipeline>.snapshots``;
+notifications in Debezium's format go to ``<pipeline>.notifications``.
+
+Guarantees (DESIGN.md, I2 and I4): a chunk's rows are acknowledged by Kafka
+before the progress record moves past them, so a crash at any point reads at
+most the chunk in flight again, with a new snapshot and a new chunk number
+(the rules then let the newer read win). A table that cannot be read (no key,
+an unsupported column type, no change topic) is aborted with a message and
+the queue goes on; a source that cannot be reached is retried.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import orjson
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from processor import metrics
+from processor.backfill import ChunkTag, backfill_topic
+from processor.change import Change
+from processor.chunk_events import TableShape, murmur2_partition
+from processor.chunks import (
+    ChunkError,
+    ChunkReader,
+    PostgresChunkReader,
+    TableInfo,
+    next_chunk_size,
+)
+from processor.codecs import SourceCodec
+from processor.debezium_values import Column, column
+from processor.errors import InputError, ProcessorError, RawMessage
+from processor.registry import SchemaCache
+from processor.signals import Signal, SignalError, parse_signal
+from processor.snapshot_state import (
+    QUEUED,
+    Notification,
+    SnapshotState,
+    TableProgress,
+    key_from_json,
+    key_to_json,
+)
+from tidemark.config import Config
+from tidemark.errors import TidemarkError
+from tidemark.kafka import (
+    client_config,
+    consumer_config,
+    data_messages,
+    ensure_topics,
+    exact_end_offsets,
+    partition_counts,
+)
+
+log = logging.getLogger(__name__)
+
+PROGRESS_KEY = b"state"
+#: Consecutive failed reads of one table before it is aborted.
+READ_ATTEMPTS = 5
+
+
+def signal_topic(pipeline: str) -> str:
+    return f"{pipeline}.signals"
+
+
+def progress_topic(pipeline: str) -> str:
+    return f"{pipeline}.snapshots"
+
+
+def notification_topic(pipeline: str) -> str:
+    return f"{pipeline}.notifications"
+
+
+class SnapshotRefused(TidemarkError):
+    """A table that this pipeline cannot backfill; the message says why."""
+
+
+@dataclass
+class _Prepared:
+    """What reading one table needs, worked out once per table and leadership."""
+
+    info: TableInfo
+    columns: list[Column]
+    casts: dict[str, str]
+    shape: TableShape
+    backfill: str
+    partitions: int
+
+
+class Coordinator:
+    """Runs incremental snapshots for one pipeline while this instance leads."""
+
+    def __init__(
+        self,
+        config: Config,
+        schemas: SchemaCache | None = None,
+        reader_factory: Callable[[], ChunkReader] | None = None,
+    ) -> None:
+        self.config = config
+        pipeline = config.processor.pipeline
+        self.signals = signal_topic(pipeline)
+        self.progress = progress_topic(pipeline)
+        self.notifications = notification_topic(pipeline)
+        self.signal_table_topic = f"{config.source.topic_prefix}.{config.snapshot.signal_table}"
+        self._schemas = schemas
+        self._reader_factory = reader_factory or (
+            lambda: PostgresChunkReader(config.source.conninfo())
+        )
+        kafka = config.kafka
+        self._admin = AdminClient(client_config(kafka))
+        self._producer = Producer(
+            client_config(
+                kafka,
+                **{"enable.idempotence": True, "acks": "all", "linger.ms": 20},
+            )
+        )
+        settings = {"enable.partition.eof": False}
+        self._group = Consumer(consumer_config(kafka, f"{pipeline}-snapshots", **settings))
+        #: Reads the signal table's change topic by assignment (only the leader does).
+        self._rows = Consumer(consumer_config(kafka, f"{pipeline}-snapshots-rows", **settings))
+        #: Reads progress and change-topic tails; reassigned freely.
+        self._probe = Consumer(consumer_config(kafka, f"{pipeline}-snapshots-probe", **settings))
+        self._signal_codec = SourceCodec("debezium-upsert", "", schemas)
+        self.state: SnapshotState | None = None
+        self._prepared: dict[tuple[str, str], _Prepared] = {}
+        self._reader: ChunkReader | None = None
+        self._chunk_size = config.snapshot.chunk_size
+        self._failures = 0
+        self._not_before = 0.0
+        self._rows_assigned = False
+        self._next_channel_check = 0.0
+        self._delivery_errors: list[KafkaError] = []
+        self._stop = threading.Event()
+        self.failure: BaseException | None = None
+
+    @property
+    def leader(self) -> bool:
+        return self.state is not None
+
+    # -- lifecycle -------------------------------------------------------------
+
+    def run(self) -> None:
+        """Run until :meth:`stop`; an unexpected error is kept in ``failure``."""
+        try:
+            replication = self.config.kafka.replication_factor
+            ensure_topics(self._admin, {self.signals: 1, self.notifications: 1}, replication)
+            ensure_topics(
+                self._admin, {self.progress: 1}, replication, config={"cleanup.policy": "compact"}
+            )
+            self._group.subscribe(
+                [self.signals], on_assign=self._on_assign, on_revoke=self._on_revoke
+            )
+            while not self._stop.is_set():
+                busy = self._has_work()
+                messages = self._group.consume(100, 0.0 if busy else 0.2)
+                if self.state is None:
+                    continue
+                for msg in data_messages(messages):
+                    self._kafka_signal(msg)
+                self._signal_rows()
+                if busy and time.monotonic() >= self._not_before:
+                    self._step()
+        except BaseException as exc:
+            self.failure = exc
+            log.exception("snapshot coordinator stopped on an error")
+        finally:
+            self._close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _close(self) -> None:
+        for consumer in (self._group, self._rows, self._probe):
+            consumer.close()
+        if self._reader is not None:
+            self._reader.close()
+        self._producer.flush(10)
+        metrics.SNAPSHOT_LEADER.set(0)
+
+    def _has_work(self) -> bool:
+        state = self.state
+        return state is not None and not state.paused and state.current() is not None
+
+    # -- leadership ------------------------------------------------------------
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if not partitions:
+            return
+        state = self._load()
+        if state is None:
+            state = SnapshotState()
+            # Signal rows written before the pipeline first ran are history, not requests.
+            state.signal_offsets[self.signal_table_topic] = self._channel_ends()
+        self.state = state.resumed()
+        self._persist([])
+        offset = state.signal_offsets.get(self.signals, {}).get(0, 0)
+        consumer.assign([TopicPartition(self.signals, 0, offset)])
+        self._rows_assigned = False
+        metrics.SNAPSHOT_LEADER.set(1)
+        self._export(state)
+        log.info(
+            "coordinating incremental snapshots: %d tables queued%s",
+            len(state.pending()),
+            " (paused)" if state.paused else "",
+        )
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if self.state is not None:
+            log.info("no longer coordinating incremental snapshots")
+        self.state = None
+        self._prepared.clear()
+        self._rows.unassign()
+        self._rows_assigned = False
+        consumer.unassign()
+        metrics.SNAPSHOT_LEADER.set(0)
+
+    def _load(self) -> SnapshotState | None:
+        """The last progress record, or ``None`` for a pipeline that never ran a snapshot."""
+        raw = last_value(self._probe, self.progress, PROGRESS_KEY)
+        return None if raw is None else SnapshotState.from_json(raw)
+
+    def _channel_ends(self) -> dict[int, int]:
+        counts = partition_counts(self._admin, [self.signal_table_topic])
+        if self.signal_table_topic not in counts:
+            return {}
+        tps = [
+            TopicPartition(self.signal_table_topic, p)
+            for p in range(counts[self.signal_table_topic])
+        ]
+        return {p: end for (_t, p), end in exact_end_offsets(self._probe, tps).items()}
+
+    # -- signals -----------------------------------------------------------------
+
+    def _kafka_signal(self, msg: Message) -> None:
+        """A record of the signal topic: ``{"id", "type", "data"}`` (``id`` optional)."""
+        state = self.state
+        assert state is not None
+        offset = msg.offset() or 0
+        default_id = f"kafka-{msg.partition()}-{offset}"
+        try:
+            doc = orjson.loads(msg.value() or b"")
+            if not isinstance(doc, dict):
+                raise SignalError("a signal record must be a JSON object")
+            data = doc.get("data")
+            text = orjson.dumps(data) if isinstance(data, dict) else data
+            signal = parse_signal(str(doc.get("id") or default_id), str(doc.get("type")), text)
+        except (SignalError, ValueError) as exc:
+            log.warning("signal topic %s@%d ignored: %s", self.signals, offset, exc)
+            signal = None
+        state.signal_offsets.setdefault(self.signals, {})[0] = offset + 1
+        self._act(signal)
+
+    def _signal_rows(self) -> None:
+        """Inserts into the signal table, from its change topic."""
+        state = self.state
+        assert state is not None
+        topic = self.signal_table_topic
+        if not self._rows_assigned:
+            now = time.monotonic()
+            if now < self._next_channel_check:
+                return
+            self._next_channel_check = now + 5.0
+            counts = partition_counts(self._admin, [topic])
+            if topic not in counts:
+                return
+            offsets = state.signal_offsets.setdefault(topic, {})
+            self._rows.assign(
+                [TopicPartition(topic, p, offsets.get(p, 0)) for p in range(counts[topic])]
+            )
+            self._rows_assigned = True
+        for msg in data_messages(self._rows.consume(100, 0)):
+            partition, offset = msg.partition() or 0, msg.offset() or 0
+            state.signal_offsets.setdefault(topic, {})[partition] = offset + 1
+            self._act(self._row_signal(msg))
+
+    def _row_signal(self, msg: Message) -> Signal | None:
+        raw = RawMessage(
+            msg.topic() or "", msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value()
+        )
+        if raw.value is None:
+            return None
+        try:
+            change: Change = self._signal_codec.decode(raw)
+        except InputError as exc:
+            log.warning("signal table event ignored: %s", exc)
+            return None
+        if change.op != "c" or change.after is None:
+            return None  # only inserts are requests; snapshots, updates and deletes of rows are not
+        row = change.after
+        try:
+            return parse_signal(str(row.get("id") or ""), str(row.get("type")), row.get("data"))
+        except SignalError as exc:
+            log.warning("signal table row ignored: %s", exc)
+            return None
+
+    def _act(self, signal: Signal | None) -> None:
+        state = self.state
+        assert state is not None
+        notes = state.apply(signal, time.time()) if signal is not None else []
+        if signal is not None:
+            log.info("signal %s: %s", signal.request_id, type(signal).__name__)
+        self._persist(notes)
+
+    # -- reading chunks ------------------------------------------------------------
+
+    def _step(self) -> None:
+        state = self.state
+        assert state is not None
+        entry = state.current()
+        assert entry is not None
+        now = time.time()
+        try:
+            prepared = self._prepare(entry)
+        except SnapshotRefused as exc:
+            log.error("snapshot of %s aborted: %s", entry.table, exc)
+            self._persist(state.abort(entry, str(exc), now))
+            return
+        except ChunkError as exc:
+            self._failed(entry, exc)
+            return
+        reader = self._connected()
+        try:
+            if entry.status == QUEUED:
+                info = prepared.info
+                top = reader.max_key(info, entry.condition)
+                estimate = reader.estimate_rows(info, entry.condition) if top is not None else 0
+                state.begin(entry, key_to_json(top), estimate, now)
+                log.info(
+                    "snapshot of %s started (request %s): about %d rows, keys up to %s",
+                    entry.table,
+                    entry.request_id,
+                    estimate,
+                    entry.maximum_key,
+                )
+                if top is None:
+                    self._persist(state.chunk_written(entry, 0, None, 0.0, True, now))
+                    return
+            upto = key_from_json(entry.maximum_key)
+            assert upto is not None
+            chunk = reader.read_chunk(
+                prepared.info,
+                key_from_json(entry.last_key),
+                upto,
+                self._chunk_size,
+                entry.condition,
+                prepared.casts,
+            )
+        except ChunkError as exc:
+            self._failed(entry, exc)
+            return
+        self._failures = 0
+        started = time.perf_counter()
+        tag = ChunkTag(state.next_chunk(), chunk.snapshot, entry.request_id)
+        headers = tag.headers()
+        produce, on_delivery = self._producer.produce, self._on_delivery
+        for row in chunk.rows:
+            key, value = prepared.shape.encode(row, prepared.columns)
+            partition = murmur2_partition(key, prepared.partitions)
+            while True:
+                try:
+                    produce(prepared.backfill, value, key, partition, on_delivery, headers=headers)
+                    break
+                except BufferError:
+                    self._producer.poll(0.05)
+        self._flush("chunk rows")
+        last_key = key_to_json(chunk.last_key)
+        done = len(chunk.rows) < self._chunk_size or last_key == entry.maximum_key
+        seconds = chunk.seconds + time.perf_counter() - started
+        self._persist(
+            state.chunk_written(entry, len(chunk.rows), last_key, seconds, done, time.time())
+        )
+        metrics.SNAPSHOT_ROWS.labels(entry.table).inc(len(chunk.rows))
+        metrics.SNAPSHOT_CHUNKS.labels(entry.table).inc()
+        self._chunk_size = next_chunk_size(
+            self._chunk_size,
+            seconds,
+            self.config.snapshot.chunk_target_seconds,
+            self.config.snapshot.min_chunk_size,
+            self.config.snapshot.max_chunk_size,
+        )
+        ceiling = self.config.snapshot.max_rows_per_second
+        if ceiling:
+            self._not_before = time.monotonic() + max(0.0, len(chunk.rows) / ceiling - seconds)
+        if done:
+            log.info(
+                "snapshot of %s completed: %d rows in %d chunks",
+                entry.table,
+                entry.rows,
+                entry.chunks,
+            )
+            self._prepared.pop((entry.table, entry.request_id), None)
+
+    def _prepare(self, entry: TableProgress) -> _Prepared:
+        """Check that the table can be backfilled and learn how its events look."""
+        found = self._prepared.get((entry.table, entry.request_id))
+        if found is not None:
+            return found
+        topic = f"{self.config.source.topic_prefix}.{entry.table}"
+        envelope = self.config.envelope_of(topic)
+        if envelope != "debezium-upsert":
+            raise SnapshotRefused(
+                f"{entry.table} uses the {envelope} envelope; incremental snapshots need "
+                "debezium-upsert (per-key state decides chunk rows against changes)"
+            )
+        counts = partition_counts(self._admin, [topic])
+        if topic not in counts:
+            raise SnapshotRefused(
+                f"no change topic {topic}: Debezium has not captured {entry.table} yet"
+            )
+        reader = self._connected()
+        try:
+            info = reader.table_info(entry.table, entry.surrogate_key)
+        except ChunkError as exc:
+            if "cannot connect" in str(exc):
+                raise
+            raise SnapshotRefused(str(exc)) from None
+        try:
+            columns = [column(n, *t) for n, t in zip(info.columns, info.types, strict=True)]
+        except TidemarkError as exc:
+            raise SnapshotRefused(str(exc)) from None
+        event = latest_event(self._probe, topic, counts[topic])
+        if event is None:
+            raise SnapshotRefused(
+                f"{topic} holds no Debezium event yet to learn the table's event layout from; "
+                "change one row of the table (or let Debezium's initial snapshot run) and "
+                "signal again"
+            )
+        try:
+            shape = TableShape.learn(event[0], event[1], self._schemas)
+        except (TidemarkError, ValueError) as exc:
+            raise SnapshotRefused(f"cannot learn the events of {topic}: {exc}") from None
+        missing = [c for c in shape.key_columns if c not in info.columns]
+        if missing:
+            raise SnapshotRefused(
+                f"Debezium's key columns {missing} are not columns of {entry.table}"
+            )
+        backfill = backfill_topic(self.config.processor.pipeline, topic)
+        ensure_topics(self._admin, {backfill: counts[topic]}, self.config.kafka.replication_factor)
+        prepared = _Prepared(
+            info,
+            columns,
+            {c.name: c.cast for c in columns if c.cast},
+            shape,
+            backfill,
+            counts[topic],
+        )
+        self._prepared[(entry.table, entry.request_id)] = prepared
+        return prepared
+
+    def _connected(self) -> ChunkReader:
+        if self._reader is None:
+            self._reader = self._reader_factory()
+        return self._reader
+
+    def _failed(self, entry: TableProgress, exc: Exception) -> None:
+        """A read failed: reconnect and retry with a growing pause; abort after a few."""
+        self._failures += 1
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+        state = self.state
+        assert state is not None
+        if self._failures >= READ_ATTEMPTS:
+            log.error(
+                "snapshot of %s aborted after %d failed reads: %s", entry.table, self._failures, exc
+            )
+            self._failures = 0
+            self._persist(state.abort(entry, str(exc), time.time()))
+            return
+        wait = min(30.0, 2.0**self._failures)
+        log.warning("snapshot of %s: read failed (%s); retrying in %.0f s", entry.table, exc, wait)
+        self._not_before = time.monotonic() + wait
+
+    # -- writing progress --------------------------------------------------------
+
+    def _persist(self, notes: list[Notification]) -> None:
+        """Write the progress record and ``notes``, and wait until Kafka has them."""
+        state = self.state
+        assert state is not None
+        pipeline = self.config.processor.pipeline
+        for note in notes:
+            self._producer.produce(
+                self.notifications,
+                note.to_json(pipeline),
+                note.request_id.encode(),
+                0,
+                self._on_delivery,
+            )
+            log.info("snapshot notification %s for request %s", note.type, note.request_id)
+        self._producer.produce(self.progress, state.to_json(), PROGRESS_KEY, 0, self._on_delivery)
+        self._flush("snapshot progress")
+        self._export(state)
+
+    def _flush(self, what: str) -> None:
+        remaining = self._producer.flush(60)
+        failures, self._delivery_errors = self._delivery_errors, []
+        if remaining or failures:
+            raise ProcessorError(
+                f"Kafka did not acknowledge the {what}: "
+                + (failures[0].str() if failures else f"{remaining} pending")
+            )
+
+    def _on_delivery(self, err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            self._delivery_errors.append(err)
+
+    @staticmethod
+    def _export(state: SnapshotState) -> None:
+        metrics.SNAPSHOT_PAUSED.set(1 if state.paused else 0)
+        metrics.SNAPSHOT_QUEUED_TABLES.set(len(state.pending()))
+        for entry in state.tables:
+            percent = entry.percent
+            if percent is not None:
+                metrics.SNAPSHOT_PROGRESS.labels(entry.table).set(percent / 100)
+            left = entry.seconds_left
+            metrics.SNAPSHOT_REMAINING_SECONDS.labels(entry.table).set(left or 0.0)
+
+
+def last_value(consumer: Consumer, topic: str, key: bytes) -> bytes | None:
+    """The value of the last record with ``key`` in partition 0 of ``topic`` (read to its end)."""
+    tp = TopicPartition(topic, 0)
+    end = exact_end_offsets(consumer, [tp])[(topic, 0)]
+    found = None
+    for msg in read_range(consumer, topic, 0, 0, end):
+        if msg.key() == key:
+            found = msg.value()
+    return found
+
+
+def latest_event(consumer: Consumer, topic: str, partitions: int) -> tuple[bytes, bytes] | None:
+    """Key and value of the newest change event in ``topic`` (tombstones skipped)."""
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    ends = exact_end_offsets(consumer, tps)
+    best: tuple[int, bytes, bytes] | None = None
+    for (_topic, partition), end in ends.items():
+        for msg in read_range(consumer, topic, partition, max(0, end - 50), end):
+            key, value = msg.key(), msg.value()
+            stamp = msg.timestamp()[1]
+            if key is not None and value is not None and (best is None or stamp >= best[0]):
+                best = (stamp, key, value)
+    return None if best is None else (best[1], best[2])
+
+
+def read_range(
+    consumer: Consumer, topic: str, partition: int, start: int, end: int, timeout: float = 30.0
+) -> list[Message]:
+    """The records of ``topic[partition]`` from ``start`` to ``end`` (assigns ``consumer``)."""
+    if start >= end:
+        return []
+    consumer.assign([TopicPartition(topic, partition, start)])
+    out: list[Message] = []
+    deadline = time.monotonic() + timeout
+    position = start
+    try:
+        while position < end:
+            if time.monotonic() > deadline:
+                raise ProcessorError(f"{topic}[{partition}] stopped at {position} of {end}")
+            for msg in data_messages(consumer.consume(1000, 0.2)):
+                position = (msg.offset() or 0) + 1
+                if position <= end:
+                    out.append(msg)
+    finally:
+        consumer.unassign()
+    return out

@@ -1,0 +1,335 @@
+"""Incremental snapshots end to end: real PostgreSQL, Debezium, broker and processor processes.
+
+The tables start in a schema Debezium does not capture and are then moved into
+``public``: their rows exist in the source but were never in the change stream,
+which is the case a backfill is for (a table added to the captured set). One
+change after the move gives the change topic the event Tidemark learns the
+table's event layout from.
+
+- While a writer updates, deletes and inserts rows, a snapshot started with
+  ``tidemark snapshot start`` makes the reconciled topic converge to the table
+  (I1), and per key the emitted versions never go back (I3, exact in read-only
+  mode), whichever of a chunk row and a change reaches the data plane first.
+- A snapshot started from Tidemark's signal table survives a SIGKILL of the
+  processor and goes on from its last chunk (I4); pause, resume and stop act
+  through the CLI; a table that cannot be read is aborted and the queue goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import orjson
+import psycopg
+import pytest
+from psycopg import sql
+
+from processor.snapshot_control import read_state
+from processor.snapshot_state import TableProgress
+from tests.integration.processes import (
+    Event,
+    Processor,
+    final_rows,
+    metric,
+    pipeline_config,
+    read_topic,
+    reconciled,
+)
+from tidemark.config import Config, SnapshotConfig
+from tidemark.devstack.stack import DevStack
+from tidemark.verify import wait_caught_up
+
+pytestmark = pytest.mark.integration
+
+
+def snapshot_config(stack: DevStack, name: str, **snapshot: Any) -> Config:
+    config = pipeline_config(stack, name, batch_size=500)
+    return dataclasses.replace(config, snapshot=SnapshotConfig(**snapshot))
+
+
+def uncaptured_table(config: Config, name: str, rows: int, primary_key: bool = True) -> None:
+    """``public.<name>``: rows 1 to ``rows``, never streamed by Debezium, and row 0, streamed."""
+    key = "PRIMARY KEY" if primary_key else ""
+    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA IF NOT EXISTS stage")
+        staged = sql.Identifier("stage", name)
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (id integer {}, name text, v integer NOT NULL)").format(
+                staged, sql.SQL(key)
+            )
+        )
+        conn.execute(
+            sql.SQL("INSERT INTO {} SELECT g, 'row ' || g, 0 FROM generate_series(1, %s) g").format(
+                staged
+            ),
+            (rows,),
+        )
+        conn.execute(sql.SQL("ALTER TABLE {} SET SCHEMA public").format(staged))
+        conn.execute(
+            sql.SQL("INSERT INTO {} VALUES (0, 'row 0', 0)").format(sql.Identifier("public", name))
+        )
+
+
+def source_rows(config: Config, name: str) -> dict[tuple[Any, ...], dict[str, Any]]:
+    with psycopg.connect(**config.source.conninfo()) as conn:
+        rows = conn.execute(
+            sql.SQL("SELECT id, name, v FROM {}").format(sql.Identifier("public", name))
+        ).fetchall()
+    return {(r[0],): {"id": r[0], "name": r[1], "v": r[2]} for r in rows}
+
+
+class Writer:
+    """Random transactions on ``public.<name>`` until stopped: updates, deletes, new rows."""
+
+    def __init__(self, config: Config, name: str, keys: int, seed: int) -> None:
+        self.config, self.table, self.keys = config, sql.Identifier("public", name), keys
+        self.rng = random.Random(seed)
+        self.touched: set[int] = {0}
+        self.transactions = 0
+        self._next_id = keys + 1
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        if self.error is not None:
+            raise self.error
+
+    def _run(self) -> None:
+        try:
+            with psycopg.connect(**self.config.source.conninfo()) as conn:
+                while not self._stop.is_set():
+                    try:
+                        with conn.transaction():
+                            for _ in range(self.rng.randint(1, 3)):
+                                self._statement(conn)
+                    except psycopg.errors.DeadlockDetected:
+                        continue
+                    self.transactions += 1
+                    self._stop.wait(0.003)
+        except BaseException as exc:
+            self.error = exc
+
+    def _statement(self, conn: psycopg.Connection[Any]) -> None:
+        draw = self.rng.random()
+        if draw < 0.08:
+            conn.execute(
+                sql.SQL("INSERT INTO {} VALUES (%s, 'new', 0)").format(self.table), (self._next_id,)
+            )
+            self.touched.add(self._next_id)
+            self._next_id += 1
+            return
+        key = self.rng.randint(1, self.keys)
+        self.touched.add(key)
+        if draw < 0.15:
+            conn.execute(sql.SQL("DELETE FROM {} WHERE id = %s").format(self.table), (key,))
+        else:
+            conn.execute(
+                sql.SQL("UPDATE {} SET v = v + 1, name = %s WHERE id = %s").format(self.table),
+                (f"w{self.transactions}", key),
+            )
+
+
+def cli(processor: Processor, *args: str) -> str:
+    """Run ``tidemark <args> --config <the processor's file>`` as a process; its stdout."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tidemark.cli", *args, "--config", str(processor.path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def notifications(config: Config) -> list[dict[str, Any]]:
+    topic = f"{config.processor.pipeline}.notifications"
+    return [orjson.loads(r.value) for r in read_topic(config, topic) if r.value is not None]
+
+
+def wait_for(what: str, check: Any, timeout: float = 120) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+def notified(config: Config, kind: str, request: str) -> list[dict[str, Any]]:
+    return [
+        n
+        for n in notifications(config)
+        if n["type"] == kind and n["additional_data"]["request_id"] == request
+    ]
+
+
+def progress(config: Config, table: str, request: str) -> TableProgress:
+    """The progress of ``table`` in request ``request`` (nothing read yet, before it is queued)."""
+    state = read_state(config)
+    tables = state.tables if state is not None else []
+    found = [t for t in tables if t.table == table and t.request_id == request]
+    return found[0] if found else TableProgress(table, request)
+
+
+def leading(processor: Processor) -> bool:
+    return processor.health().get("snapshots") == "leader"
+
+
+def check_monotone(events: list[Event]) -> None:
+    """Per key, in emission order: ``v`` never goes back, nothing follows a delete."""
+    by_key: dict[tuple[Any, ...], list[Event]] = {}
+    for event in sorted(events, key=lambda e: (e.partition, e.offset)):
+        by_key.setdefault(tuple(event.key.values()), []).append(event)
+    for key, history in by_key.items():
+        seen: list[int] = []
+        deleted = False
+        for event in history:
+            if event.value is None:
+                continue  # the tombstone after a delete
+            assert not deleted, f"{key}: an event after the key's delete"
+            if event.after is None:
+                deleted = True
+                continue
+            seen.append(event.after["v"])
+        assert seen == sorted(seen), f"{key}: versions went back {seen}"
+
+
+def test_backfill_converges_while_the_table_changes(stack: DevStack) -> None:
+    name, keys = "iso_snap_items", 30_000
+    config = snapshot_config(
+        stack, "snap", chunk_size=1000, min_chunk_size=500, max_chunk_size=2000
+    )
+    uncaptured_table(config, name, keys)
+    processor = Processor(stack, config, "snap-processor").start()
+    writer = Writer(config, name, keys, seed=7)
+    try:
+        wait_for("the coordinator", lambda: leading(processor))
+        writer.start()
+        time.sleep(1)
+        out = cli(processor, "snapshot", "start", f"public.{name}", "--id", "backfill-1")
+        assert "backfill-1" in out
+        wait_for("the snapshot to complete", lambda: notified(config, "COMPLETED", "backfill-1"))
+        time.sleep(1)  # changes after the snapshot too
+        writer.stop()
+        wait_caught_up(config)
+        events = reconciled(config, name)
+        assert final_rows(events) == source_rows(config, name)  # I1
+        check_monotone(events)  # I3
+        # Rows the stream never carried came from the backfill.
+        untouched = set(range(1, keys + 1)) - writer.touched
+        snapshot_keys = {
+            e.key["id"]
+            for e in events
+            if e.value is not None and e.value["tidemark"]["reason"] == "snapshot"
+        }
+        assert untouched and untouched <= snapshot_keys
+        scanned = notified(config, "TABLE_SCAN_COMPLETED", "backfill-1")
+        rows_read = int(scanned[0]["additional_data"]["total_rows_scanned"])
+        assert rows_read >= len(untouched)
+        assert (
+            metric(processor.metrics(), "tidemark_snapshot_rows_total", table=f"public.{name}")
+            == rows_read
+        )
+        assert notified(config, "STARTED", "backfill-1") and notified(
+            config, "IN_PROGRESS", "backfill-1"
+        )
+        assert read_topic(config, "snap.dlq") == []
+        dropped = metric(
+            processor.metrics(),
+            "tidemark_events_dropped_total",
+            topic=f"snap.backfill.tidemark.public.{name}",
+        )
+        print(
+            f"{writer.transactions} transactions during the snapshot; {rows_read} rows read; "
+            f"{dropped:.0f} chunk rows dropped as older than state"
+        )
+    finally:
+        processor.stop()
+
+
+def test_snapshot_survives_a_crash_and_obeys_pause_resume_and_stop(stack: DevStack) -> None:
+    name, rows = "iso_snapctl_a", 8000
+    config = snapshot_config(
+        stack,
+        "snapctl",
+        chunk_size=500,
+        min_chunk_size=250,
+        max_chunk_size=1000,
+        max_rows_per_second=2000,
+    )
+    uncaptured_table(config, name, rows)
+    uncaptured_table(config, "iso_snapctl_nokey", 10, primary_key=False)
+    table = f"public.{name}"
+    processor = Processor(stack, config, "snapctl-processor").start()
+    try:
+        wait_for("the coordinator", lambda: leading(processor))
+        data = {"data-collections": ["public.iso_snapctl_nokey", table]}
+        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO public.tidemark_signal (id, type, data) VALUES (%s, %s, %s)",
+                ("ctl-1", "execute-snapshot", orjson.dumps(data).decode()),
+            )
+        wait_for("chunks", lambda: progress(config, table, "ctl-1").rows >= 1500)
+        processor.kill()
+        at_kill = progress(config, table, "ctl-1").rows
+        assert at_kill < rows
+        processor.start()
+        wait_for("the snapshot to go on", lambda: progress(config, table, "ctl-1").rows > at_kill)
+        cli(processor, "snapshot", "pause")
+        wait_for("the pause", lambda: notifications(config)[-1]["type"] == "PAUSED")
+        paused_at = progress(config, table, "ctl-1").rows
+        time.sleep(2)
+        assert progress(config, table, "ctl-1").rows == paused_at < rows
+        status = cli(processor, "snapshot", "status")
+        assert "(PAUSED)" in status and table in status and "running" in status
+        cli(processor, "snapshot", "resume")
+        wait_for("the snapshot to complete", lambda: notified(config, "COMPLETED", "ctl-1"))
+
+        done = progress(config, table, "ctl-1")
+        assert (done.status, done.rows) == ("completed", rows + 1)  # each row counted once (I4)
+        backfilled = len(read_topic(config, f"snapctl.backfill.tidemark.{table}"))
+        assert rows < backfilled <= rows + 1 + 1000  # at most the chunk in flight read again
+        assert len(notified(config, "STARTED", "ctl-1")) == 1
+        refused = progress(config, "public.iso_snapctl_nokey", "ctl-1")
+        assert refused.status == "aborted" and "no primary key" in (refused.error or "")
+
+        cli(processor, "snapshot", "start", table, "--id", "ctl-2")
+        wait_for("a second snapshot", lambda: progress(config, table, "ctl-2").rows > 0)
+        cli(processor, "snapshot", "stop", table)
+        aborted = wait_for(
+            "the stop",
+            lambda: [
+                n
+                for n in notifications(config)
+                if n["type"] == "ABORTED"
+                and n["additional_data"].get("aborted_request_id") == "ctl-2"
+            ],
+        )
+        assert aborted
+        stopped = progress(config, table, "ctl-2")
+        assert stopped.status == "aborted" and stopped.rows < rows
+        status_json = orjson.loads(cli(processor, "snapshot", "status", "--json"))
+        assert [t["status"] for t in status_json["tables"] if t["request_id"] == "ctl-2"] == [
+            "aborted"
+        ]
+
+        wait_caught_up(config)
+        events = reconciled(config, name)
+        assert final_rows(events) == source_rows(config, name)
+        check_monotone(events)
+    finally:
+        processor.stop()
