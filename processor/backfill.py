@@ -60,20 +60,23 @@ class ChunkTags:
 
     def parse(self, headers: Any) -> ChunkTag | None:
         """The tag in ``headers`` (a message's list of pairs); ``None`` if it lacks one."""
-        found = {k: v for k, v in headers or [] if isinstance(v, bytes)}
-        number, text, request = (
-            found.get(CHUNK_HEADER),
-            found.get(SNAPSHOT_HEADER),
-            found.get(REQUEST_HEADER, b""),
-        )
-        if number is None or text is None:
+        number = text = None
+        request = b""
+        for name, value in headers or ():
+            if name == CHUNK_HEADER:
+                number = value
+            elif name == SNAPSHOT_HEADER:
+                text = value
+            elif name == REQUEST_HEADER:
+                request = value
+        if not isinstance(number, bytes) or not isinstance(text, bytes):
             return None
-        snapshot = self._snapshots.get(text)
         try:
+            snapshot = self._snapshots.get(text)
             if snapshot is None:
                 if len(self._snapshots) > 64:
                     self._snapshots.clear()
                 snapshot = self._snapshots[text] = PgSnapshot.parse(text.decode())
             return ChunkTag(int(number), snapshot, request.decode())
-        except (SnapshotFormatError, UnicodeDecodeError, ValueError):
+        except (SnapshotFormatError, UnicodeDecodeError, ValueError, AttributeError):
             return None

@@ -20,7 +20,7 @@ from typing import Any
 import fastavro
 import orjson
 
-from processor.debezium_values import Column, to_avro, to_json
+from processor.debezium_values import Column, same, to_avro, to_json
 from processor.registry import SchemaCache
 from tidemark.errors import TidemarkError
 
@@ -78,16 +78,42 @@ class TableShape:
         """The key's columns, in the order Debezium writes them."""
         return self._key.fields
 
-    def encode(self, row: dict[str, Any], columns: list[Column]) -> tuple[bytes, bytes]:
-        """Key and value bytes of ``row``'s READ event (values as the chunk query gave them)."""
-        values = {c.name: c.convert(row[c.name]) for c in columns}
-        key = _wire(self._key, {name: values[name] for name in self._key.fields})
+    def encode_chunk(
+        self, rows: list[dict[str, Any]], columns: list[Column]
+    ) -> list[tuple[bytes, bytes]]:
+        """Key and value bytes of each row's READ event (values as the chunk query gave them).
+
+        The rows of one chunk share their ``source`` block and timestamps, so a JSON
+        event is the chunk's envelope bytes around each row's ``after``: one
+        serialization of the row and one of its key per row.
+        """
         now_ns = time.time_ns()
+        payload = self._payload(now_ns)
+        if self._value.format == "avro" or self._key.format == "avro":
+            return [self._encode_each(row, columns, payload) for row in rows]
+        wires = [(c.name, c.convert, _converted(c)) for c in columns]
+        head, tail = self._around_after(payload)
+        key_fields = self._key.fields
+        dumps = orjson.dumps
+        out = []
+        for row in rows:
+            after = {
+                name: to_json(convert(row[name])) if converted else row[name]
+                for name, convert, converted in wires
+            }
+            key = dumps({name: after[name] for name in key_fields})
+            if self._key.format == "json-schema":
+                key = self._key.head + key + b"}"
+            out.append((key, head + dumps(after) + tail))
+        return out
+
+    def _payload(self, now_ns: int) -> dict[str, Any]:
+        """A READ event without its row, with the fields and order of the table's events."""
         source = dict(self._source, **_READ_SOURCE)
         source.update(ts_ms=now_ns // 1_000_000, ts_us=now_ns // 1000, ts_ns=now_ns)
         payload: dict[str, Any] = {
             "before": None,
-            "after": _wire(self._value, values),
+            "after": None,
             "source": {k: v for k, v in source.items() if k in self._source},
             "transaction": None,
             "op": "r",
@@ -95,8 +121,31 @@ class TableShape:
             "ts_us": now_ns // 1000,
             "ts_ns": now_ns,
         }
-        envelope = {f: payload.get(f) for f in self._value.fields}
+        return {f: payload.get(f) for f in self._value.fields}
+
+    def _around_after(self, payload: dict[str, Any]) -> tuple[bytes, bytes]:
+        """The JSON value's bytes before and after its ``after`` row."""
+        text = orjson.dumps(dict(payload, after=_AFTER_MARK))
+        head, tail = text.split(orjson.dumps(_AFTER_MARK))
+        if self._value.format == "json-schema":
+            return self._value.head + head, tail + b"}"
+        return head, tail
+
+    def _encode_each(
+        self, row: dict[str, Any], columns: list[Column], payload: dict[str, Any]
+    ) -> tuple[bytes, bytes]:
+        values = {c.name: c.convert(row[c.name]) for c in columns}
+        key = _wire(self._key, {name: values[name] for name in self._key.fields})
+        envelope = dict(payload, after=_wire(self._value, values))
         return _write(self._key, key), _write(self._value, envelope)
+
+
+_AFTER_MARK = "\x01tidemark:after\x01"
+
+
+def _converted(column: Column) -> bool:
+    """Whether the column's values need converting (others are their own JSON form)."""
+    return column.convert is not same or column.type_name == "bytea"
 
 
 def _learn(raw: bytes, schemas: SchemaCache | None, what: str) -> tuple[_Side, Any]:
@@ -128,29 +177,3 @@ def _write(side: _Side, datum: dict[str, Any]) -> bytes:
         return out.getvalue()
     body = orjson.dumps(datum)
     return side.head + body + b"}" if side.format == "json-schema" else body
-
-
-def murmur2_partition(key: bytes, partitions: int) -> int:
-    """The partition Kafka's default partitioner (and librdkafka's ``murmur2``) gives ``key``."""
-    seed, m, r = 0x9747B28C, 0x5BD1E995, 24
-    length = len(key)
-    h = (seed ^ length) & 0xFFFFFFFF
-    for i in range(0, length - length % 4, 4):
-        k = int.from_bytes(key[i : i + 4], "little")
-        k = (k * m) & 0xFFFFFFFF
-        k ^= k >> r
-        k = (k * m) & 0xFFFFFFFF
-        h = ((h * m) & 0xFFFFFFFF) ^ k
-    tail = length % 4
-    if tail:
-        rest = key[length - tail :]
-        if tail == 3:
-            h ^= rest[2] << 16
-        if tail >= 2:
-            h ^= rest[1] << 8
-        h ^= rest[0]
-        h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 15
-    return (h & 0x7FFFFFFF) % partitions

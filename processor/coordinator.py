@@ -40,7 +40,7 @@ from confluent_kafka.admin import AdminClient
 from processor import metrics
 from processor.backfill import ChunkTag, backfill_topic
 from processor.change import Change
-from processor.chunk_events import TableShape, murmur2_partition
+from processor.chunk_events import TableShape
 from processor.chunks import (
     ChunkError,
     ChunkReader,
@@ -104,7 +104,6 @@ class _Prepared:
     casts: dict[str, str]
     shape: TableShape
     backfill: str
-    partitions: int
 
 
 class Coordinator:
@@ -131,7 +130,15 @@ class Coordinator:
         self._producer = Producer(
             client_config(
                 kafka,
-                **{"enable.idempotence": True, "acks": "all", "linger.ms": 20},
+                **{
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 20,
+                    "compression.type": "lz4",
+                    # Kafka's default (Java) partitioner: a chunk row goes to the partition
+                    # of its key's changes.
+                    "partitioner": "murmur2_random",
+                },
             )
         )
         settings = {"enable.partition.eof": False}
@@ -372,13 +379,11 @@ class Coordinator:
         started = time.perf_counter()
         tag = ChunkTag(state.next_chunk(), chunk.snapshot, entry.request_id)
         headers = tag.headers()
-        produce, on_delivery = self._producer.produce, self._on_delivery
-        for row in chunk.rows:
-            key, value = prepared.shape.encode(row, prepared.columns)
-            partition = murmur2_partition(key, prepared.partitions)
+        produce, on_delivery, topic = self._producer.produce, self._on_delivery, prepared.backfill
+        for key, value in prepared.shape.encode_chunk(chunk.rows, prepared.columns):
             while True:
-                try:
-                    produce(prepared.backfill, value, key, partition, on_delivery, headers=headers)
+                try:  # partitioned by the key's murmur2 hash, as Debezium's producer does
+                    produce(topic, value, key, on_delivery=on_delivery, headers=headers)
                     break
                 except BufferError:
                     self._producer.poll(0.05)
@@ -462,7 +467,6 @@ class Coordinator:
             {c.name: c.cast for c in columns if c.cast},
             shape,
             backfill,
-            counts[topic],
         )
         self._prepared[(entry.table, entry.request_id)] = prepared
         return prepared

@@ -157,17 +157,26 @@ class DataPlane:
             self._close()
 
     def _discover_topics(self) -> None:
-        """Subscribe to the input topics that exist now.
+        """Subscribe to the input topics that exist now, and to their backfill topics.
 
         librdkafka's own pattern subscription uses POSIX regular expressions (no
         look-ahead), so topics are matched here with Python's and subscribed by name.
         """
         pipeline = self.config.processor.pipeline
-        names = sorted(
-            t
-            for t in self._admin.list_topics(timeout=10).topics
-            if self._input.match(backfilled_topic(pipeline, t) or t)
-        )
+        listed = self._admin.list_topics(timeout=10).topics
+        inputs = [t for t in listed if self._input.match(t)]
+        # Each input's backfill topic exists before it is needed, so that starting a
+        # snapshot never makes the group rebalance.
+        wanted = {backfill_topic(pipeline, t): t for t in inputs}
+        missing = [b for b in wanted if b not in listed]
+        if missing:
+            counts = partition_counts(self._admin, [wanted[b] for b in missing])
+            ensure_topics(
+                self._admin,
+                {b: counts[wanted[b]] for b in missing if wanted[b] in counts},
+                self.config.kafka.replication_factor,
+            )
+        names = sorted([*inputs, *wanted])
         if names != self._subscribed:
             if names:
                 self._consumer.subscribe(

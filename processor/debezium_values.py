@@ -66,7 +66,7 @@ def column(name: str, type_name: str, typmod: int, category: str, element: str |
             raise UnsupportedTypeError(f"column {name}: arrays of {element} are not supported")
         return Column(name, type_name, None, _array(inner.convert))
     if category == "E" or type_name in _TEXT_TYPES:
-        return Column(name, type_name, "text", _same)
+        return Column(name, type_name, "text", same)
     if type_name not in _CONVERTERS:
         raise UnsupportedTypeError(
             f"column {name}: type {type_name} is not supported by Tidemark's backfill encoder"
@@ -79,12 +79,13 @@ def _array(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return lambda v: None if v is None else [convert(x) for x in v]
 
 
-def _same(value: Any) -> Any:
+def same(value: Any) -> Any:
+    """The value as it is (the conversion of types whose value is already Connect's)."""
     return value
 
 
 def _as_is(_typmod: int) -> Callable[[Any], Any]:
-    return _same
+    return same
 
 
 def _float_text(_typmod: int) -> Callable[[Any], Any]:
@@ -135,15 +136,13 @@ def _micros(value: dt.datetime) -> int:
 
 def _timestamptz(typmod: int) -> Callable[[Any], Any]:
     digits = typmod if 0 <= typmod <= 6 else 6
+    timespec = "microseconds" if digits else "seconds"
 
     def convert(value: Any) -> Any:
         if value is None:
             return None
-        utc = value.astimezone(dt.UTC)
-        text = utc.strftime("%Y-%m-%dT%H:%M:%S")
-        if digits:
-            text += "." + f"{utc.microsecond:06d}"[:digits]
-        return text + "Z"
+        text = value.astimezone(dt.UTC).replace(tzinfo=None).isoformat(timespec=timespec)
+        return (text[: 20 + digits] if digits else text) + "Z"
 
     return convert
 

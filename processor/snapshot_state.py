@@ -133,15 +133,11 @@ class SnapshotState:
         """Act on a signal; the notifications it causes."""
         ms = int(now * 1000)
         if isinstance(signal, ExecuteSnapshot):
-            queued = {
-                (t.table, t.condition, t.surrogate_key) for t in self.tables if t.status == QUEUED
-            }
-            for table in signal.tables:
-                condition = signal.conditions.get(table)
-                if (table, condition, signal.surrogate_key) in queued:
-                    continue  # already waiting for the same read
+            for table in signal.tables:  # each request reads its tables, queued after the rest
                 self.tables.append(
-                    TableProgress(table, signal.request_id, condition, signal.surrogate_key)
+                    TableProgress(
+                        table, signal.request_id, signal.conditions.get(table), signal.surrogate_key
+                    )
                 )
             collections = ",".join(signal.tables)
             return [
@@ -160,7 +156,8 @@ class SnapshotState:
                         ms,
                     )
                 )
-            self._forget_old()
+            for request_id in dict.fromkeys(t.request_id for t in stopped):
+                notes += self._request_finished(request_id, ms)
             return notes
         if isinstance(signal, PauseSnapshot):
             was, self.paused = self.paused, True
@@ -247,6 +244,7 @@ class SnapshotState:
         return notes + self._request_finished(entry.request_id, ms)
 
     def _request_finished(self, request_id: str, ms: int) -> list[Notification]:
+        """``COMPLETED`` ends every request, once each of its tables completed or was aborted."""
         mine = [t for t in self.tables if t.request_id == request_id]
         if any(t.status in PENDING for t in mine):
             return []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 _EPOCH = 1 << 32
 _HALF = 1 << 31
@@ -65,17 +66,45 @@ class PgSnapshot:
         return xid < self.xmin or (xid < self.xmax and xid not in self.xip)
 
     def encode(self) -> bytes:
-        """Bytes for state: ``xmin``, ``xmax``, the count of ``xip``, each ``xip``."""
-        ids = sorted(self.xip)
-        return _HEAD.pack(self.xmin, self.xmax, len(ids)) + b"".join(_XID.pack(x) for x in ids)
+        """Bytes for state: ``xmin``, ``xmax``, the count of ``xip``, each ``xip``.
+
+        Every row of a chunk stores its chunk's snapshot, so the bytes are cached.
+        """
+        encoded = _ENCODED.get(self)
+        if encoded is None:
+            ids = sorted(self.xip)
+            encoded = _HEAD.pack(self.xmin, self.xmax, len(ids)) + b"".join(
+                _XID.pack(x) for x in ids
+            )
+            _remember(_ENCODED, self, encoded)
+        return encoded
 
     @staticmethod
     def decode(raw: bytes, offset: int = 0) -> tuple[PgSnapshot, int]:
         """A snapshot from :meth:`encode`'s bytes at ``offset``; and the offset after it."""
-        xmin, xmax, count = _HEAD.unpack_from(raw, offset)
-        offset += _HEAD.size
-        ids = frozenset(_XID.unpack_from(raw, offset + i * _XID.size)[0] for i in range(count))
-        return PgSnapshot(xmin, xmax, ids), offset + count * _XID.size
+        count = _HEAD.unpack_from(raw, offset)[2]
+        end = offset + _HEAD.size + count * _XID.size
+        encoded = raw[offset:end]
+        snapshot = _DECODED.get(encoded)
+        if snapshot is None:
+            xmin, xmax, _count = _HEAD.unpack_from(encoded)
+            ids = frozenset(
+                _XID.unpack_from(encoded, _HEAD.size + i * _XID.size)[0] for i in range(count)
+            )
+            snapshot = PgSnapshot(xmin, xmax, ids)
+            _remember(_DECODED, encoded, snapshot)
+        return snapshot, end
 
     def __str__(self) -> str:
         return f"{self.xmin}:{self.xmax}:{','.join(map(str, sorted(self.xip)))}"
+
+
+_ENCODED: dict[PgSnapshot, bytes] = {}
+_DECODED: dict[bytes, PgSnapshot] = {}
+_CACHED = 256
+
+
+def _remember(cache: dict[Any, Any], key: Any, value: Any) -> None:
+    if len(cache) >= _CACHED:
+        cache.clear()
+    cache[key] = value

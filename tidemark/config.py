@@ -100,7 +100,7 @@ class SnapshotConfig:
     #: Rows per chunk at the start; adapted between the bounds to keep chunks near the target.
     chunk_size: int = 4096
     min_chunk_size: int = 256
-    max_chunk_size: int = 65536
+    max_chunk_size: int = 16384
     chunk_target_seconds: float = 0.5
     #: A ceiling on rows read per second, to protect a busy source; 0: none.
     max_rows_per_second: int = 0

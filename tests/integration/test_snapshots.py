@@ -248,6 +248,11 @@ def test_backfill_converges_while_the_table_changes(stack: DevStack) -> None:
             config, "IN_PROGRESS", "backfill-1"
         )
         assert read_topic(config, "snap.dlq") == []
+        # Chunk rows went to the partition of their key's changes (Kafka's murmur2 partitioner).
+        changes = {r.key: r.partition for r in read_topic(config, f"tidemark.public.{name}")}
+        backfill = read_topic(config, f"snap.backfill.tidemark.public.{name}")
+        shared = [(r.partition, changes[r.key]) for r in backfill if r.key in changes]
+        assert len(shared) > 100 and all(ours == theirs for ours, theirs in shared)
         dropped = metric(
             processor.metrics(),
             "tidemark_events_dropped_total",

@@ -137,6 +137,11 @@ class DevStack:
         self._record_process(name, pid, "tidemark.cli")
         return pid
 
+    def process_pid(self, name: str) -> int | None:
+        """The pid of a recorded process, or ``None``."""
+        entry = self._state["processes"].get(name)
+        return int(entry["pid"]) if entry else None
+
     def stop_process(self, name: str) -> None:
         """Stop one recorded process."""
         self._load_state()

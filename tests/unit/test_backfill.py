@@ -1,0 +1,103 @@
+"""Backfill records in the reconciler: decided against the state of their input partition."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from processor.backfill import ChunkTag, ChunkTags, backfill_topic, backfilled_topic
+from processor.errors import RawMessage
+from processor.reconciler import Reconciler
+from processor.visibility import PgSnapshot
+from state.store import MemoryPartitionStore
+from tests.unit.probe import TOPIC, probe_event
+from tidemark.config import Config, ProcessorConfig
+
+CONFIG = Config(processor=ProcessorConfig(pipeline="p"))
+BACKFILL = backfill_topic("p", TOPIC)
+KEY = orjson.dumps({"id": 1})
+
+
+def row(name: str) -> dict[str, Any]:
+    return {"id": 1, "name": name, "amount": None, "at": None, "u": None, "j": None, "d": None}
+
+
+def change(name: str, txid: int, position: int) -> bytes:
+    return orjson.dumps(probe_event("u", row(name), f'["{position}","{position}"]', txid, position))
+
+
+def chunk_row(name: str) -> bytes:
+    event = probe_event("r", row(name))
+    event["source"].update(snapshot="incremental", sequence=None, txId=None, lsn=None)
+    return orjson.dumps(event)
+
+
+def outputs(
+    reconciler: Reconciler, store: MemoryPartitionStore, *messages: RawMessage
+) -> list[Any]:
+    groups: dict[tuple[str, int], list[RawMessage]] = {}
+    for msg in messages:
+        groups.setdefault((msg.topic, msg.partition), []).append(msg)
+    batch = reconciler.decide(groups, {(TOPIC, 0): store})
+    for tp, state in batch.states.items():
+        assert tp == (TOPIC, 0)  # backfill records change the input partition's state
+        store.commit(state.updates, store.checkpoint())
+    return [
+        (topic, orjson.loads(value)["after"]["name"], orjson.loads(value)["tidemark"]["reason"])
+        for topic, _p, _k, value in batch.records
+        if value is not None
+    ] + [("dead", e.kind) for e in batch.dead_letters]
+
+
+def test_topic_names() -> None:
+    assert BACKFILL == "p.backfill.tidemark.public.probe"
+    assert backfilled_topic("p", BACKFILL) == TOPIC
+    assert backfilled_topic("p", TOPIC) is None
+    assert backfilled_topic("q", BACKFILL) is None
+
+
+def test_tags_round_trip_through_headers_and_refuse_broken_ones() -> None:
+    tag = ChunkTag(12, PgSnapshot(100, 105, frozenset({101, 103})), "req-1")
+    tags = ChunkTags()
+    assert tags.parse(tag.headers()) == tag
+    assert tags.parse(None) is None
+    assert tags.parse([("tidemark.chunk", b"12")]) is None
+    assert tags.parse([("tidemark.chunk", b"x"), ("tidemark.snapshot", b"1:2:")]) is None
+    assert tags.parse([("tidemark.chunk", b"1"), ("tidemark.snapshot", b"5:2:")]) is None
+
+
+def test_a_chunk_row_wins_over_a_change_it_contains_and_loses_to_a_newer_one() -> None:
+    reconciler, store = Reconciler(CONFIG), MemoryPartitionStore()
+    read_in = PgSnapshot(500, 502, frozenset({500}))  # 499 committed before; 500 and 502 not
+    tag = ChunkTag(1, read_in, "r")
+    assert outputs(reconciler, store, RawMessage(TOPIC, 0, 0, KEY, change("old", 499, 10))) == [
+        ("tidemark.reconciled.public.probe", "old", "applied")
+    ]
+    # The chunk row was read after 499 committed: it is as new or newer; emitted.
+    assert outputs(reconciler, store, RawMessage(BACKFILL, 0, 0, KEY, chunk_row("read"), tag)) == [
+        ("tidemark.reconciled.public.probe", "read", "snapshot")
+    ]
+    # A change the chunk already contains (a late arrival from the change topic): dropped.
+    assert outputs(reconciler, store, RawMessage(TOPIC, 0, 1, KEY, change("old", 499, 10))) == []
+    # A change the snapshot did not see: applied.
+    assert outputs(reconciler, store, RawMessage(TOPIC, 0, 2, KEY, change("new", 500, 20))) == [
+        ("tidemark.reconciled.public.probe", "new", "applied")
+    ]
+    # The same chunk row replayed now: state holds a change it did not see; dropped (I2).
+    assert outputs(reconciler, store, RawMessage(BACKFILL, 0, 0, KEY, chunk_row("read"), tag)) == []
+
+
+def test_a_backfill_record_without_its_headers_is_a_dead_letter() -> None:
+    reconciler, store = Reconciler(CONFIG), MemoryPartitionStore()
+    assert outputs(reconciler, store, RawMessage(BACKFILL, 0, 0, KEY, chunk_row("x"))) == [
+        ("dead", "backfill-headers")
+    ]
+
+
+def test_a_backfill_partition_without_its_input_partition_waits() -> None:
+    reconciler = Reconciler(CONFIG)
+    tag = ChunkTag(1, PgSnapshot(5, 5), "r")
+    groups = {(BACKFILL, 1): [RawMessage(BACKFILL, 1, 7, KEY, chunk_row("x"), tag)]}
+    batch = reconciler.decide(groups, {(TOPIC, 0): MemoryPartitionStore()})
+    assert batch.rewinds == {(BACKFILL, 1): 7} and not batch.records

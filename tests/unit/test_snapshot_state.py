@@ -1,0 +1,185 @@
+"""The snapshot queue's rules (pure): signals, chunks, aborts, notifications, progress record."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import uuid
+
+import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from processor.signals import ExecuteSnapshot, PauseSnapshot, ResumeSnapshot, StopSnapshot
+from processor.snapshot_state import (
+    ABORTED,
+    COMPLETED,
+    PENDING,
+    RUNNING,
+    SnapshotState,
+    TableProgress,
+    key_from_json,
+    key_to_json,
+)
+
+
+def types(notes: list) -> list[tuple[str, str]]:  # type: ignore[type-arg]
+    return [(n.type, n.request_id) for n in notes]
+
+
+def test_tables_run_in_the_order_asked_and_each_request_completes_once() -> None:
+    state = SnapshotState()
+    assert types(state.apply(ExecuteSnapshot("r1", ("public.a", "public.b")), 1.0)) == [
+        ("STARTED", "r1")
+    ]
+    state.apply(ExecuteSnapshot("r2", ("public.c",)), 2.0)
+    first = state.current()
+    assert first is not None and first.table == "public.a"
+    state.begin(first, [10], 10, 3.0)
+    notes = state.chunk_written(first, 6, [6], 0.1, False, 3.1)
+    assert types(notes) == [("IN_PROGRESS", "r1")] and first.percent == 60.0
+    notes = state.chunk_written(first, 4, [10], 0.1, True, 3.2)
+    assert types(notes) == [("IN_PROGRESS", "r1"), ("TABLE_SCAN_COMPLETED", "r1")]
+    second = state.current()
+    assert second is not None and second.table == "public.b"
+    notes = state.abort(second, "no primary key", 4.0)
+    assert types(notes) == [("ABORTED", "r1"), ("COMPLETED", "r1")]
+    third = state.current()
+    assert third is not None and (third.table, third.request_id) == ("public.c", "r2")
+
+
+def test_every_request_reads_its_tables_even_if_another_queued_them() -> None:
+    state = SnapshotState()
+    state.apply(ExecuteSnapshot("r1", ("public.a",)), 1.0)
+    state.apply(ExecuteSnapshot("r2", ("public.a",), {"public.a": "id > 5"}), 1.0)
+    assert [(t.request_id, t.condition) for t in state.pending()] == [
+        ("r1", None),
+        ("r2", "id > 5"),
+    ]
+
+
+def test_stop_aborts_the_named_tables_or_all_and_pause_resume_notify_once() -> None:
+    state = SnapshotState()
+    state.apply(ExecuteSnapshot("r1", ("public.a", "public.b")), 1.0)
+    notes = state.apply(StopSnapshot("s1", ("public.b",)), 2.0)
+    assert [(n.type, n.additional_data["aborted_request_id"]) for n in notes] == [("ABORTED", "r1")]
+    assert [t.table for t in state.pending()] == ["public.a"]
+    assert types(state.apply(PauseSnapshot("p"), 3.0)) == [("PAUSED", "p")]
+    assert state.apply(PauseSnapshot("p2"), 3.0) == [] and state.paused
+    assert types(state.apply(ResumeSnapshot("q"), 4.0)) == [("RESUMED", "q")]
+    assert state.apply(StopSnapshot("s2"), 5.0)[0].type == "ABORTED"
+    assert state.current() is None
+
+
+def test_keys_survive_the_progress_record_as_query_parameters() -> None:
+    key = (
+        7,
+        "x",
+        b"\x00\xff",
+        decimal.Decimal("1.50"),
+        dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC),
+        uuid.UUID(int=1),
+    )
+    written = key_to_json(key)
+    assert orjson.loads(orjson.dumps(written)) == written
+    assert key_from_json(written) == (
+        7,
+        "x",
+        "\\x00ff",
+        "1.50",
+        "2024-01-02 03:04:05+00:00",
+        "00000000-0000-0000-0000-000000000001",
+    )
+
+
+def test_the_record_has_ddd4s_fields() -> None:
+    state = SnapshotState()
+    state.apply(ExecuteSnapshot("r1", ("public.a",), {"public.a": "x > 1"}, "code"), 1.0)
+    entry = state.current()
+    assert entry is not None
+    state.begin(entry, [9], 9, 1.0)
+    state.chunk_written(entry, 3, [3], 0.1, False, 1.1)
+    doc = orjson.loads(state.to_json())
+    assert doc["incremental_snapshot_collections"] == [
+        {
+            "incremental_snapshot_collections_id": "public.a",
+            "incremental_snapshot_collections_additional_condition": "x > 1",
+            "incremental_snapshot_collection_surrogate_key": "code",
+        }
+    ]
+    assert (doc["incremental_snapshot_primary_key"], doc["incremental_snapshot_maximum_key"]) == (
+        [3],
+        [9],
+    )
+
+
+TABLES = st.sampled_from(["public.a", "public.b", "public.c"])
+OPERATIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("execute"), st.lists(TABLES, min_size=1, max_size=3, unique=True)),
+        st.tuples(st.just("stop"), st.lists(TABLES, max_size=2, unique=True)),
+        st.tuples(st.just("pause"), st.none()),
+        st.tuples(st.just("resume"), st.none()),
+        st.tuples(st.just("chunk"), st.integers(0, 5)),
+        st.tuples(st.just("abort"), st.none()),
+        st.tuples(st.just("crash"), st.none()),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(OPERATIONS)
+def test_queue_invariants_hold_for_any_sequence(operations: list) -> None:  # type: ignore[type-arg]
+    """Chunk numbers only grow (also across a crash), a key range only moves forward, every
+    request completes exactly once after all its tables finished, and the progress record
+    read back is always the state."""
+    state, used, completed, requests = SnapshotState(), [], [], 0
+    last_keys: dict[tuple[str, str], int] = {}
+    for kind, arg in operations:
+        now = float(len(used) + requests)
+        if kind == "execute":
+            requests += 1
+            notes = state.apply(ExecuteSnapshot(f"r{requests}", tuple(arg)), now)
+        elif kind == "stop":
+            notes = state.apply(StopSnapshot("s", tuple(arg)), now)
+        elif kind == "pause":
+            notes = state.apply(PauseSnapshot("p"), now)
+        elif kind == "resume":
+            notes = state.apply(ResumeSnapshot("q"), now)
+        elif kind == "crash":
+            state = SnapshotState.from_json(state.to_json()).resumed()
+            notes = []
+        else:
+            entry = state.current()
+            if entry is None:
+                continue
+            if kind == "abort":
+                notes = state.abort(entry, "broken", now)
+            else:
+                if entry.status != RUNNING:
+                    state.begin(entry, [100], 100, now)
+                used.append(state.next_chunk())
+                previous = last_keys.get((entry.table, entry.request_id), 0)
+                key = previous + arg
+                last_keys[(entry.table, entry.request_id)] = key
+                notes = state.chunk_written(entry, arg, [key], 0.01, arg == 0, now)
+                assert entry.last_key == [key] and key >= previous
+        completed += [n.request_id for n in notes if n.type == "COMPLETED"]
+        assert SnapshotState.from_json(state.to_json()) == state
+    assert used == sorted(set(used))
+    assert len(completed) == len(set(completed))
+    for request in {t.request_id for t in state.tables}:
+        finished = all(
+            t.status in (COMPLETED, ABORTED) for t in state.tables if t.request_id == request
+        )
+        assert finished == (request in completed), request
+    for request in {t.request_id for t in state.tables if t.status in PENDING}:
+        assert request not in completed
+
+
+def test_progress_for_status() -> None:
+    entry = TableProgress(
+        "public.a", "r", status=RUNNING, rows=50, estimated_rows=200, busy_seconds=5
+    )
+    assert entry.percent == 25.0 and entry.seconds_left == 15.0
