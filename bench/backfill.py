@@ -15,8 +15,8 @@ is for). While a write workload updates random rows of the table being read:
   plane's committed offsets reach the end of the backfill topic).
 
 Rows/s, seconds and the peak resident memory (VmHWM) of the process doing the
-work (Debezium's JVM, which also streams; Tidemark's processor). Prints a table
-and writes ``bench/results/backfill.json``.
+work (Debezium's JVM, which also streams; Tidemark's processor, and its chunk
+reader process apart). Prints a table and writes ``bench/results/backfill.json``.
 
     python bench/backfill.py [--rows N] [--writes-per-s W]
 """
@@ -67,6 +67,19 @@ def peak_rss_mb(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Tidemark's chunk reader)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
 
 
 def create_tables(config: Config, names: list[str], rows: int) -> None:
@@ -205,6 +218,7 @@ def run_tidemark(stack: DevStack, table: str, rows: int, writes_per_s: float) ->
             "chunks": entry.chunks,
             "writes": writes.done,
             "peak_rss_mb": peak_rss_mb(pid),
+            "reader_peak_rss_mb": sum(peak_rss_mb(child) for child in children(pid)),
         }
     finally:
         stack.stop_process("benchbf")

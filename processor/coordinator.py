@@ -9,11 +9,12 @@ from the progress record.
 The coordinator reads signals from two channels, with the same meaning
 (:mod:`processor.signals`): the Kafka signal topic (``tidemark snapshot ...``
 writes there) and the change topic of Tidemark's signal table in the source.
-It reads the queued tables chunk by chunk (:mod:`processor.chunks`), writes
-every row as Debezium's own ``r`` event (:mod:`processor.chunk_events`) to the
+It reads the queued tables chunk by chunk (:mod:`processor.chunks`) in a
+reader process of its own (:mod:`processor.chunk_worker`), which writes every
+row as Debezium's own ``r`` event (:mod:`processor.chunk_events`) to the
 partition of the table's backfill topic that matches the key's change-topic
-partition (:mod:`processor.backfill`), and the data plane decides each row
-against that partition's state. Progress, the queue and the signal channels'
+partition (:mod:`processor.backfill`); the data plane decides each row against
+that partition's state. Progress, the queue and the signal channels'
 offsets are one record in the compacted topic ``<pipeline>.snapshots``;
 notifications in Debezium's format go to ``<pipeline>.notifications``.
 
@@ -38,9 +39,10 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 from confluent_kafka.admin import AdminClient
 
 from processor import metrics
-from processor.backfill import ChunkTag, backfill_topic
+from processor.backfill import backfill_topic
 from processor.change import Change
 from processor.chunk_events import TableShape
+from processor.chunk_worker import ChunkJob, ChunkWorker
 from processor.chunks import (
     ChunkError,
     ChunkReader,
@@ -49,7 +51,7 @@ from processor.chunks import (
     next_chunk_size,
 )
 from processor.codecs import SourceCodec
-from processor.debezium_values import Column, column
+from processor.debezium_values import column
 from processor.errors import InputError, ProcessorError, RawMessage
 from processor.registry import SchemaCache
 from processor.signals import Signal, SignalError, parse_signal
@@ -100,9 +102,8 @@ class _Prepared:
     """What reading one table needs, worked out once per table and leadership."""
 
     info: TableInfo
-    columns: list[Column]
-    casts: dict[str, str]
-    shape: TableShape
+    #: Key and value of one of Debezium's events of the table.
+    event: tuple[bytes, bytes]
     backfill: str
 
 
@@ -130,15 +131,7 @@ class Coordinator:
         self._producer = Producer(
             client_config(
                 kafka,
-                **{
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    "linger.ms": 20,
-                    "compression.type": "lz4",
-                    # Kafka's default (Java) partitioner: a chunk row goes to the partition
-                    # of its key's changes.
-                    "partitioner": "murmur2_random",
-                },
+                **{"enable.idempotence": True, "acks": "all", "linger.ms": 5},
             )
         )
         settings = {"enable.partition.eof": False}
@@ -151,6 +144,7 @@ class Coordinator:
         self.state: SnapshotState | None = None
         self._prepared: dict[tuple[str, str], _Prepared] = {}
         self._reader: ChunkReader | None = None
+        self._worker = ChunkWorker(config)
         self._chunk_size = config.snapshot.chunk_size
         self._failures = 0
         self._not_before = 0.0
@@ -201,6 +195,7 @@ class Coordinator:
             consumer.close()
         if self._reader is not None:
             self._reader.close()
+        self._worker.close()
         self._producer.flush(10)
         metrics.SNAPSHOT_LEADER.set(0)
 
@@ -364,37 +359,28 @@ class Coordinator:
                     return
             upto = key_from_json(entry.maximum_key)
             assert upto is not None
-            chunk = reader.read_chunk(
-                prepared.info,
-                key_from_json(entry.last_key),
-                upto,
-                self._chunk_size,
-                entry.condition,
-                prepared.casts,
+            chunk = self._worker.read(
+                ChunkJob(
+                    prepared.info,
+                    prepared.event,
+                    prepared.backfill,
+                    key_from_json(entry.last_key),
+                    upto,
+                    self._chunk_size,
+                    entry.condition,
+                    state.next_chunk(),
+                    entry.request_id,
+                )
             )
         except ChunkError as exc:
             self._failed(entry, exc)
             return
         self._failures = 0
-        started = time.perf_counter()
-        tag = ChunkTag(state.next_chunk(), chunk.snapshot, entry.request_id)
-        headers = tag.headers()
-        produce, on_delivery, topic = self._producer.produce, self._on_delivery, prepared.backfill
-        for key, value in prepared.shape.encode_chunk(chunk.rows, prepared.columns):
-            while True:
-                try:  # partitioned by the key's murmur2 hash, as Debezium's producer does
-                    produce(topic, value, key, on_delivery=on_delivery, headers=headers)
-                    break
-                except BufferError:
-                    self._producer.poll(0.05)
-        self._flush("chunk rows")
         last_key = key_to_json(chunk.last_key)
-        done = len(chunk.rows) < self._chunk_size or last_key == entry.maximum_key
-        seconds = chunk.seconds + time.perf_counter() - started
-        self._persist(
-            state.chunk_written(entry, len(chunk.rows), last_key, seconds, done, time.time())
-        )
-        metrics.SNAPSHOT_ROWS.labels(entry.table).inc(len(chunk.rows))
+        done = chunk.rows < self._chunk_size or last_key == entry.maximum_key
+        seconds = chunk.seconds
+        self._persist(state.chunk_written(entry, chunk.rows, last_key, seconds, done, time.time()))
+        metrics.SNAPSHOT_ROWS.labels(entry.table).inc(chunk.rows)
         metrics.SNAPSHOT_CHUNKS.labels(entry.table).inc()
         self._chunk_size = next_chunk_size(
             self._chunk_size,
@@ -405,7 +391,7 @@ class Coordinator:
         )
         ceiling = self.config.snapshot.max_rows_per_second
         if ceiling:
-            self._not_before = time.monotonic() + max(0.0, len(chunk.rows) / ceiling - seconds)
+            self._not_before = time.monotonic() + max(0.0, chunk.rows / ceiling - seconds)
         if done:
             log.info(
                 "snapshot of %s completed: %d rows in %d chunks",
@@ -440,7 +426,8 @@ class Coordinator:
                 raise
             raise SnapshotRefused(str(exc)) from None
         try:
-            columns = [column(n, *t) for n, t in zip(info.columns, info.types, strict=True)]
+            for name, kind in zip(info.columns, info.types, strict=True):
+                column(name, *kind)  # refuses a type whose encoding is not reproduced
         except TidemarkError as exc:
             raise SnapshotRefused(str(exc)) from None
         event = latest_event(self._probe, topic, counts[topic])
@@ -461,13 +448,7 @@ class Coordinator:
             )
         backfill = backfill_topic(self.config.processor.pipeline, topic)
         ensure_topics(self._admin, {backfill: counts[topic]}, self.config.kafka.replication_factor)
-        prepared = _Prepared(
-            info,
-            columns,
-            {c.name: c.cast for c in columns if c.cast},
-            shape,
-            backfill,
-        )
+        prepared = _Prepared(info, event, backfill)
         self._prepared[(entry.table, entry.request_id)] = prepared
         return prepared
 

@@ -14,7 +14,6 @@ dropping; the output is idempotent per key.
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import re
 import threading
@@ -30,6 +29,7 @@ from processor.backfill import ChunkTags, backfill_topic, backfilled_topic
 from processor.errors import InputError, ProcessorError, RawMessage
 from processor.reconciler import Batch, Reconciler, Source, TopicPartitionKey
 from processor.registry import HttpRegistry, SchemaCache
+from processor.tuning import tune_garbage_collector
 from state.changelog import Restorer
 from state.store import Checkpoint, PartitionStore, StateBackend
 from tidemark.config import Config
@@ -44,19 +44,6 @@ from tidemark.kafka import (
 log = logging.getLogger(__name__)
 
 Headers = list[tuple[str, str | bytes | None]]
-
-
-def tune_garbage_collector() -> None:
-    """Collect young objects once per batch or so, not hundreds of times.
-
-    Every decoded event allocates a few dicts that live until its batch is
-    committed, so CPython's default young-generation threshold (700) runs the
-    cyclic collector constantly, over a heap that is mostly long-lived objects
-    of the worker. Freezing what exists at start and raising the threshold cuts
-    a large share of the processor's CPU per event (measured with ``bench/envelopes.py``).
-    """
-    gc.freeze()
-    gc.set_threshold(100_000, 20, 100)
 
 
 class DataPlane:

@@ -1,0 +1,239 @@
+"""Chunk reads in a process of their own: read a page, encode it as Debezium events, produce it.
+
+Reading and encoding a chunk is Python work for every row, and so is deciding
+the row in the data plane; in one process both would share one interpreter
+lock. The coordinator therefore hands each chunk to a child process, which
+works on another core while the data plane decides the previous chunk's rows.
+
+Guarantee: :meth:`ChunkWorker.read` returns only once Kafka has acknowledged
+every row of the chunk, so the coordinator may then record the chunk as done.
+The child exits when its parent does (it watches its parent's pid), so a
+killed processor leaves no reader behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+
+from processor.backfill import ChunkTag
+from processor.chunk_events import TableShape
+from processor.chunks import ChunkError, Key, PostgresChunkReader, TableInfo
+from processor.debezium_values import Column, column
+from processor.registry import HttpRegistry, SchemaCache
+from processor.tuning import tune_garbage_collector
+from tidemark.config import Config
+from tidemark.errors import TidemarkError
+from tidemark.kafka import client_config
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ChunkJob:
+    """One page to read and where its rows go."""
+
+    info: TableInfo
+    #: Key and value of one of Debezium's events of the table: the layout to reproduce.
+    event: tuple[bytes, bytes]
+    backfill: str
+    after: Key | None
+    upto: Key
+    limit: int
+    condition: str | None
+    chunk: int
+    request: str
+
+
+@dataclass(frozen=True)
+class ChunkDone:
+    """A page whose rows Kafka has acknowledged."""
+
+    rows: int
+    last_key: Key | None
+    snapshot: str
+    seconds: float
+
+
+class ChunkWorker:
+    """The parent's handle on the reader process (started on first use, restarted if it dies)."""
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        self._context = multiprocessing.get_context("spawn")
+        self._process: Any = None
+        self._conn: Connection | None = None
+
+    def read(self, job: ChunkJob) -> ChunkDone:
+        """Read, encode and produce one page; :class:`ChunkError` if that failed."""
+        conn = self._started()
+        try:
+            conn.send(job)
+            status, result = conn.recv()
+        except (EOFError, OSError, BrokenPipeError):
+            self.close()
+            raise ChunkError("the chunk reader process ended; it is started again") from None
+        if status != "ok":
+            raise ChunkError(str(result))
+        assert isinstance(result, ChunkDone)
+        return result
+
+    def close(self) -> None:
+        """Stop the reader process."""
+        if self._conn is not None:
+            try:
+                self._conn.send(None)
+            except OSError:
+                pass
+            self._conn.close()
+            self._conn = None
+        if self._process is not None:
+            self._process.join(5)
+            if self._process.is_alive():
+                self._process.kill()
+                self._process.join(5)
+            self._process = None
+
+    def _started(self) -> Connection:
+        if self._conn is None:
+            mine, theirs = self._context.Pipe()
+            self._process = self._context.Process(
+                target=_serve, args=(theirs, self._config), name="tidemark-chunks", daemon=True
+            )
+            self._process.start()
+            theirs.close()
+            self._conn = mine
+        return self._conn
+
+
+def _serve(conn: Connection, config: Config) -> None:
+    """The reader process: jobs in, results out, until told to stop or orphaned."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    parent = os.getppid()
+    tune_garbage_collector()  # a chunk's rows are many short-lived objects
+    reader = _Reader(config)
+    try:
+        while True:
+            if not conn.poll(1.0):
+                if os.getppid() != parent:
+                    return
+                continue
+            try:
+                job = conn.recv()
+            except EOFError:
+                return
+            if job is None:
+                return
+            try:
+                conn.send(("ok", reader.read(job)))
+            except (TidemarkError, KafkaException) as exc:
+                reader.reset()
+                conn.send(("error", str(exc)))
+    finally:
+        reader.close()
+
+
+class _Reader:
+    """What the reader process keeps between jobs: a connection, a producer, table layouts."""
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+        kafka = config.kafka
+        self._schemas = (
+            SchemaCache(
+                HttpRegistry(
+                    kafka.schema_registry_url,
+                    kafka.schema_registry_user,
+                    kafka.schema_registry_password,
+                )
+            )
+            if kafka.schema_registry_url
+            else None
+        )
+        self._producer = Producer(
+            client_config(
+                kafka,
+                **{
+                    "enable.idempotence": True,
+                    "acks": "all",
+                    "linger.ms": 20,
+                    "compression.type": "lz4",
+                    "queue.buffering.max.messages": 500_000,
+                    # Kafka's default (Java) partitioner, as Debezium's producer: a chunk
+                    # row goes to the partition of its key's changes.
+                    "partitioner": "murmur2_random",
+                },
+            )
+        )
+        self._pg: PostgresChunkReader | None = None
+        self._layouts: dict[tuple[TableInfo, tuple[bytes, bytes]], _Layout] = {}
+        self._errors: list[KafkaError] = []
+
+    def read(self, job: ChunkJob) -> ChunkDone:
+        layout = self._layout(job)
+        if self._pg is None:
+            self._pg = PostgresChunkReader(self._config.source.conninfo())
+        chunk = self._pg.read_chunk(
+            job.info, job.after, job.upto, job.limit, job.condition, layout.casts
+        )
+        started = time.perf_counter()
+        headers = ChunkTag(job.chunk, chunk.snapshot, job.request).headers()
+        produce, topic = self._producer.produce, job.backfill
+        for key, value in layout.shape.encode_chunk(chunk.rows, layout.columns):
+            while True:
+                try:
+                    produce(topic, value, key, on_delivery=self._delivered, headers=headers)
+                    break
+                except BufferError:
+                    self._producer.poll(0.05)
+        remaining = self._producer.flush(60)
+        errors, self._errors = self._errors, []
+        if remaining or errors:
+            raise ChunkError(
+                "Kafka did not acknowledge the chunk's rows: "
+                + (errors[0].str() if errors else f"{remaining} pending")
+            )
+        seconds = chunk.seconds + time.perf_counter() - started
+        return ChunkDone(len(chunk.rows), chunk.last_key, str(chunk.snapshot), seconds)
+
+    def reset(self) -> None:
+        """After a failure: connect again for the next job."""
+        if self._pg is not None:
+            self._pg.close()
+            self._pg = None
+
+    def close(self) -> None:
+        self.reset()
+        self._producer.flush(10)
+
+    def _layout(self, job: ChunkJob) -> _Layout:
+        found = self._layouts.get((job.info, job.event))
+        if found is None:
+            info = job.info
+            columns = [column(n, *t) for n, t in zip(info.columns, info.types, strict=True)]
+            shape = TableShape.learn(job.event[0], job.event[1], self._schemas)
+            found = _Layout(columns, {c.name: c.cast for c in columns if c.cast}, shape)
+            if len(self._layouts) > 16:
+                self._layouts.clear()
+            self._layouts[(job.info, job.event)] = found
+        return found
+
+    def _delivered(self, err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            self._errors.append(err)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    columns: list[Column]
+    casts: dict[str, str]
+    shape: TableShape
