@@ -41,6 +41,7 @@ QUIX := .venv-quix
 bench: setup $(QUIX)/.installed
 	$(BIN)/python bench/envelopes.py
 	$(BIN)/python bench/restore.py
+	$(BIN)/python bench/backfill.py
 
 $(QUIX)/.installed:
 	$(PYTHON) -m venv $(QUIX)
