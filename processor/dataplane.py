@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
+import signal
 import threading
 import time
 from collections import defaultdict
@@ -74,6 +76,7 @@ class DataPlane:
         self._chunk_tags = ChunkTags()
         self._subscribed: list[str] = []
         self._stop = threading.Event()
+        self._crash_after = _failpoint("after-flush")
         self.running = False
         self.failure: BaseException | None = None
         self._admin = AdminClient(client_config(config.kafka))
@@ -255,6 +258,10 @@ class DataPlane:
                 "Kafka did not acknowledge the batch's outputs: "
                 + (failures[0].str() if failures else f"{remaining} pending")
             )
+        if self._crash_after is not None:
+            self._crash_after -= 1
+            if self._crash_after <= 0:  # the crash window tests need to hit every time
+                os.kill(os.getpid(), signal.SIGKILL)
         for tp, state in batch.states.items():
             store = self._stores.get(tp)
             if store is None:
@@ -447,3 +454,12 @@ class DataPlane:
     def assigned(self) -> list[TopicPartitionKey]:
         """The input partitions this instance owns."""
         return sorted(self._stores)
+
+
+def _failpoint(name: str) -> int | None:
+    """``TIDEMARK_FAILPOINT=after-flush:N`` kills the process right after the Nth batch's
+    flush, before its state and offsets are committed: the crash window that tests must
+    reach deterministically. Unset in production."""
+    spec = os.environ.get("TIDEMARK_FAILPOINT", "")
+    point, _, count = spec.partition(":")
+    return int(count) if point == name and count.isdigit() else None

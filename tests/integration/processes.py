@@ -8,6 +8,7 @@ through the stack, which records its pid; tests stop (or kill) exactly those.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -74,9 +75,11 @@ class Processor:
     def log(self) -> Path:
         return self.stack.run_dir / f"{self.name}.log"
 
-    def start(self, timeout: float = 90) -> Processor:
+    def start(self, timeout: float = 90, failpoint: str = "") -> Processor:
+        """Start and wait until healthy; ``failpoint``: ``TIDEMARK_FAILPOINT`` for the process."""
         cmd = [sys.executable, "-m", "tidemark.cli", "process", "--config", str(self.path)]
-        self.pid = self.stack.start_process(self.name, cmd)
+        env = {"TIDEMARK_FAILPOINT": failpoint} if failpoint else None
+        self.pid = self.stack.start_process(self.name, cmd, env)
         deadline = time.monotonic() + timeout
         while self.health().get("status") != "ok":
             assert pid_alive(self.pid), self.log.read_text()[-3000:]
@@ -96,6 +99,16 @@ class Processor:
             time.sleep(0.05)
         assert not pid_alive(self.pid)
         self.stack.stop_process(self.name)  # forget the record (the pid is gone)
+
+    def crashed(self, timeout: float = 60) -> None:
+        """Wait for the process to die by itself (a failpoint), then forget it."""
+        deadline = time.monotonic() + timeout
+        while pid_alive(self.pid):
+            assert time.monotonic() < deadline, f"{self.name} did not crash"
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, os.WNOHANG)
+            time.sleep(0.05)
+        self.stack.stop_process(self.name)
 
     def stop(self) -> None:
         self.stack.stop_process(self.name)

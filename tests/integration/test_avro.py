@@ -5,7 +5,8 @@ client registers the change topics' schemas in the stack's registry over HTTP.
 The processor resolves them by id, reconciles, and writes Avro with its output
 schema registered under the output topic's subjects. The test decodes the
 reconciled topics with those schemas and compares every column, logical types
-included, with PostgreSQL's own values.
+included, with PostgreSQL's own values. A backfill of an Avro source writes
+chunk rows with Debezium's own key bytes, schema ids and values.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import json
+import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -22,7 +24,15 @@ import psycopg
 import pytest
 from confluent_kafka import Producer
 
-from tests.integration.processes import Processor, metric, read_topic, reconciled
+from processor.snapshot_control import read_state, send_signal
+from tests.integration.processes import (
+    Processor,
+    decoder,
+    metric,
+    pipeline_config,
+    read_topic,
+    reconciled,
+)
 from tidemark.config import Config, DevConfig, ProcessorConfig
 from tidemark.devstack.stack import DevStack
 from tidemark.kafka import client_config
@@ -144,5 +154,83 @@ def test_avro_changes_reconcile_with_registered_output_schemas(avro_stack: DevSt
             )
             == 1
         )
+    finally:
+        processor.stop()
+
+
+def test_avro_backfill_rows_are_debeziums_own(avro_stack: DevStack) -> None:
+    """A backfill on an Avro source: chunk rows carry Debezium's key bytes, schema ids and
+    values (compared with Debezium's own events of the same rows), and the reconciled
+    topic ends equal to the table."""
+    config = pipeline_config(avro_stack, "avrobf")
+    name = "iso_avrobf_kinds"
+    rows = [
+        (
+            i,
+            i - 3,
+            2**40 + i,
+            decimal.Decimal(f"{i}.125"),
+            i / 7,
+            i % 2 == 0,
+            f"name-{i}" if i % 4 else None,
+            dt.datetime(2026, 1, i + 1, 10, 30, 15, 123456, tzinfo=dt.UTC),
+            dt.datetime(2025, 12, i + 1, 8, 0, 0, 654321),  # noqa: DTZ001
+            dt.date(2024, 2, i + 1),
+            uuid.UUID(int=i),
+            psycopg.types.json.Jsonb({"i": i, "tags": ["a", "b"]}),
+            bytes([i, 0, 255]),
+        )
+        for i in range(0, 9)
+    ]
+    marks = ", ".join(["%s"] * 13)
+    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA IF NOT EXISTS stage")
+        conn.execute(TABLE.replace("kinds", f"stage.{name}"))
+        with conn.cursor() as cur:  # rows Debezium never streams ...
+            cur.executemany(f"INSERT INTO stage.{name} VALUES ({marks})", rows[1:])  # noqa: S608
+        conn.execute(f"ALTER TABLE stage.{name} SET SCHEMA public")
+        conn.execute(f"INSERT INTO {name} VALUES ({marks})", rows[0])  # noqa: S608 - ... and one
+    processor = Processor(avro_stack, config, "avrobf-processor").start()
+    try:
+        deadline = time.monotonic() + 60
+        while processor.health().get("snapshots") != "leader":
+            assert time.monotonic() < deadline, "no coordinator"
+            time.sleep(0.3)
+        send_signal(config, "execute-snapshot", {"data-collections": [f"public.{name}"]}, "avro-1")
+        deadline = time.monotonic() + 120
+        while not (state := read_state(config)) or state.tables[0].status != "completed":
+            assert time.monotonic() < deadline, "the snapshot did not complete"
+            time.sleep(0.3)
+        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+            conn.execute(f"UPDATE {name} SET id = id")  # noqa: S608 - Debezium's event of every row
+        wait_caught_up(config)
+
+        decode = decoder(config)
+        theirs = {
+            r.key: (r.partition, r.value)
+            for r in read_topic(config, f"tidemark.public.{name}")
+            if r.value is not None and decode(r.value)["op"] == "u"
+        }
+        ours = read_topic(config, f"avrobf.backfill.tidemark.public.{name}")
+        assert len(ours) == len(theirs) == 9
+        for record in ours:
+            partition, value = theirs[record.key]  # the same key bytes (schema id included)
+            assert record.partition == partition and record.value is not None and value is not None
+            assert record.value[:5] == value[:5]  # the same value schema id
+            mine, debezium = decode(record.value), decode(value)
+            assert mine["after"] == debezium["after"]
+            assert (mine["op"], mine["source"]["snapshot"]) == ("r", "incremental")
+
+        final = {e.key["id"]: e.after for e in reconciled(config, name)}
+        with psycopg.connect(**config.source.conninfo()) as conn:
+            cur = conn.execute(f"SELECT * FROM {name}")  # noqa: S608
+            names = [c.name for c in cur.description or []]
+            source = {r[0]: dict(zip(names, r, strict=True)) for r in cur.fetchall()}
+        decoded = {
+            key: {c: from_debezium(c, v) for c, v in after.items()}
+            for key, after in final.items()
+            if after is not None
+        }
+        assert decoded == source
     finally:
         processor.stop()

@@ -130,9 +130,13 @@ class DevStack:
             self.down()
             raise
 
-    def start_process(self, name: str, cmd: list[str]) -> int:
+    def start_process(
+        self, name: str, cmd: list[str], extra_env: dict[str, str] | None = None
+    ) -> int:
         """Start a Tidemark child process (logs in ``<run_dir>/<name>.log``) and record it."""
-        env = dict(os.environ, JAVA_HOME=str(java_home()), PYTHONUNBUFFERED="1")
+        env = dict(
+            os.environ, JAVA_HOME=str(java_home()), PYTHONUNBUFFERED="1", **(extra_env or {})
+        )
         pid = start_detached(cmd, self.run_dir / f"{name}.log", env=env, cwd=self.run_dir)
         self._record_process(name, pid, "tidemark.cli")
         return pid
