@@ -27,7 +27,7 @@ from processor.backfill import ChunkTag
 from processor.chunk_events import TableShape
 from processor.chunks import ChunkError, Key, PostgresChunkReader, TableInfo
 from processor.debezium_values import Column, column
-from processor.registry import HttpRegistry, SchemaCache
+from processor.registry import configured_schemas
 from processor.tuning import tune_garbage_collector
 from tidemark.config import Config
 from tidemark.errors import TidemarkError
@@ -147,21 +147,10 @@ class _Reader:
 
     def __init__(self, config: Config) -> None:
         self._config = config
-        kafka = config.kafka
-        self._schemas = (
-            SchemaCache(
-                HttpRegistry(
-                    kafka.schema_registry_url,
-                    kafka.schema_registry_user,
-                    kafka.schema_registry_password,
-                )
-            )
-            if kafka.schema_registry_url
-            else None
-        )
+        self._schemas = configured_schemas(config.kafka)
         self._producer = Producer(
             client_config(
-                kafka,
+                config.kafka,
                 **{
                     "enable.idempotence": True,
                     "acks": "all",

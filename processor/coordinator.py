@@ -172,14 +172,15 @@ class Coordinator:
                 [self.signals], on_assign=self._on_assign, on_revoke=self._on_revoke
             )
             while not self._stop.is_set():
-                busy = self._has_work()
-                messages = self._group.consume(100, 0.0 if busy else 0.2)
+                wait = max(0.0, self._not_before - time.monotonic()) if self._has_work() else 0.2
+                messages = self._group.consume(100, min(wait, 0.2))
                 if self.state is None:
                     continue
                 for msg in data_messages(messages):
                     self._kafka_signal(msg)
                 self._signal_rows()
-                if busy and time.monotonic() >= self._not_before:
+                # The signals just read may have paused or stopped the work.
+                if self._has_work() and time.monotonic() >= self._not_before:
                     self._step()
         except BaseException as exc:
             self.failure = exc

@@ -30,7 +30,7 @@ from processor import metrics
 from processor.backfill import ChunkTags, backfill_topic, backfilled_topic
 from processor.errors import InputError, ProcessorError, RawMessage
 from processor.reconciler import Batch, Reconciler, Source, TopicPartitionKey
-from processor.registry import HttpRegistry, SchemaCache
+from processor.registry import configured_schemas
 from processor.tuning import tune_garbage_collector
 from state.changelog import Restorer
 from state.store import Checkpoint, PartitionStore, StateBackend
@@ -56,17 +56,7 @@ class DataPlane:
         self.backend = backend
         self.group = f"{config.processor.pipeline}-dataplane"
         self.dead_letter_topic = f"{config.processor.pipeline}.dlq"
-        kafka = config.kafka
-        registry = (
-            HttpRegistry(
-                kafka.schema_registry_url,
-                kafka.schema_registry_user,
-                kafka.schema_registry_password,
-            )
-            if kafka.schema_registry_url
-            else None
-        )
-        self.reconciler = Reconciler(config, SchemaCache(registry) if registry else None)
+        self.reconciler = Reconciler(config, configured_schemas(config.kafka))
         self._stores: dict[TopicPartitionKey, PartitionStore] = {}
         self._delivery_errors: list[KafkaError] = []
         #: Bound once: the producer calls it for every record.

@@ -32,6 +32,7 @@ from typing import Any
 import fastavro
 
 from processor.errors import ProcessorError
+from tidemark.config import KafkaConfig
 
 
 class RegistryError(ProcessorError):
@@ -205,3 +206,14 @@ class SchemaCache:
         if schema_id is None:
             schema_id = self._registered[key] = self.registry.register(subject, text)
         return schema_id
+
+
+def configured_schemas(kafka: KafkaConfig) -> SchemaCache | None:
+    """The schema cache over ``kafka``'s registry; ``None`` when none is configured."""
+    if not kafka.schema_registry_url:
+        return None
+    return SchemaCache(
+        HttpRegistry(
+            kafka.schema_registry_url, kafka.schema_registry_user, kafka.schema_registry_password
+        )
+    )

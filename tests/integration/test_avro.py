@@ -63,6 +63,25 @@ def avro_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevStack]:
         stack.down()
 
 
+def kinds_row(i: int, null_names: bool = False) -> tuple[Any, ...]:
+    """Row ``i`` (0 to 27) of a ``kinds`` table: every column type of ``TABLE``."""
+    return (
+        i,
+        i - 3,
+        2**40 + i,
+        decimal.Decimal(f"{i}.125"),
+        i / 7,
+        i % 2 == 0,
+        None if null_names and i % 4 == 0 else f"name-{i}",
+        dt.datetime(2026, 1, i + 1, 10, 30, 15, 123456, tzinfo=dt.UTC),
+        dt.datetime(2025, 12, i + 1, 8, 0, 0, 654321),  # noqa: DTZ001
+        dt.date(2024, 2, i + 1),
+        uuid.UUID(int=i),
+        psycopg.types.json.Jsonb({"i": i, "tags": ["a", "b"]}),
+        bytes([i, 0, 255]),
+    )
+
+
 def from_debezium(column: str, value: Any) -> Any:
     """The Python value of a column as Debezium's Avro converter encodes it."""
     if value is None:
@@ -83,24 +102,7 @@ def from_debezium(column: str, value: Any) -> Any:
 def test_avro_changes_reconcile_with_registered_output_schemas(avro_stack: DevStack) -> None:
     config = avro_stack.config
     assert config.kafka.schema_registry_url.startswith("http://127.0.0.1:")
-    rows = [
-        (
-            i,
-            i - 3,
-            2**40 + i,
-            decimal.Decimal(f"{i}.125"),
-            i / 7,
-            i % 2 == 0,
-            f"name-{i}",
-            dt.datetime(2026, 1, i, 10, 30, 15, 123456, tzinfo=dt.UTC),
-            dt.datetime(2025, 12, i, 8, 0, 0, 654321),  # noqa: DTZ001
-            dt.date(2024, 2, i),
-            uuid.UUID(int=i),
-            psycopg.types.json.Jsonb({"i": i, "tags": ["a", "b"]}),
-            bytes([i, 0, 255]),
-        )
-        for i in range(1, 9)
-    ]
+    rows = [kinds_row(i) for i in range(1, 9)]
     with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
         conn.execute(TABLE)
         with conn.cursor() as cur:
@@ -164,24 +166,7 @@ def test_avro_backfill_rows_are_debeziums_own(avro_stack: DevStack) -> None:
     topic ends equal to the table."""
     config = pipeline_config(avro_stack, "avrobf")
     name = "iso_avrobf_kinds"
-    rows = [
-        (
-            i,
-            i - 3,
-            2**40 + i,
-            decimal.Decimal(f"{i}.125"),
-            i / 7,
-            i % 2 == 0,
-            f"name-{i}" if i % 4 else None,
-            dt.datetime(2026, 1, i + 1, 10, 30, 15, 123456, tzinfo=dt.UTC),
-            dt.datetime(2025, 12, i + 1, 8, 0, 0, 654321),  # noqa: DTZ001
-            dt.date(2024, 2, i + 1),
-            uuid.UUID(int=i),
-            psycopg.types.json.Jsonb({"i": i, "tags": ["a", "b"]}),
-            bytes([i, 0, 255]),
-        )
-        for i in range(0, 9)
-    ]
+    rows = [kinds_row(i, null_names=True) for i in range(0, 9)]
     marks = ", ".join(["%s"] * 13)
     with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
         conn.execute("CREATE SCHEMA IF NOT EXISTS stage")
