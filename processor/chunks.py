@@ -17,9 +17,10 @@ the only text taken as it is.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,10 @@ Key = tuple[Any, ...]
 
 class ChunkError(TidemarkError):
     """A table cannot be snapshotted (no key, unknown table) or a chunk read failed."""
+
+
+class SourceUnavailable(ChunkError):
+    """The source cannot be reached or the connection broke: worth trying again."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +114,9 @@ class PostgresChunkReader(ChunkReader):
         try:
             self._conn = psycopg.connect(**conninfo, autocommit=False)
         except psycopg.Error as exc:
-            raise ChunkError(f"cannot connect to the source for chunk reads: {exc}") from None
+            raise SourceUnavailable(
+                f"cannot connect to the source for chunk reads: {exc}"
+            ) from None
         self._conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
         self._conn.read_only = True
         #: Types loaded as their text (their output function's, not a cast's).
@@ -118,7 +125,7 @@ class PostgresChunkReader(ChunkReader):
     def table_info(self, table: str, surrogate_key: str | None = None) -> TableInfo:
         schema, _, name = table.partition(".")
         relation = _regclass(schema, name)
-        with self._conn.transaction():
+        with _connection_errors(), self._conn.transaction():
             found = self._conn.execute("SELECT to_regclass(%s)", (relation,)).fetchone()
             if found is None or found[0] is None:
                 raise ChunkError(f"table {table} does not exist")
@@ -158,7 +165,7 @@ class PostgresChunkReader(ChunkReader):
         query = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT 1").format(
             _columns(info.key), sql.Identifier(info.schema, info.table), _where(condition), order
         )
-        with self._conn.transaction():
+        with _connection_errors(), self._conn.transaction():
             row = self._conn.execute(query).fetchone()
         return None if row is None else tuple(row)
 
@@ -166,7 +173,7 @@ class PostgresChunkReader(ChunkReader):
         """The planner's estimate (``pg_class.reltuples``); a count where there is none or a
         filter applies."""
         relation = _regclass(info.schema, info.table)
-        with self._conn.transaction():
+        with _connection_errors(), self._conn.transaction():
             if not condition:
                 row = self._conn.execute(
                     "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", (relation,)
@@ -216,6 +223,8 @@ class PostgresChunkReader(ChunkReader):
                 cursor = self._conn.execute(query, params)
                 names = [c.name for c in cursor.description or []]
                 rows = [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
+        except psycopg.OperationalError as exc:
+            raise SourceUnavailable(f"chunk of {info.name} after {after!r}: {exc}") from None
         except psycopg.Error as exc:
             raise ChunkError(f"chunk of {info.name} after {after!r}: {exc}") from None
         assert text is not None
@@ -234,6 +243,15 @@ class PostgresChunkReader(ChunkReader):
             "WHERE i.indrelid = %s::regclass AND {} GROUP BY i.indexrelid ORDER BY i.indexrelid"
         ).format(sql.SQL(which))
         return [list(r[1]) for r in self._conn.execute(query, (relation,)).fetchall()]
+
+
+@contextlib.contextmanager
+def _connection_errors() -> Iterator[None]:
+    """A broken connection as :class:`SourceUnavailable`; other errors as they are."""
+    try:
+        yield
+    except psycopg.OperationalError as exc:
+        raise SourceUnavailable(f"the source cannot be reached: {exc}") from None
 
 
 def _regclass(schema: str, name: str) -> str:

@@ -47,6 +47,7 @@ from processor.chunks import (
     ChunkError,
     ChunkReader,
     PostgresChunkReader,
+    SourceUnavailable,
     TableInfo,
     next_chunk_size,
 )
@@ -338,12 +339,12 @@ class Coordinator:
             log.error("snapshot of %s aborted: %s", entry.table, exc)
             self._persist(state.abort(entry, str(exc), now))
             return
-        except ChunkError as exc:
+        except SourceUnavailable as exc:
             self._failed(entry, exc)
             return
-        reader = self._connected()
         try:
             if entry.status == QUEUED:
+                reader = self._connected()
                 info = prepared.info
                 top = reader.max_key(info, entry.condition)
                 estimate = reader.estimate_rows(info, entry.condition) if top is not None else 0
@@ -422,9 +423,9 @@ class Coordinator:
         reader = self._connected()
         try:
             info = reader.table_info(entry.table, entry.surrogate_key)
+        except SourceUnavailable:
+            raise
         except ChunkError as exc:
-            if "cannot connect" in str(exc):
-                raise
             raise SnapshotRefused(str(exc)) from None
         try:
             for name, kind in zip(info.columns, info.types, strict=True):

@@ -1,8 +1,14 @@
-"""Chunk sizes adapt to how long chunks take (the reads themselves: tests/integration)."""
+"""Chunk sizes adapt to how long chunks take; an unreachable source is a retry, not a refusal.
+
+The reads themselves: tests/integration/test_chunks.py.
+"""
 
 from __future__ import annotations
 
-from processor.chunks import next_chunk_size
+import pytest
+
+from processor.chunks import PostgresChunkReader, SourceUnavailable, next_chunk_size
+from tidemark.ports import free_port
 
 
 def test_chunk_size_adapts_within_bounds() -> None:
@@ -11,3 +17,9 @@ def test_chunk_size_adapts_within_bounds() -> None:
     assert next_chunk_size(1024, 3.0, 1.0, 64, 8192) == 512
     assert next_chunk_size(64, 3.0, 1.0, 64, 8192) == 64
     assert next_chunk_size(1024, 1.0, 1.0, 64, 8192) == 1024
+
+
+def test_a_source_that_cannot_be_reached_is_worth_retrying() -> None:
+    """Not a refusal of the table: the coordinator retries :class:`SourceUnavailable`."""
+    with pytest.raises(SourceUnavailable, match="cannot connect"):
+        PostgresChunkReader({"host": "127.0.0.1", "port": free_port(), "connect_timeout": 2})
