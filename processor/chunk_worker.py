@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaException, Producer
 
 from processor.backfill import ChunkTag
 from processor.chunk_events import TableShape
@@ -31,7 +31,7 @@ from processor.registry import configured_schemas
 from processor.tuning import tune_garbage_collector
 from tidemark.config import Config
 from tidemark.errors import TidemarkError
-from tidemark.kafka import client_config
+from tidemark.kafka import Acknowledgements, client_config
 
 log = logging.getLogger(__name__)
 
@@ -163,9 +163,9 @@ class _Reader:
                 },
             )
         )
+        self._acks = Acknowledgements(self._producer)
         self._pg: PostgresChunkReader | None = None
         self._layouts: dict[tuple[TableInfo, tuple[bytes, bytes]], _Layout] = {}
-        self._errors: list[KafkaError] = []
 
     def read(self, job: ChunkJob) -> ChunkDone:
         layout = self._layout(job)
@@ -176,21 +176,15 @@ class _Reader:
         )
         started = time.perf_counter()
         headers = ChunkTag(job.chunk, chunk.snapshot, job.request).headers()
-        produce, topic = self._producer.produce, job.backfill
+        produce, topic, on_delivery = self._producer.produce, job.backfill, self._acks.on_delivery
         for key, value in layout.shape.encode_chunk(chunk.rows, layout.columns):
             while True:
                 try:
-                    produce(topic, value, key, on_delivery=self._delivered, headers=headers)
+                    produce(topic, value, key, on_delivery=on_delivery, headers=headers)
                     break
                 except BufferError:
                     self._producer.poll(0.05)
-        remaining = self._producer.flush(60)
-        errors, self._errors = self._errors, []
-        if remaining or errors:
-            raise ChunkError(
-                "Kafka did not acknowledge the chunk's rows: "
-                + (errors[0].str() if errors else f"{remaining} pending")
-            )
+        self._acks.wait("chunk's rows")
         seconds = chunk.seconds + time.perf_counter() - started
         return ChunkDone(len(chunk.rows), chunk.last_key, str(chunk.snapshot), seconds)
 
@@ -215,10 +209,6 @@ class _Reader:
                 self._layouts.clear()
             self._layouts[(job.info, job.event)] = found
         return found
-
-    def _delivered(self, err: KafkaError | None, _msg: Message) -> None:
-        if err is not None:
-            self._errors.append(err)
 
 
 @dataclass(frozen=True)

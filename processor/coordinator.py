@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import orjson
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processor import metrics
@@ -53,7 +53,7 @@ from processor.chunks import (
 )
 from processor.codecs import SourceCodec
 from processor.debezium_values import column
-from processor.errors import InputError, ProcessorError, RawMessage
+from processor.errors import InputError, RawMessage
 from processor.registry import SchemaCache
 from processor.signals import Signal, SignalError, parse_signal
 from processor.snapshot_state import (
@@ -67,12 +67,15 @@ from processor.snapshot_state import (
 from tidemark.config import Config
 from tidemark.errors import TidemarkError
 from tidemark.kafka import (
+    Acknowledgements,
     client_config,
     consumer_config,
     data_messages,
     ensure_topics,
     exact_end_offsets,
+    last_value,
     partition_counts,
+    read_range,
 )
 
 log = logging.getLogger(__name__)
@@ -135,6 +138,7 @@ class Coordinator:
                 **{"enable.idempotence": True, "acks": "all", "linger.ms": 5},
             )
         )
+        self._acks = Acknowledgements(self._producer)
         settings = {"enable.partition.eof": False}
         self._group = Consumer(consumer_config(kafka, f"{pipeline}-snapshots", **settings))
         #: Reads the signal table's change topic by assignment (only the leader does).
@@ -151,7 +155,6 @@ class Coordinator:
         self._not_before = 0.0
         self._rows_assigned = False
         self._next_channel_check = 0.0
-        self._delivery_errors: list[KafkaError] = []
         self._stop = threading.Event()
         self.failure: BaseException | None = None
 
@@ -491,25 +494,14 @@ class Coordinator:
                 note.to_json(pipeline),
                 note.request_id.encode(),
                 0,
-                self._on_delivery,
+                self._acks.on_delivery,
             )
             log.info("snapshot notification %s for request %s", note.type, note.request_id)
-        self._producer.produce(self.progress, state.to_json(), PROGRESS_KEY, 0, self._on_delivery)
-        self._flush("snapshot progress")
+        self._producer.produce(
+            self.progress, state.to_json(), PROGRESS_KEY, 0, self._acks.on_delivery
+        )
+        self._acks.wait("snapshot progress")
         self._export(state)
-
-    def _flush(self, what: str) -> None:
-        remaining = self._producer.flush(60)
-        failures, self._delivery_errors = self._delivery_errors, []
-        if remaining or failures:
-            raise ProcessorError(
-                f"Kafka did not acknowledge the {what}: "
-                + (failures[0].str() if failures else f"{remaining} pending")
-            )
-
-    def _on_delivery(self, err: KafkaError | None, _msg: Message) -> None:
-        if err is not None:
-            self._delivery_errors.append(err)
 
     @staticmethod
     def _export(state: SnapshotState) -> None:
@@ -521,17 +513,6 @@ class Coordinator:
                 metrics.SNAPSHOT_PROGRESS.labels(entry.table).set(percent / 100)
             left = entry.seconds_left
             metrics.SNAPSHOT_REMAINING_SECONDS.labels(entry.table).set(left or 0.0)
-
-
-def last_value(consumer: Consumer, topic: str, key: bytes) -> bytes | None:
-    """The value of the last record with ``key`` in partition 0 of ``topic`` (read to its end)."""
-    tp = TopicPartition(topic, 0)
-    end = exact_end_offsets(consumer, [tp])[(topic, 0)]
-    found = None
-    for msg in read_range(consumer, topic, 0, 0, end):
-        if msg.key() == key:
-            found = msg.value()
-    return found
 
 
 def latest_event(consumer: Consumer, topic: str, partitions: int) -> tuple[bytes, bytes] | None:
@@ -546,26 +527,3 @@ def latest_event(consumer: Consumer, topic: str, partitions: int) -> tuple[bytes
             if key is not None and value is not None and (best is None or stamp >= best[0]):
                 best = (stamp, key, value)
     return None if best is None else (best[1], best[2])
-
-
-def read_range(
-    consumer: Consumer, topic: str, partition: int, start: int, end: int, timeout: float = 30.0
-) -> list[Message]:
-    """The records of ``topic[partition]`` from ``start`` to ``end`` (assigns ``consumer``)."""
-    if start >= end:
-        return []
-    consumer.assign([TopicPartition(topic, partition, start)])
-    out: list[Message] = []
-    deadline = time.monotonic() + timeout
-    position = start
-    try:
-        while position < end:
-            if time.monotonic() > deadline:
-                raise ProcessorError(f"{topic}[{partition}] stopped at {position} of {end}")
-            for msg in data_messages(consumer.consume(1000, 0.2)):
-                position = (msg.offset() or 0) + 1
-                if position <= end:
-                    out.append(msg)
-    finally:
-        consumer.unassign()
-    return out

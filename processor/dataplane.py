@@ -28,7 +28,7 @@ from confluent_kafka.admin import AdminClient
 
 from processor import metrics
 from processor.backfill import ChunkTags, backfill_topic, backfilled_topic
-from processor.errors import InputError, ProcessorError, RawMessage
+from processor.errors import InputError, RawMessage
 from processor.reconciler import Batch, Reconciler, Source, TopicPartitionKey
 from processor.registry import configured_schemas
 from processor.tuning import tune_garbage_collector
@@ -36,6 +36,7 @@ from state.changelog import Restorer
 from state.store import Checkpoint, PartitionStore, StateBackend
 from tidemark.config import Config
 from tidemark.kafka import (
+    Acknowledgements,
     client_config,
     consumer_config,
     data_messages,
@@ -58,9 +59,6 @@ class DataPlane:
         self.dead_letter_topic = f"{config.processor.pipeline}.dlq"
         self.reconciler = Reconciler(config, configured_schemas(config.kafka))
         self._stores: dict[TopicPartitionKey, PartitionStore] = {}
-        self._delivery_errors: list[KafkaError] = []
-        #: Bound once: the producer calls it for every record.
-        self._on_delivery = self._delivery_error
         self._changelog_ends: dict[TopicPartitionKey, int] = {}
         self._input = re.compile(config.input_pattern())
         self._chunk_tags = ChunkTags()
@@ -82,6 +80,9 @@ class DataPlane:
                 },
             )
         )
+        self._acks = Acknowledgements(self._producer)
+        #: Bound once: the producer calls it for every record.
+        self._on_delivery = self._acks.on_delivery
         self._consumer = Consumer(
             consumer_config(
                 config.kafka,
@@ -191,11 +192,10 @@ class DataPlane:
         groups: dict[TopicPartitionKey, list[RawMessage]] = defaultdict(list)
         backfill = f"{self.config.processor.pipeline}.backfill."
         for msg in data_messages(messages):
-            topic = msg.topic() or ""
-            raw = RawMessage(topic, msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value())
-            if topic.startswith(backfill):
-                raw = raw._replace(chunk=self._chunk_tags.parse(msg.headers()))
-            groups[(raw.topic, raw.partition)].append(raw)
+            topic, partition = msg.topic() or "", msg.partition() or 0
+            chunk = self._chunk_tags.parse(msg.headers()) if topic.startswith(backfill) else None
+            raw = RawMessage(topic, partition, msg.offset() or 0, msg.key(), msg.value(), chunk)
+            groups[(topic, partition)].append(raw)
         return self.reconciler.decide(groups, self._stores, self._restoring)
 
     @property
@@ -241,13 +241,7 @@ class DataPlane:
                     produce(changelog, value, key, partition, callback)
                 except BufferError:
                     self._produce(changelog, partition, key, value, on_delivery=callback)
-        remaining = self._producer.flush(60)
-        failures, self._delivery_errors = self._delivery_errors, []
-        if remaining or failures:
-            raise ProcessorError(
-                "Kafka did not acknowledge the batch's outputs: "
-                + (failures[0].str() if failures else f"{remaining} pending")
-            )
+        self._acks.wait("batch's outputs")
         if self._crash_after is not None:
             self._crash_after -= 1
             if self._crash_after <= 0:  # the crash window tests need to hit every time
@@ -268,13 +262,9 @@ class DataPlane:
             self._consumer.pause([rewind])
             self._consumer.seek(rewind)
 
-    def _delivery_error(self, err: KafkaError | None, _msg: Message) -> None:
-        if err is not None:
-            self._delivery_errors.append(err)
-
     def _on_changelog(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
-            self._delivery_errors.append(err)
+            self._acks.failures.append(err)
             return
         key = (msg.topic() or "", msg.partition() or 0)
         end = (msg.offset() or 0) + 1
@@ -359,17 +349,15 @@ class DataPlane:
             or p.topic in self.refused
         ]
         held = {(p.topic, p.partition) for p in waiting}
-        if waiting or backfills:
-            # A backfill partition waits with its input partition (or without one here).
-            consumer.pause(
-                waiting
-                + [
-                    p
-                    for p in backfills
-                    if self.reconciler.state_partition((p.topic, p.partition)) in held
-                    or self.reconciler.state_partition((p.topic, p.partition)) not in self._stores
-                ]
-            )
+
+        def held_back(backfill: TopicPartition) -> bool:
+            """A backfill partition waits with its input partition (or without one here)."""
+            owner = self.reconciler.state_partition((backfill.topic, backfill.partition))
+            return owner in held or owner not in self._stores
+
+        paused = waiting + [p for p in backfills if held_back(p)]
+        if paused:
+            consumer.pause(paused)
         metrics.ASSIGNED_PARTITIONS.set(len(self._stores))
         metrics.RESTORING_PARTITIONS.set(len(waiting))
         log.info(

@@ -7,6 +7,7 @@ started later); ``tidemark snapshot status`` reads the last progress record.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from typing import Any
@@ -15,12 +16,18 @@ import orjson
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-from processor.coordinator import PROGRESS_KEY, last_value, progress_topic, signal_topic
+from processor.coordinator import PROGRESS_KEY, progress_topic, signal_topic
 from processor.errors import ProcessorError
 from processor.signals import parse_signal
 from processor.snapshot_state import SnapshotState, TableProgress
 from tidemark.config import Config
-from tidemark.kafka import client_config, consumer_config, ensure_topics, partition_counts
+from tidemark.kafka import (
+    client_config,
+    consumer_config,
+    ensure_topics,
+    last_value,
+    partition_counts,
+)
 
 BAR = 24
 
@@ -68,19 +75,7 @@ def status_document(state: SnapshotState) -> dict[str, Any]:
     return {
         "paused": state.paused,
         "tables": [
-            {
-                "table": t.table,
-                "request_id": t.request_id,
-                "status": t.status,
-                "rows": t.rows,
-                "chunks": t.chunks,
-                "estimated_rows": t.estimated_rows,
-                "percent": t.percent,
-                "seconds_left": t.seconds_left,
-                "last_key": t.last_key,
-                "maximum_key": t.maximum_key,
-                "error": t.error,
-            }
+            {**dataclasses.asdict(t), "percent": t.percent, "seconds_left": t.seconds_left}
             for t in state.tables
         ],
     }

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tidemark.config import KafkaConfig
@@ -28,6 +28,36 @@ GROUP_SETTINGS = {
 
 class TopicError(TidemarkError):
     """A topic could not be created or described."""
+
+
+class DeliveryError(TidemarkError):
+    """Kafka did not acknowledge every record a producer was given."""
+
+
+class Acknowledgements:
+    """The delivery failures of one producer's records, and the wait until all are settled.
+
+    Pass :meth:`on_delivery` with each record (bind it once on a hot path); then
+    :meth:`wait` returns only when Kafka acknowledged every record since the last wait.
+    """
+
+    def __init__(self, producer: Producer) -> None:
+        self.producer = producer
+        self.failures: list[KafkaError] = []
+
+    def on_delivery(self, err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            self.failures.append(err)
+
+    def wait(self, what: str, timeout: float = 60.0) -> None:
+        """Flush; :class:`DeliveryError` naming ``what`` if a record failed or is pending."""
+        remaining = self.producer.flush(timeout)
+        failures, self.failures = self.failures, []
+        if remaining or failures:
+            raise DeliveryError(
+                f"Kafka did not acknowledge the {what}: "
+                + (failures[0].str() if failures else f"{remaining} pending")
+            )
 
 
 def client_config(kafka: KafkaConfig, **extra: Any) -> dict[str, Any]:
@@ -145,3 +175,37 @@ def exact_end_offsets(
     finally:
         consumer.unassign()
     return ends
+
+
+def last_value(consumer: Consumer, topic: str, key: bytes) -> bytes | None:
+    """The value of the last record with ``key`` in partition 0 of ``topic`` (read to its end)."""
+    tp = TopicPartition(topic, 0)
+    end = exact_end_offsets(consumer, [tp])[(topic, 0)]
+    found = None
+    for msg in read_range(consumer, topic, 0, 0, end):
+        if msg.key() == key:
+            found = msg.value()
+    return found
+
+
+def read_range(
+    consumer: Consumer, topic: str, partition: int, start: int, end: int, timeout: float = 30.0
+) -> list[Message]:
+    """The records of ``topic[partition]`` from ``start`` to ``end`` (assigns ``consumer``)."""
+    if start >= end:
+        return []
+    consumer.assign([TopicPartition(topic, partition, start)])
+    out: list[Message] = []
+    deadline = time.monotonic() + timeout
+    position = start
+    try:
+        while position < end:
+            if time.monotonic() > deadline:
+                raise TopicError(f"{topic}[{partition}] stopped at {position} of {end}")
+            for msg in data_messages(consumer.consume(1000, 0.2)):
+                position = (msg.offset() or 0) + 1
+                if position <= end:
+                    out.append(msg)
+    finally:
+        consumer.unassign()
+    return out

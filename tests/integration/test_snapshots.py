@@ -327,7 +327,7 @@ def test_snapshot_survives_a_crash_and_obeys_pause_resume_and_stop(stack: DevSta
         cli(processor, "snapshot", "start", table, "--id", "ctl-2")
         wait_for("a second snapshot", lambda: progress(config, table, "ctl-2").rows > 0)
         cli(processor, "snapshot", "stop", table)
-        aborted = wait_for(
+        wait_for(
             "the stop",
             lambda: [
                 n
@@ -336,7 +336,6 @@ def test_snapshot_survives_a_crash_and_obeys_pause_resume_and_stop(stack: DevSta
                 and n["additional_data"].get("aborted_request_id") == "ctl-2"
             ],
         )
-        assert aborted
         stopped = progress(config, table, "ctl-2")
         assert stopped.status == "aborted" and stopped.rows < rows
         status_json = orjson.loads(cli(processor, "snapshot", "status", "--json"))
