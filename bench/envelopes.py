@@ -376,7 +376,7 @@ def _consumer_settings(bootstrap: str, group: str) -> dict[str, Any]:
 
 
 QUIX_PROGRAM = r"""
-import json, sys, time
+import json, shutil, sys, tempfile, time
 import orjson
 from quixstreams import Application
 
@@ -386,8 +386,9 @@ def peak_rss_mb():
             return int(line.split()[1]) / 1024
 
 bootstrap, topic, events = sys.argv[1], sys.argv[2], int(sys.argv[3])
+state_dir = tempfile.mkdtemp(prefix="bench-quix-")
 app = Application(broker_address=bootstrap, consumer_group=f"bench-quix-{time.time_ns()}",
-                  auto_offset_reset="earliest", loglevel="WARNING")
+                  auto_offset_reset="earliest", loglevel="WARNING", state_dir=state_dir)
 source = app.topic(topic, value_deserializer="bytes", key_deserializer="bytes")
 sink = app.topic(topic + ".quix", value_serializer="bytes", key_serializer="bytes")
 state = {"seen": 0, "wall": 0.0, "cpu": 0.0}
@@ -402,6 +403,7 @@ def passthrough(value):
 
 sdf = app.dataframe(source).apply(passthrough).to_topic(sink)
 app.run()
+shutil.rmtree(state_dir, ignore_errors=True)
 print(json.dumps({"events": state["seen"], "seconds": time.perf_counter() - state["wall"],
                   "cpu_s": time.process_time() - state["cpu"], "peak_rss_mb": peak_rss_mb()}))
 """

@@ -9,19 +9,21 @@ same partition of co-partitioned topics to the same instance, and decides a
 backfill record against the state of the input partition it belongs to.
 
 Each record carries three headers: ``tidemark.chunk`` (the chunk's number, which
-only grows across every snapshot of the pipeline), ``tidemark.snapshot`` (the
-``pg_snapshot`` the chunk was read in) and ``tidemark.request`` (the id of the
-signal that asked for the snapshot).
+only grows across every snapshot of the pipeline), what the chunk saw
+(:mod:`processor.visibility`): ``tidemark.snapshot``, the ``pg_snapshot`` it was
+read in (read-only mode), or ``tidemark.window``, its signal-table window; and
+``tidemark.request`` (the id of the signal that asked for the snapshot).
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from processor.visibility import PgSnapshot, SnapshotFormatError
+from processor.visibility import PgSnapshot, SnapshotFormatError, Window
 
 CHUNK_HEADER = "tidemark.chunk"
 SNAPSHOT_HEADER = "tidemark.snapshot"
+WINDOW_HEADER = "tidemark.window"
 REQUEST_HEADER = "tidemark.request"
 
 
@@ -29,14 +31,16 @@ class ChunkTag(NamedTuple):
     """What a backfill record says about the chunk it belongs to."""
 
     number: int
-    snapshot: PgSnapshot
+    #: The snapshot the chunk was read in, or the window it was read inside.
+    read_in: PgSnapshot | Window
     request: str
 
     def headers(self) -> list[tuple[str, str | bytes | None]]:
         """The record headers that carry this tag."""
+        seen = SNAPSHOT_HEADER if isinstance(self.read_in, PgSnapshot) else WINDOW_HEADER
         return [
             (CHUNK_HEADER, str(self.number).encode()),
-            (SNAPSHOT_HEADER, str(self.snapshot).encode()),
+            (seen, str(self.read_in).encode()),
             (REQUEST_HEADER, self.request.encode()),
         ]
 
@@ -56,27 +60,28 @@ class ChunkTags:
     """Parses chunk tags from headers; a chunk's rows share one snapshot, parsed once."""
 
     def __init__(self) -> None:
-        self._snapshots: dict[bytes, PgSnapshot] = {}
+        self._seen: dict[tuple[str, bytes], PgSnapshot | Window] = {}
 
     def parse(self, headers: Any) -> ChunkTag | None:
         """The tag in ``headers`` (a message's list of pairs); ``None`` if it lacks one."""
-        number = text = None
+        number = text = kind = None
         request = b""
         for name, value in headers or ():
             if name == CHUNK_HEADER:
                 number = value
-            elif name == SNAPSHOT_HEADER:
-                text = value
+            elif name == SNAPSHOT_HEADER or name == WINDOW_HEADER:
+                kind, text = name, value
             elif name == REQUEST_HEADER:
                 request = value
-        if not isinstance(number, bytes) or not isinstance(text, bytes):
+        if not isinstance(number, bytes) or not isinstance(text, bytes) or kind is None:
             return None
         try:
-            snapshot = self._snapshots.get(text)
-            if snapshot is None:
-                if len(self._snapshots) > 64:
-                    self._snapshots.clear()
-                snapshot = self._snapshots[text] = PgSnapshot.parse(text.decode())
-            return ChunkTag(int(number), snapshot, request.decode())
+            read_in = self._seen.get((kind, text))
+            if read_in is None:
+                if len(self._seen) > 64:
+                    self._seen.clear()
+                parse = PgSnapshot.parse if kind == SNAPSHOT_HEADER else Window.parse
+                read_in = self._seen[(kind, text)] = parse(text.decode())
+            return ChunkTag(int(number), read_in, request.decode())
         except (SnapshotFormatError, UnicodeDecodeError, ValueError, AttributeError):
             return None

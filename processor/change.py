@@ -14,6 +14,7 @@ from typing import Any
 import orjson
 
 from processor.errors import InputError, RawMessage
+from processor.visibility import Window
 
 Version = tuple[int, int]
 Row = dict[str, Any]
@@ -77,7 +78,7 @@ class Change:
     #: Debezium's ``source.txId`` (PostgreSQL's 32-bit transaction id), when given.
     txid: int | None = None
     #: For a chunk row of Tidemark's incremental snapshot: its chunk number and the
-    #: ``pg_snapshot`` it was read in (:mod:`processor.visibility`).
+    #: ``pg_snapshot`` it was read in or its signal-table window (:mod:`processor.visibility`).
     chunk: int | None = None
     read_in: Any = None
     #: ``after`` exactly as the input holds it (JSON text), when it could be taken
@@ -159,10 +160,12 @@ def debezium_change(state_key: bytes, payload: Any, msg: RawMessage, toast: bool
         raise InputError("'before' is not a row", msg, "not-debezium")
     tag = msg.chunk
     if tag is not None:
-        # A chunk row of Tidemark's own snapshot: placed by its chunk, not by a position.
+        # A chunk row of Tidemark's own snapshot: placed by its chunk and what it saw,
+        # not by a position (a window's row sits at its close: later changes win).
         if op != "r" or not isinstance(source, dict):
             raise InputError("a backfill record that is not a read event", msg, "not-debezium")
-        version: Version = (0, tag.number)
+        read_in = tag.read_in
+        version: Version = read_in.high if isinstance(read_in, Window) else (0, tag.number)
     else:
         try:
             version = source_version(source)
@@ -183,5 +186,5 @@ def debezium_change(state_key: bytes, payload: Any, msg: RawMessage, toast: bool
         txid=txid if isinstance(txid, int) and not isinstance(txid, bool) else None,
     )
     if tag is not None:
-        change.chunk, change.read_in = tag.number, tag.snapshot
+        change.chunk, change.read_in = tag.number, tag.read_in
     return change

@@ -21,17 +21,20 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Consumer, KafkaException, Producer
 
-from processor.backfill import ChunkTag
+from processor.backfill import ChunkTag, backfilled_topic
 from processor.chunk_events import TableShape
 from processor.chunks import ChunkError, Key, PostgresChunkReader, TableInfo
 from processor.debezium_values import Column, column
+from processor.failpoints import Failpoint
 from processor.registry import configured_schemas
 from processor.tuning import tune_garbage_collector
+from processor.visibility import PgSnapshot, Window
+from processor.watermarks import SignalTableWatermarks
 from tidemark.config import Config
 from tidemark.errors import TidemarkError
-from tidemark.kafka import Acknowledgements, client_config
+from tidemark.kafka import Acknowledgements, client_config, consumer_config
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,8 @@ class ChunkJob:
     condition: str | None
     chunk: int
     request: str
+    #: ``read-only`` or ``signal-table`` (:mod:`processor.watermarks`).
+    watermarks: str = "read-only"
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,7 @@ class ChunkDone:
 
     rows: int
     last_key: Key | None
-    snapshot: str
+    #: Reading and producing the rows (a signal-table window's wait not included).
     seconds: float
 
 
@@ -165,17 +170,30 @@ class _Reader:
         )
         self._acks = Acknowledgements(self._producer)
         self._pg: PostgresChunkReader | None = None
+        self._watermarks: SignalTableWatermarks | None = None
+        self._probe: Consumer | None = None
+        #: A crash of the processor while a window is open (DDD-3's first crash case).
+        self._window_open = Failpoint("window-open", victim=os.getppid())
         self._layouts: dict[tuple[TableInfo, tuple[bytes, bytes]], _Layout] = {}
 
     def read(self, job: ChunkJob) -> ChunkDone:
         layout = self._layout(job)
         if self._pg is None:
             self._pg = PostgresChunkReader(self._config.source.conninfo())
+        marks = self._signal_table() if job.watermarks == "signal-table" else None
+        window = marks.open(job.chunk) if marks is not None else None
+        if window is not None:
+            self._window_open.passed()
         chunk = self._pg.read_chunk(
             job.info, job.after, job.upto, job.limit, job.condition, layout.casts
         )
+        read_in: PgSnapshot | Window = chunk.snapshot
+        if marks is not None and window is not None:
+            change_topic = backfilled_topic(self._config.processor.pipeline, job.backfill)
+            assert change_topic is not None
+            read_in = marks.close(window, job.chunk, change_topic)
         started = time.perf_counter()
-        headers = ChunkTag(job.chunk, chunk.snapshot, job.request).headers()
+        headers = ChunkTag(job.chunk, read_in, job.request).headers()
         produce, topic, on_delivery = self._producer.produce, job.backfill, self._acks.on_delivery
         for key, value in layout.shape.encode_chunk(chunk.rows, layout.columns):
             while True:
@@ -186,17 +204,32 @@ class _Reader:
                     self._producer.poll(0.05)
         self._acks.wait("chunk's rows")
         seconds = chunk.seconds + time.perf_counter() - started
-        return ChunkDone(len(chunk.rows), chunk.last_key, str(chunk.snapshot), seconds)
+        return ChunkDone(len(chunk.rows), chunk.last_key, seconds)
 
     def reset(self) -> None:
         """After a failure: connect again for the next job."""
         if self._pg is not None:
             self._pg.close()
             self._pg = None
+        if self._watermarks is not None:
+            self._watermarks.close_connection()
+            self._watermarks = None
 
     def close(self) -> None:
         self.reset()
+        if self._probe is not None:
+            self._probe.close()
         self._producer.flush(10)
+
+    def _signal_table(self) -> SignalTableWatermarks:
+        if self._probe is None:
+            group = f"{self._config.processor.pipeline}-snapshots-watermarks"
+            self._probe = Consumer(
+                consumer_config(self._config.kafka, group, **{"enable.partition.eof": False})
+            )
+        if self._watermarks is None:
+            self._watermarks = SignalTableWatermarks(self._config, self._probe, self._schemas)
+        return self._watermarks
 
     def _layout(self, job: ChunkJob) -> _Layout:
         found = self._layouts.get((job.info, job.event))

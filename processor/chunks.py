@@ -125,7 +125,7 @@ class PostgresChunkReader(ChunkReader):
     def table_info(self, table: str, surrogate_key: str | None = None) -> TableInfo:
         schema, _, name = table.partition(".")
         relation = _regclass(schema, name)
-        with _connection_errors(), self._conn.transaction():
+        with connection_errors(), self._conn.transaction():
             found = self._conn.execute("SELECT to_regclass(%s)", (relation,)).fetchone()
             if found is None or found[0] is None:
                 raise ChunkError(f"table {table} does not exist")
@@ -165,7 +165,7 @@ class PostgresChunkReader(ChunkReader):
         query = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT 1").format(
             _columns(info.key), sql.Identifier(info.schema, info.table), _where(condition), order
         )
-        with _connection_errors(), self._conn.transaction():
+        with connection_errors(), self._conn.transaction():
             row = self._conn.execute(query).fetchone()
         return None if row is None else tuple(row)
 
@@ -173,7 +173,7 @@ class PostgresChunkReader(ChunkReader):
         """The planner's estimate (``pg_class.reltuples``); a count where there is none or a
         filter applies."""
         relation = _regclass(info.schema, info.table)
-        with _connection_errors(), self._conn.transaction():
+        with connection_errors(), self._conn.transaction():
             if not condition:
                 row = self._conn.execute(
                     "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", (relation,)
@@ -246,7 +246,7 @@ class PostgresChunkReader(ChunkReader):
 
 
 @contextlib.contextmanager
-def _connection_errors() -> Iterator[None]:
+def connection_errors() -> Iterator[None]:
     """A broken connection as :class:`SourceUnavailable`; other errors as they are."""
     try:
         yield

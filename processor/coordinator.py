@@ -64,6 +64,7 @@ from processor.snapshot_state import (
     key_from_json,
     key_to_json,
 )
+from processor.watermarks import WINDOW_TYPES
 from tidemark.config import Config
 from tidemark.errors import TidemarkError
 from tidemark.kafka import (
@@ -314,6 +315,8 @@ class Coordinator:
         if change.op != "c" or change.after is None:
             return None  # only inserts are requests; snapshots, updates and deletes of rows are not
         row = change.after
+        if row.get("type") in WINDOW_TYPES:
+            return None  # a chunk's watermark (processor.watermarks), not a request
         try:
             return parse_signal(str(row.get("id") or ""), str(row.get("type")), row.get("data"))
         except SignalError as exc:
@@ -375,6 +378,7 @@ class Coordinator:
                     entry.condition,
                     state.next_chunk(),
                     entry.request_id,
+                    self.config.snapshot.watermarks,
                 )
             )
         except ChunkError as exc:

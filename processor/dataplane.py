@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
-import signal
 import threading
 import time
 from collections import defaultdict
@@ -29,6 +27,7 @@ from confluent_kafka.admin import AdminClient
 from processor import metrics
 from processor.backfill import ChunkTags, backfill_topic, backfilled_topic
 from processor.errors import InputError, RawMessage
+from processor.failpoints import Failpoint
 from processor.reconciler import Batch, Reconciler, Source, TopicPartitionKey
 from processor.registry import configured_schemas
 from processor.tuning import tune_garbage_collector
@@ -60,11 +59,14 @@ class DataPlane:
         self.reconciler = Reconciler(config, configured_schemas(config.kafka))
         self._stores: dict[TopicPartitionKey, PartitionStore] = {}
         self._changelog_ends: dict[TopicPartitionKey, int] = {}
+        #: Committed offsets of input partitions whose restored state has no checkpoint.
+        self._committed: dict[TopicPartitionKey, int] = {}
         self._input = re.compile(config.input_pattern())
         self._chunk_tags = ChunkTags()
         self._subscribed: list[str] = []
         self._stop = threading.Event()
-        self._crash_after = _failpoint("after-flush")
+        self._after_flush = Failpoint("after-flush")
+        self._window_release = Failpoint("window-release")
         self.running = False
         self.failure: BaseException | None = None
         self._admin = AdminClient(client_config(config.kafka))
@@ -196,7 +198,7 @@ class DataPlane:
             chunk = self._chunk_tags.parse(msg.headers()) if topic.startswith(backfill) else None
             raw = RawMessage(topic, partition, msg.offset() or 0, msg.key(), msg.value(), chunk)
             groups[(topic, partition)].append(raw)
-        return self.reconciler.decide(groups, self._stores, self._restoring)
+        return self.reconciler.decide(groups, self._stores, self._restoring, self._reached)
 
     @property
     def refused(self) -> dict[str, str]:
@@ -242,10 +244,9 @@ class DataPlane:
                 except BufferError:
                     self._produce(changelog, partition, key, value, on_delivery=callback)
         self._acks.wait("batch's outputs")
-        if self._crash_after is not None:
-            self._crash_after -= 1
-            if self._crash_after <= 0:  # the crash window tests need to hit every time
-                os.kill(os.getpid(), signal.SIGKILL)
+        self._after_flush.passed()
+        if batch.released:
+            self._window_release.passed()
         for tp, state in batch.states.items():
             store = self._stores.get(tp)
             if store is None:
@@ -394,6 +395,22 @@ class DataPlane:
                 )
         metrics.RESTORING_PARTITIONS.set(sum(1 for tp in self._stores if self._restoring(tp)))
 
+    def _reached(self, tp: TopicPartitionKey) -> int:
+        """The next offset of input partition ``tp`` that its state has not seen.
+
+        Every message consumed so far has been decided by then (input partitions
+        go first in a batch); the state's checkpoint covers a replay after a crash,
+        and the group's committed offset a store restored from the changelog.
+        """
+        position = self._consumer.position([TopicPartition(tp[0], tp[1])])[0].offset
+        known = self._stores[tp].checkpoint().input_offset
+        if known is None:
+            known = self._committed.get(tp)
+            if known is None:
+                committed = self._consumer.committed([TopicPartition(tp[0], tp[1])], timeout=10)
+                known = self._committed[tp] = max(0, committed[0].offset)
+        return max(position, known)
+
     def _is_backfill(self, topic: str) -> bool:
         return backfilled_topic(self.config.processor.pipeline, topic) is not None
 
@@ -408,6 +425,8 @@ class DataPlane:
             store = self._stores.pop((p.topic, p.partition), None)
             if store is not None:
                 store.close()
+            self.reconciler.windows.forget((p.topic, p.partition))
+            self._committed.pop((p.topic, p.partition), None)
             with contextlib.suppress(KeyError):
                 metrics.CONSUMER_LAG.remove(p.topic, str(p.partition))
         consumer.unassign()
@@ -432,12 +451,3 @@ class DataPlane:
     def assigned(self) -> list[TopicPartitionKey]:
         """The input partitions this instance owns."""
         return sorted(self._stores)
-
-
-def _failpoint(name: str) -> int | None:
-    """``TIDEMARK_FAILPOINT=after-flush:N`` kills the process right after the Nth batch's
-    flush, before its state and offsets are committed: the crash window that tests must
-    reach deterministically. Unset in production."""
-    spec = os.environ.get("TIDEMARK_FAILPOINT", "")
-    point, _, count = spec.partition(":")
-    return int(count) if point == name and count.isdigit() else None

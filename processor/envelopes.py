@@ -11,7 +11,9 @@ State layout (one keyspace per input partition):
   for ``upsert`` and ``debezium-upsert``;
 - ``HIGH_WATER``: the classic ``debezium`` envelope's high-water mark;
 - ``b"s" + key``: keys already emitted at the high-water mark's version while a
-  snapshot group (rows sharing one position) is being read.
+  snapshot group (rows sharing one position) is being read;
+- ``WINDOW_BUFFER + key``: a chunk row of a signal-table window waiting until
+  its partition has passed the window (:mod:`processor.windows`).
 
 Guarantees, given the commit protocol of :mod:`processor.dataplane`:
 
@@ -41,9 +43,11 @@ from processor.change import (
     fill_placeholders,
 )
 from processor.reconcile import Action, Entry, decide, decide_change, decide_row
+from processor.visibility import PgSnapshot
 
 ENTRY = b"k"
 SEEN = b"s"
+WINDOW_BUFFER = b"w"
 HIGH_WATER = b"\x00tidemark:high-water"
 _MARK = struct.Struct(">qqB")
 
@@ -142,7 +146,9 @@ def debezium_upsert(change: Change, state: KeyState, rows: RowCodec) -> Emit | N
         _fill(change.after, prior)
     after_stored = rows.dump(change) if change.after is not None else None
     if action is Action.APPLY:
-        entry = Entry(change.version, after_stored, change.txid, change.chunk, change.read_in)
+        read_in = change.read_in
+        snapshot = read_in if isinstance(read_in, PgSnapshot) else None
+        entry = Entry(change.version, after_stored, change.txid, change.chunk, snapshot)
         state.put(key, entry.encode())
     reason = "snapshot" if change.chunk is not None else action.value
     return Emit(change.op, previous, change.after, reason, after_stored)

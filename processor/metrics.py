@@ -63,3 +63,8 @@ SNAPSHOT_PAUSED = Gauge("tidemark_snapshot_paused", "1 while incremental snapsho
 SNAPSHOT_LEADER = Gauge(
     "tidemark_snapshot_leader", "1 on the instance that coordinates incremental snapshots"
 )
+WINDOW_BUFFERED_ROWS = Gauge(
+    "tidemark_window_buffered_rows",
+    "Chunk rows of signal-table windows waiting for their partition to pass the window",
+    ["topic"],
+)

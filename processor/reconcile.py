@@ -15,6 +15,13 @@ chunk number and the ``pg_snapshot`` it was read in). The decisions:
 - chunk row ``r`` against a chunk row: the later chunk wins; the same chunk
   (a replay) is re-emitted.
 
+A chunk row read inside a signal-table window ``(L, H)`` (DDD-3's watermarks)
+is decided only once its partition has seen every change below ``H``: it is
+applied if state holds no change of the key at or above ``L`` (a change inside
+the window, or after it, is at least as new as the row), else dropped. It is
+stored at version ``H``, so a later change wins and a replayed earlier one
+does not.
+
 With exact visibility every decision is immediate, and the output is monotone
 per key. A delete keeps a tombstone entry with its version and ``txId``, so a
 replayed older change or a stale chunk row cannot resurrect the row.
@@ -26,7 +33,7 @@ import enum
 import struct
 from typing import NamedTuple
 
-from processor.visibility import PgSnapshot
+from processor.visibility import PgSnapshot, Window
 
 Version = tuple[int, int]
 
@@ -34,7 +41,7 @@ _HEAD = struct.Struct(">BqqB")  # format, version, flags
 _TXID = struct.Struct(">q")
 _CHUNK = struct.Struct(">q")
 _FORMAT = 2
-_PRESENT, _TXID_FLAG, _SNAPSHOT_FLAG = 1, 2, 4
+_PRESENT, _TXID_FLAG, _SNAPSHOT_FLAG, _CHUNK_FLAG = 1, 2, 4, 8
 
 
 class Action(enum.Enum):
@@ -63,14 +70,18 @@ def decide_change(version: Version, txid: int | None, stored: Entry | None) -> A
     return decide(version, stored.version)
 
 
-def decide_row(chunk: int, snapshot: PgSnapshot, stored: Entry | None) -> Action:
-    """A chunk row (chunk number ``chunk`` read in ``snapshot``) against the key's state."""
+def decide_row(chunk: int, read_in: PgSnapshot | Window, stored: Entry | None) -> Action:
+    """A chunk row (chunk number ``chunk``, read in a snapshot or inside a window) against
+    the key's state; a window's row only once its partition has passed the window."""
     if stored is None:
         return Action.APPLY
     if stored.chunk is not None:
         if chunk == stored.chunk:
             return Action.REEMIT
         return Action.APPLY if chunk > stored.chunk else Action.DROP
+    if isinstance(read_in, Window):
+        return Action.APPLY if stored.version < read_in.low else Action.DROP
+    snapshot = read_in
     if stored.txid is None:
         # A change without a transaction id (not from PostgreSQL) cannot be placed
         # against the snapshot: the row read from the source now is the newest.
@@ -82,8 +93,9 @@ class Entry(NamedTuple):
     """State of one key: what was applied last and its value (``None``: deleted).
 
     A change has a ``version`` and, from PostgreSQL, a ``txid``; a chunk row has
-    the ``chunk`` number and the ``snapshot`` it was read in. (A tuple: one is
-    made per event on the hot path.)
+    the ``chunk`` number and the ``snapshot`` it was read in (read-only mode) or,
+    read inside a signal-table window, the window's close as its ``version``. (A
+    tuple: one is made per event on the hot path.)
     """
 
     version: Version
@@ -95,7 +107,7 @@ class Entry(NamedTuple):
     def encode(self) -> bytes:
         """Bytes for the store: format, version, flags, the optional parts, the value."""
         flags = _PRESENT if self.value is not None else 0
-        if self.txid is None and self.snapshot is None:
+        if self.txid is None and self.chunk is None:
             return _HEAD.pack(_FORMAT, self.version[0], self.version[1], flags) + (
                 self.value or b""
             )
@@ -106,6 +118,9 @@ class Entry(NamedTuple):
         if self.snapshot is not None:
             flags |= _SNAPSHOT_FLAG
             parts += [_CHUNK.pack(self.chunk or 0), self.snapshot.encode()]
+        elif self.chunk is not None:
+            flags |= _CHUNK_FLAG
+            parts.append(_CHUNK.pack(self.chunk))
         parts[0] = _HEAD.pack(_FORMAT, self.version[0], self.version[1], flags)
         parts.append(self.value or b"")
         return b"".join(parts)
@@ -124,5 +139,8 @@ class Entry(NamedTuple):
         if flags & _SNAPSHOT_FLAG:
             chunk = _CHUNK.unpack_from(raw, offset)[0]
             snapshot, offset = PgSnapshot.decode(raw, offset + _CHUNK.size)
+        elif flags & _CHUNK_FLAG:
+            chunk = _CHUNK.unpack_from(raw, offset)[0]
+            offset += _CHUNK.size
         value = raw[offset:] if flags & _PRESENT else None
         return Entry((major, minor), value, txid, chunk, snapshot)

@@ -15,7 +15,9 @@ partition, in offset order, each message is decoded, then the envelope's rule
   event itself produced the output and the output tombstone;
 - a record of a backfill topic (:mod:`processor.backfill`), a chunk row of an
   incremental snapshot, is decided against the state of the input partition it
-  belongs to, in the same batch state as that partition's changes.
+  belongs to, in the same batch state as that partition's changes, after them;
+  a row of a signal-table window waits in the partition's window buffer
+  (:mod:`processor.windows`) until that state has passed the window.
 
 Nothing here writes anywhere: state updates stay in each partition's
 :class:`~state.store.BatchState` until the commit protocol applies them.
@@ -34,6 +36,8 @@ from processor.codecs import SourceCodec
 from processor.envelopes import ENTRY, STEPS, SourceRefused, Step, Unfillable
 from processor.errors import InputError, RawMessage
 from processor.registry import SchemaCache
+from processor.visibility import Window
+from processor.windows import Reached, WindowBuffers
 from state.changelog import changelog_topic
 from state.store import BatchState, PartitionStore
 from tidemark.config import Config
@@ -75,6 +79,8 @@ class Batch:
     rewinds: dict[TopicPartitionKey, int] = field(default_factory=dict)
     #: Records per output topic, for the metrics.
     produced: dict[str, int] = field(default_factory=dict)
+    #: Window-buffered rows decided in this batch.
+    released: int = 0
 
 
 class Reconciler:
@@ -86,6 +92,8 @@ class Reconciler:
         self.sources: dict[str, Source] = {}
         #: Input topics stopped because they break their envelope's constraints.
         self.refused: dict[str, str] = {}
+        self.windows = WindowBuffers()
+        self._backfill_prefix = f"{config.processor.pipeline}.backfill."
 
     def source(self, topic: str) -> Source:
         """The :class:`Source` of input ``topic`` (made on first use)."""
@@ -108,15 +116,25 @@ class Reconciler:
         groups: Mapping[TopicPartitionKey, list[RawMessage]],
         stores: Mapping[TopicPartitionKey, PartitionStore],
         waiting: Callable[[TopicPartitionKey], bool] = lambda _tp: False,
+        reached: Reached = lambda _tp: 0,
     ) -> Batch:
         """Reconcile each partition's messages (in offset order) against its store.
 
         A partition without a store (revoked while the batch was in flight) is
         skipped; one that is ``waiting`` (its state being restored) or whose
-        source is refused is rewound to its first message.
+        source is refused is rewound to its first message. Input partitions go
+        before backfill partitions, so a chunk row meets state that holds every
+        change of the batch; ``reached`` says how far an input partition's state
+        (this batch included) reflects its input, which releases window buffers.
         """
         batch = Batch()
-        for tp, group in groups.items():
+        for owned, owned_store in stores.items():
+            if not waiting(owned):
+                self.windows.load(owned, owned_store, self._backfill_prefix + owned[0])
+        ordered = sorted(
+            groups.items(), key=lambda item: item[0][0].startswith(self._backfill_prefix)
+        )
+        for tp, group in ordered:
             if not group:
                 continue
             state_tp = self.state_partition(tp)
@@ -132,8 +150,36 @@ class Reconciler:
             state = batch.states.get(state_tp)
             if state is None:
                 state = batch.states[state_tp] = BatchState(store)
-            self._decide_partition(self.source(state_tp[0]), group, state, batch)
+            self._decide_partition(
+                self.source(state_tp[0]), group, state, batch, reached if state_tp != tp else None
+            )
+        self._release_windows(batch, stores, waiting, reached)
         return batch
+
+    def _release_windows(
+        self,
+        batch: Batch,
+        stores: Mapping[TopicPartitionKey, PartitionStore],
+        waiting: Callable[[TopicPartitionKey], bool],
+        reached: Reached,
+    ) -> None:
+        """Decide the buffered rows of partitions whose state has now passed their window."""
+        for tp in self.windows.pending():
+            store = stores.get(tp)
+            if store is None or waiting(tp) or tp[0] in self.refused:
+                continue
+            position = reached(tp)
+            if not self.windows.due(tp, position):
+                continue
+            state = batch.states.get(tp)
+            if state is None:
+                state = batch.states[tp] = BatchState(store)
+            backfill = self._backfill_prefix + tp[0]
+            released = self.windows.release(tp, state, position, backfill)
+            batch.released += len(released)
+            self._decide_partition(self.source(tp[0]), released, state, batch, None, False)
+        for source in self.sources.values():
+            metrics.WINDOW_BUFFERED_ROWS.labels(source.topic).set(self.windows.count(source.topic))
 
     def state_partition(self, tp: TopicPartitionKey) -> TopicPartitionKey:
         """The input partition whose state decides ``tp``'s records (itself, or a backfill's)."""
@@ -141,9 +187,22 @@ class Reconciler:
         return tp if input_topic is None else (input_topic, tp[1])
 
     def _decide_partition(
-        self, source: Source, group: list[RawMessage], state: BatchState, batch: Batch
+        self,
+        source: Source,
+        group: list[RawMessage],
+        state: BatchState,
+        batch: Batch,
+        reached: Reached | None = None,
+        advance: bool = True,
     ) -> None:
+        """Decide ``group`` in order. A window's chunk row whose partition's state has
+        not ``reached`` the row's end offset waits in the window buffer;
+        ``advance=False`` for rows released from it, read in an earlier batch."""
+        if not group:
+            return
         tp = (group[0].topic, group[0].partition)
+        state_tp = (source.topic, tp[1])
+        hold_below: int | None = None
         codec, step, records = source.codec, source.step, batch.records
         first_record = len(records)
         upsert = source.envelope == "upsert"
@@ -153,8 +212,8 @@ class Reconciler:
             if raw.value is None and raw.key is not None and not upsert:
                 decoded.append((raw, None))  # Debezium's tombstone after a delete event
                 continue
-            if backfill and raw.chunk is None:
-                reason = "backfill record without readable tidemark.chunk/snapshot headers"
+            if backfill and not _tag_fits(raw):
+                reason = "backfill record without readable tidemark.chunk/snapshot/window headers"
                 decoded.append((raw, InputError(reason, raw, "backfill-headers")))
                 continue
             try:
@@ -175,6 +234,12 @@ class Reconciler:
                         )
                     batch.dead_letters.append(change)
                     continue
+                if reached is not None and isinstance(change.read_in, Window):
+                    if hold_below is None:
+                        hold_below = reached(state_tp)
+                    if change.read_in.ends[raw.partition] > hold_below:
+                        self.windows.hold(state_tp, state, change.key, raw)
+                        continue
                 try:
                     emit = step(change, state, codec)
                 except Unfillable as exc:
@@ -182,9 +247,10 @@ class Reconciler:
                     continue
             except SourceRefused as exc:
                 self._refuse(source.topic, str(exc), raw)
-                batch.rewinds[tp] = raw.offset
-                if raw.offset > group[0].offset:
-                    batch.next_offsets[tp] = raw.offset
+                if advance:
+                    batch.rewinds[tp] = raw.offset
+                    if raw.offset > group[0].offset:
+                        batch.next_offsets[tp] = raw.offset
                 break
             if emit is None:
                 metrics.EVENTS_DROPPED.labels(raw.topic).inc()
@@ -194,7 +260,8 @@ class Reconciler:
             if emit.after is None:
                 records.append((source.output, raw.partition, key, None))
         else:
-            batch.next_offsets[tp] = group[-1].offset + 1
+            if advance:
+                batch.next_offsets[tp] = group[-1].offset + 1
         produced = len(records) - first_record
         batch.produced[source.output] = batch.produced.get(source.output, 0) + produced
 
@@ -210,3 +277,11 @@ class Reconciler:
             )
         self.refused[topic] = reason
         metrics.SOURCE_REFUSED.labels(topic).set(1)
+
+
+def _tag_fits(raw: RawMessage) -> bool:
+    """Whether a backfill record has a chunk tag (with a window end for its partition)."""
+    tag = raw.chunk
+    if tag is None:
+        return False
+    return not isinstance(tag.read_in, Window) or raw.partition < len(tag.read_in.ends)

@@ -1,4 +1,6 @@
-"""PostgreSQL snapshots (``pg_current_snapshot()``) and whether a transaction is visible in one.
+"""What a chunk row saw: a PostgreSQL snapshot (read-only mode) or a signal-table window.
+
+Read-only mode (:class:`PgSnapshot`), exact:
 
 A chunk of an incremental snapshot is read in a ``REPEATABLE READ`` transaction
 whose first statement takes ``pg_current_snapshot()``: ``xmin:xmax:xip``, 64-bit
@@ -10,6 +12,11 @@ Debezium reports ``source.txId`` as PostgreSQL's 32-bit ``xid``; it is extended
 to 64 bits by taking the value congruent to it modulo 2^32 that lies within
 2^31 of the snapshot's ``xmax`` (a transaction that Debezium reports is never
 more than 2^31 transactions away from a snapshot taken while it streams).
+
+Signal-table mode (:class:`Window`, DDD-3's watermarks), for sources without
+such snapshots: the chunk was read after its window-open row committed and
+before its window-close row did, so it contains every change below ``low`` and
+none above ``high``; a change between them may or may not be in it.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ _XID = struct.Struct(">Q")
 
 
 class SnapshotFormatError(ValueError):
-    """Text that is not a ``pg_snapshot``."""
+    """Text that is not a ``pg_snapshot`` or a window."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +104,40 @@ class PgSnapshot:
 
     def __str__(self) -> str:
         return f"{self.xmin}:{self.xmax}:{','.join(map(str, sorted(self.xip)))}"
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A chunk's signal-table window and where each change-topic partition passes it.
+
+    ``low`` and ``high`` are the positions (:func:`processor.change.source_version`)
+    of the window-open and window-close rows in the change stream. ``ends[p]`` is
+    the end offset of the change topic's partition ``p`` once Debezium had
+    confirmed the close row: every change below ``high`` lies below it, so a
+    partition whose state reflects its input up to ``ends[p]`` has seen all of
+    them, even if it is idle (DESIGN.md's idle-partition rule).
+    """
+
+    low: tuple[int, int]
+    high: tuple[int, int]
+    ends: tuple[int, ...]
+
+    def __str__(self) -> str:
+        bounds = (*self.low, *self.high)
+        return f"{','.join(map(str, bounds))};{','.join(map(str, self.ends))}"
+
+    @staticmethod
+    def parse(text: str) -> Window:
+        """From :meth:`__str__`'s form ``low0,low1,high0,high1;end0,end1,...``."""
+        try:
+            bounds, ends = text.split(";")
+            l0, l1, h0, h1 = (int(x) for x in bounds.split(","))
+            window = Window((l0, l1), (h0, h1), tuple(int(x) for x in ends.split(",") if x))
+        except ValueError:
+            raise SnapshotFormatError(f"not a signal-table window: {text!r}") from None
+        if not window.low < window.high or not window.ends or min(window.ends) < 0:
+            raise SnapshotFormatError(f"inconsistent signal-table window: {text!r}")
+        return window
 
 
 _ENCODED: dict[PgSnapshot, bytes] = {}

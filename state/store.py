@@ -154,8 +154,17 @@ class BatchState:
         self._cache[key] = value
         self.updates[key] = value
 
+    def keys(self, prefix: bytes) -> list[bytes]:
+        """Every key that starts with ``prefix`` and is present, as this batch sees them."""
+        found = set(self._store.keys(prefix))
+        for key, value in self._cache.items():
+            if key.startswith(prefix):
+                if value is None:
+                    found.discard(key)
+                else:
+                    found.add(key)
+        return sorted(found)
+
     def clear(self, prefix: bytes) -> None:
-        for key in self._store.keys(prefix):
-            self.put(key, None)
-        for key in [k for k in self._cache if k.startswith(prefix)]:
+        for key in self.keys(prefix):
             self.put(key, None)

@@ -28,6 +28,7 @@ DEFAULT_CONFIG_PATH = "tidemark.yaml"
 
 Envelope = Literal["upsert", "debezium-upsert", "debezium"]
 ENVELOPE_NAMES: tuple[str, ...] = typing.get_args(Envelope)
+Watermarks = Literal["read-only", "signal-table"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,9 @@ class SourceConfig:
     #: Captured tables as ``schema.table``; empty means every table of ``schemas``.
     tables: list[str] = field(default_factory=list)
     schemas: list[str] = field(default_factory=lambda: ["public"])
+    #: Debezium's replication slot (its ``slot.name``): its confirmed position tells
+    #: what Debezium has written to Kafka (signal-table watermarks, ``tidemark verify``).
+    replication_slot: str = "debezium"
 
     def conninfo(self) -> dict[str, Any]:
         """Keyword arguments for ``psycopg.connect``."""
@@ -107,6 +111,10 @@ class SnapshotConfig:
     #: Tidemark's signal table in the source (``id``, ``type``, ``data``), read from its
     #: change topic; never Debezium's ``signal.data.collection``.
     signal_table: str = "public.tidemark_signal"
+    #: How a chunk is placed against the change stream: ``read-only`` (PostgreSQL's
+    #: ``pg_current_snapshot()``, exact, writes nothing) or ``signal-table`` (DDD-3's
+    #: window-open and window-close rows written to ``signal_table``).
+    watermarks: Watermarks = "read-only"
 
 
 @dataclass(frozen=True)

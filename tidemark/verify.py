@@ -22,8 +22,8 @@ from confluent_kafka import Consumer, TopicPartition
 from psycopg import sql
 
 from processor.backfill import backfilled_topic
+from processor.watermarks import confirmed_flush_lsn
 from tidemark.config import Config
-from tidemark.devstack.debezium import SLOT_NAME
 from tidemark.errors import TidemarkError
 from tidemark.kafka import client_config, exact_end_offsets
 
@@ -47,14 +47,11 @@ def wait_debezium(config: Config, lsn: int, timeout: float = 120) -> None:
     engine confirms a position to the slot only after that, so the slot's
     ``confirmed_flush_lsn`` never runs ahead of Kafka.
     """
-    query = (
-        "SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = %s"
-    )
     deadline = time.monotonic() + timeout
     with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
         while time.monotonic() < deadline:
-            row = conn.execute(query, (SLOT_NAME,)).fetchone()
-            if row and row[0] is not None and int(row[0]) >= lsn:
+            confirmed = confirmed_flush_lsn(conn, config.source.replication_slot)
+            if confirmed is not None and confirmed >= lsn:
                 return
             time.sleep(0.25)
     raise NotCaughtUpError(f"Debezium did not confirm LSN {lsn} within {timeout:.0f} s")

@@ -127,6 +127,17 @@ class Processor:
             return str(resp.read().decode())
 
 
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 120) -> Any:
+    """Poll ``check`` until it returns something true, and return that."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
 def metric(text: str, name: str, **labels: str) -> float:
     """The value of one sample in Prometheus text (labels in any order), 0 when absent."""
     for line in text.splitlines():

@@ -47,6 +47,7 @@ from tests.integration.processes import (
     pipeline_config,
     read_topic,
     reconciled,
+    wait_for,
 )
 from tests.integration.workload import Table, Workload
 from tests.integration.workload import source_rows as source_rows_of
@@ -166,16 +167,6 @@ def cli(processor: Processor, *args: str) -> str:
 def notifications(config: Config) -> list[dict[str, Any]]:
     topic = f"{config.processor.pipeline}.notifications"
     return [orjson.loads(r.value) for r in read_topic(config, topic) if r.value is not None]
-
-
-def wait_for(what: str, check: Any, timeout: float = 120) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)
 
 
 def notified(config: Config, kind: str, request: str) -> list[dict[str, Any]]:
@@ -384,37 +375,56 @@ def emitted_by_key(events: list[Event]) -> dict[tuple[Any, ...], list[dict[str, 
     return out
 
 
-def test_tiny_chunks_under_a_random_workload_with_crashes(stack: DevStack) -> None:
-    """DDD-3's test: chunks of 5 to 10 rows while inserts, updates, deletes and re-inserts
-    (multi-row transactions, a composite key with a text column, TOASTed values, NULLs) hit
-    the same tables, and the processor is killed twice in the middle of the snapshot."""
+@pytest.mark.parametrize(
+    ("name", "watermarks"), [("snapload", "read-only"), ("snapwin", "signal-table")]
+)
+def test_tiny_chunks_under_a_random_workload_with_crashes(
+    stack: DevStack, name: str, watermarks: str
+) -> None:
+    """DDD-3's test, in both watermark modes: chunks of 5 to 10 rows while inserts, updates,
+    deletes and re-inserts (multi-row transactions, a composite key with a text column,
+    TOASTed values, NULLs) hit the same tables, and the processor is killed twice in the
+    middle of the snapshot. With signal-table watermarks the first kill comes while a
+    window is open (a failpoint in the chunk reader), DDD-3's first crash case."""
     config = snapshot_config(
-        stack, "snapload", chunk_size=5, min_chunk_size=5, max_chunk_size=10, max_rows_per_second=25
+        stack,
+        name,
+        chunk_size=5,
+        min_chunk_size=5,
+        max_chunk_size=10,
+        max_rows_per_second=25,
+        watermarks=watermarks,
     )
-    kv, pair = Table("iso_snapload_kv"), Table("iso_snapload_pair", composite=True)
+    noise = sql.Identifier(f"iso_{name}_noise")
+    kv, pair = Table(f"iso_{name}_kv"), Table(f"iso_{name}_pair", composite=True)
     workload = Workload(config, [kv, pair], seed=31, keys=90)
     workload.create_tables()
     with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
         conn.execute(
-            "CREATE FUNCTION iso_snapload_noise() RETURNS text LANGUAGE sql VOLATILE AS "
-            "$$ SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 100) $$"
+            sql.SQL(
+                "CREATE FUNCTION {}() RETURNS text LANGUAGE sql VOLATILE AS "
+                "$$ SELECT string_agg(md5(random()::text), '') FROM generate_series(1, 100) $$"
+            ).format(noise)
         )
         for table in (kv, pair):
             ident = sql.Identifier("public", table.name)
             conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN doc text").format(ident))
             conn.execute(sql.SQL("ALTER TABLE {} ALTER doc SET STORAGE EXTERNAL").format(ident))
-            conn.execute(
-                sql.SQL("ALTER TABLE {} ALTER doc SET DEFAULT iso_snapload_noise()").format(ident)
-            )
+            conn.execute(sql.SQL("ALTER TABLE {} ALTER doc SET DEFAULT {}()").format(ident, noise))
     workload.run_some(150)
-    processor = Processor(stack, config, "snapload-processor").start()
+    window_open = "window-open:4" if watermarks == "signal-table" else ""
+    processor = Processor(stack, config, f"{name}-processor").start(failpoint=window_open)
     rng = random.Random(5)
     workload.start()
     try:
         wait_for("the coordinator", lambda: leading(processor))
         tables = [f"public.{kv.name}", f"public.{pair.name}"]
         cli(processor, "snapshot", "start", *tables, "--id", "load-1")
-        for _ in range(2):
+        if window_open:
+            processor.crashed(timeout=120)
+            assert progress(config, tables[0], "load-1").chunks == 3
+            processor.start()
+        for _ in range(2 - bool(window_open)):
             wait_for("chunks", lambda: progress(config, tables[0], "load-1").chunks > 0)
             time.sleep(rng.uniform(0.5, 3.0))
             processor.kill()
@@ -436,7 +446,7 @@ def test_tiny_chunks_under_a_random_workload_with_crashes(stack: DevStack) -> No
                 e for e in events if e.value is not None and TOAST_PLACEHOLDER in str(e.value)
             ]
             assert not toasted
-        assert read_topic(config, "snapload.dlq") == []
+        assert read_topic(config, f"{name}.dlq") == []
         print(f"{workload.transactions} transactions during a snapshot with two kills")
     finally:
         processor.stop()

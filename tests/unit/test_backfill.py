@@ -9,7 +9,7 @@ import orjson
 from processor.backfill import ChunkTag, ChunkTags, backfill_topic, backfilled_topic
 from processor.errors import RawMessage
 from processor.reconciler import Reconciler
-from processor.visibility import PgSnapshot
+from processor.visibility import PgSnapshot, Window
 from state.store import MemoryPartitionStore
 from tests.unit.probe import TOPIC, probe_event
 from tidemark.config import Config, ProcessorConfig
@@ -65,6 +65,10 @@ def test_tags_round_trip_through_headers_and_refuse_broken_ones() -> None:
     assert tags.parse([("tidemark.chunk", b"12")]) is None
     assert tags.parse([("tidemark.chunk", b"x"), ("tidemark.snapshot", b"1:2:")]) is None
     assert tags.parse([("tidemark.chunk", b"1"), ("tidemark.snapshot", b"5:2:")]) is None
+    window = ChunkTag(13, Window((5, 7), (9, 2), (40, 0, 12)), "req-2")
+    assert tags.parse(window.headers()) == window
+    assert tags.parse([("tidemark.chunk", b"1"), ("tidemark.window", b"9,2,5,7;1")]) is None
+    assert tags.parse([("tidemark.chunk", b"1"), ("tidemark.window", b"5,7,9,2;")]) is None
 
 
 def test_a_chunk_row_wins_over_a_change_it_contains_and_loses_to_a_newer_one() -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processor.reconcile import Action, Entry, decide
+from processor.reconcile import Action, Entry, decide, decide_row
+from processor.visibility import PgSnapshot, Window
 
 versions = st.tuples(st.integers(0, 2**40), st.integers(0, 2**40))
 values = st.one_of(st.none(), st.binary(max_size=64))
@@ -27,6 +28,47 @@ def test_a_key_without_state_applies(version: tuple[int, int]) -> None:
     assert decide(version, None) is Action.APPLY
 
 
-@given(versions, values)
-def test_entry_round_trips(version: tuple[int, int], value: bytes | None) -> None:
-    assert Entry.decode(Entry(version, value).encode()) == Entry(version, value)
+snapshots = st.one_of(
+    st.none(),
+    st.builds(
+        lambda xmin, span, xip: PgSnapshot(
+            xmin, xmin + span, frozenset(xmin + x for x in xip if x < span)
+        ),
+        st.integers(1, 2**40),
+        st.integers(0, 50),
+        st.frozensets(st.integers(0, 49), max_size=5),
+    ),
+)
+
+
+@given(
+    versions,
+    values,
+    st.one_of(st.none(), st.integers(0, 2**31)),
+    st.one_of(st.none(), st.integers(1, 2**40)),
+    snapshots,
+)
+def test_entry_round_trips(
+    version: tuple[int, int],
+    value: bytes | None,
+    txid: int | None,
+    chunk: int | None,
+    snapshot: PgSnapshot | None,
+) -> None:
+    """Every kind of entry: a change (with or without ``txId``), a chunk row read in a
+    snapshot, a chunk row read inside a window (a chunk without a snapshot)."""
+    if snapshot is not None and chunk is None:
+        chunk = 1
+    entry = Entry(version, value, txid, chunk, snapshot)
+    assert Entry.decode(entry.encode()) == entry
+
+
+@given(versions, versions, versions)
+def test_a_window_row_loses_to_any_change_from_its_window_open_on(
+    low: tuple[int, int], stored: tuple[int, int], high: tuple[int, int]
+) -> None:
+    window = Window(low, max(high, (low[0], low[1] + 1)), (0,))
+    action = decide_row(7, window, Entry(stored, b"x"))
+    assert action is (Action.APPLY if stored < low else Action.DROP)
+    assert decide_row(7, window, Entry(stored, b"x", chunk=7)) is Action.REEMIT
+    assert decide_row(7, window, Entry(stored, b"x", chunk=8)) is Action.DROP

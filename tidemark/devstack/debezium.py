@@ -46,7 +46,6 @@ HEARTBEAT_QUERY = (
     "INSERT INTO public.tidemark_heartbeat (id, ts) VALUES (1, now()) "
     "ON CONFLICT (id) DO UPDATE SET ts = excluded.ts"
 )
-SLOT_NAME = "tidemark_dev"
 PUBLICATION = "tidemark_dev"
 
 
@@ -67,7 +66,7 @@ def engine_properties(config: Config, run_dir: Path) -> dict[str, str]:
         "database.dbname": source.dbname,
         "topic.prefix": source.topic_prefix,
         "plugin.name": "pgoutput",
-        "slot.name": SLOT_NAME,
+        "slot.name": source.replication_slot,
         "publication.name": PUBLICATION,
         "publication.autocreate.mode": "all_tables",
         "schema.include.list": ",".join(source.schemas),
@@ -84,7 +83,7 @@ def engine_properties(config: Config, run_dir: Path) -> dict[str, str]:
     }
     if source.tables:
         props["table.include.list"] = ",".join(
-            source.tables + [DEBEZIUM_SIGNAL_TABLE, HEARTBEAT_TABLE]
+            source.tables + [DEBEZIUM_SIGNAL_TABLE, config.snapshot.signal_table, HEARTBEAT_TABLE]
         )
     return props
 
@@ -205,7 +204,11 @@ def run(config: Config, run_dir: Path) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    log.info("Debezium engine starting (slot %s, prefix %s)", SLOT_NAME, config.source.topic_prefix)
+    log.info(
+        "Debezium engine starting (slot %s, prefix %s)",
+        config.source.replication_slot,
+        config.source.topic_prefix,
+    )
     engine.run()
     if not stopping.is_set():
         raise DevStackError("the Debezium engine stopped on its own; see its log")

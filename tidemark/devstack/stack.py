@@ -25,7 +25,7 @@ import psycopg
 
 from tidemark.config import Config, dump_config
 from tidemark.devstack import broker, postgres, registry
-from tidemark.devstack.debezium import DEBEZIUM_SIGNAL_TABLE, HEARTBEAT_TABLE, SLOT_NAME
+from tidemark.devstack.debezium import DEBEZIUM_SIGNAL_TABLE, HEARTBEAT_TABLE
 from tidemark.devstack.procs import pid_alive, start_detached, stop_pid, wait_for
 from tidemark.errors import DevStackError
 from tidemark.runtime import find_java, java_home
@@ -34,7 +34,6 @@ log = logging.getLogger(__name__)
 
 STATE_FILE = "stack.json"
 CONFIG_FILE = "tidemark.yaml"
-TIDEMARK_SIGNAL_TABLE = "public.tidemark_signal"
 
 
 class DevStack:
@@ -188,7 +187,8 @@ class DevStack:
         try:
             with psycopg.connect(**self.config.source.conninfo(), connect_timeout=2) as conn:
                 row = conn.execute(
-                    "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (SLOT_NAME,)
+                    "SELECT active FROM pg_replication_slots WHERE slot_name = %s",
+                    (self.config.source.replication_slot,),
                 ).fetchone()
                 return bool(row and row[0])
         except psycopg.OperationalError:
@@ -197,7 +197,7 @@ class DevStack:
     def _create_signal_tables(self, cluster: postgres.PostgresCluster) -> None:
         """Debezium's signal table and Tidemark's own (never the same), and the heartbeat's."""
         with psycopg.connect(**cluster.conninfo(), autocommit=True) as conn:  # type: ignore[arg-type]
-            for table in (DEBEZIUM_SIGNAL_TABLE, TIDEMARK_SIGNAL_TABLE):
+            for table in (DEBEZIUM_SIGNAL_TABLE, self.config.snapshot.signal_table):
                 schema, name = table.split(".")
                 conn.execute(
                     psycopg.sql.SQL(

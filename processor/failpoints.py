@@ -1,0 +1,32 @@
+"""Crash points for tests: ``TIDEMARK_FAILPOINT=<name>:<N>`` SIGKILLs the processor the Nth
+time the code passes the point ``<name>``. Unset in production, where a point costs one
+``None`` check.
+
+Points: ``after-flush`` (a batch's outputs are acknowledged, its state and offsets not yet
+committed); ``window-release`` (the same, for a batch that released window-buffered rows);
+``window-open`` (the chunk reader committed a window-open row and has not closed it).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+
+class Failpoint:
+    """One named crash point; ``victim`` is the process to kill (default: this one)."""
+
+    def __init__(self, name: str, victim: int | None = None) -> None:
+        point, _, count = os.environ.get("TIDEMARK_FAILPOINT", "").partition(":")
+        self._left = int(count) if point == name and count.isdigit() else None
+        self._victim = victim
+
+    def passed(self) -> None:
+        """Count one pass; at the Nth, kill the victim (and this process with it)."""
+        if self._left is None:
+            return
+        self._left -= 1
+        if self._left <= 0:
+            if self._victim is not None:
+                os.kill(self._victim, signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)
