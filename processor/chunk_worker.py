@@ -5,16 +5,20 @@ the row in the data plane; in one process both would share one interpreter
 lock. The coordinator therefore hands each chunk to a child process, which
 works on another core while the data plane decides the previous chunk's rows.
 
-Guarantee: :meth:`ChunkWorker.read` returns only once Kafka has acknowledged
-every row of the chunk, so the coordinator may then record the chunk as done.
-The child exits when its parent does (it watches its parent's pid), so a
-killed processor leaves no reader behind.
+:class:`ChunkWorkers` keeps ``snapshot.readers`` such processes, each with its
+own connection, so several parts of a table are read at once.
+
+Guarantee: a chunk is reported finished only once Kafka has acknowledged
+every row of it, so the coordinator may then record the chunk as done. The
+children exit when their parent does (they watch its pid), so a killed
+processor leaves no reader behind.
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
 import time
 from dataclasses import dataclass
@@ -41,7 +45,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ChunkJob:
-    """One page to read and where its rows go."""
+    """One part of a table to read (every key in ``(after, upto]``) and where its rows go."""
 
     info: TableInfo
     #: Key and value of one of Debezium's events of the table: the layout to reproduce.
@@ -49,7 +53,6 @@ class ChunkJob:
     backfill: str
     after: Key | None
     upto: Key
-    limit: int
     condition: str | None
     chunk: int
     request: str
@@ -62,43 +65,88 @@ class ChunkDone:
     """A page whose rows Kafka has acknowledged."""
 
     rows: int
-    last_key: Key | None
     #: Reading and producing the rows (a signal-table window's wait not included).
     seconds: float
 
 
+class ChunkWorkers:
+    """``count`` reader processes: hand each a job, collect what they finished."""
+
+    def __init__(self, config: Config, count: int) -> None:
+        self._workers = [ChunkWorker(config) for _ in range(count)]
+
+    def free(self) -> bool:
+        """Whether a reader is idle."""
+        return any(w.job is None for w in self._workers)
+
+    def busy(self) -> int:
+        """Jobs being read."""
+        return sum(w.job is not None for w in self._workers)
+
+    def submit(self, job: ChunkJob) -> None:
+        """Give ``job`` to an idle reader (:meth:`free` must be true)."""
+        worker = next(w for w in self._workers if w.job is None)
+        worker.submit(job)
+
+    def finished(self, timeout: float) -> list[tuple[ChunkJob, ChunkDone | ChunkError]]:
+        """The jobs that finished within ``timeout`` seconds, with their result or error."""
+        lost = [w.result() for w in self._workers if w.job is not None and w.connection is None]
+        busy = {w.connection: w for w in self._workers if w.connection and w.job is not None}
+        if lost or not busy:
+            return lost
+        ready = multiprocessing.connection.wait(list(busy), timeout)
+        return [busy[conn].result() for conn in ready if isinstance(conn, Connection)]
+
+    def close(self) -> None:
+        for worker in self._workers:
+            worker.close()
+
+
 class ChunkWorker:
-    """The parent's handle on the reader process (started on first use, restarted if it dies)."""
+    """The parent's handle on one reader process (started on first use, again if it dies)."""
 
     def __init__(self, config: Config) -> None:
         self._config = config
         self._context = multiprocessing.get_context("spawn")
         self._process: Any = None
-        self._conn: Connection | None = None
+        self.connection: Connection | None = None
+        #: The job being read, if any.
+        self.job: ChunkJob | None = None
 
-    def read(self, job: ChunkJob) -> ChunkDone:
-        """Read, encode and produce one page; :class:`ChunkError` if that failed."""
+    def submit(self, job: ChunkJob) -> None:
+        """Start reading ``job``; its result comes from :meth:`result`."""
         conn = self._started()
+        self.job = job
         try:
             conn.send(job)
-            status, result = conn.recv()
-        except (EOFError, OSError, BrokenPipeError):
+        except (OSError, BrokenPipeError):
+            self.close()  # result() reports the failure
+
+    def result(self) -> tuple[ChunkJob, ChunkDone | ChunkError]:
+        """The finished job and its result (or why it failed)."""
+        job, self.job = self.job, None
+        assert job is not None
+        if self.connection is None:
+            return job, ChunkError("the chunk reader process ended; it is started again")
+        try:
+            status, result = self.connection.recv()
+        except (EOFError, OSError):
             self.close()
-            raise ChunkError("the chunk reader process ended; it is started again") from None
+            return job, ChunkError("the chunk reader process ended; it is started again")
         if status != "ok":
-            raise ChunkError(str(result))
+            return job, ChunkError(str(result))
         assert isinstance(result, ChunkDone)
-        return result
+        return job, result
 
     def close(self) -> None:
         """Stop the reader process."""
-        if self._conn is not None:
+        if self.connection is not None:
             try:
-                self._conn.send(None)
+                self.connection.send(None)
             except OSError:
                 pass
-            self._conn.close()
-            self._conn = None
+            self.connection.close()
+            self.connection = None
         if self._process is not None:
             self._process.join(5)
             if self._process.is_alive():
@@ -107,15 +155,15 @@ class ChunkWorker:
             self._process = None
 
     def _started(self) -> Connection:
-        if self._conn is None:
+        if self.connection is None:
             mine, theirs = self._context.Pipe()
             self._process = self._context.Process(
                 target=_serve, args=(theirs, self._config), name="tidemark-chunks", daemon=True
             )
             self._process.start()
             theirs.close()
-            self._conn = mine
-        return self._conn
+            self.connection = mine
+        return self.connection
 
 
 def _serve(conn: Connection, config: Config) -> None:
@@ -184,9 +232,7 @@ class _Reader:
         window = marks.open(job.chunk) if marks is not None else None
         if window is not None:
             self._window_open.passed()
-        chunk = self._pg.read_chunk(
-            job.info, job.after, job.upto, job.limit, job.condition, layout.casts
-        )
+        chunk = self._pg.read_chunk(job.info, job.after, job.upto, job.condition, layout.casts)
         read_in: PgSnapshot | Window = chunk.snapshot
         if marks is not None and window is not None:
             change_topic = backfilled_topic(self._config.processor.pipeline, job.backfill)
@@ -204,7 +250,7 @@ class _Reader:
                     self._producer.poll(0.05)
         self._acks.wait("chunk's rows")
         seconds = chunk.seconds + time.perf_counter() - started
-        return ChunkDone(len(chunk.rows), chunk.last_key, seconds)
+        return ChunkDone(len(chunk.rows), seconds)
 
     def reset(self) -> None:
         """After a failure: connect again for the next job."""

@@ -87,16 +87,23 @@ class ChunkReader(ABC):
         """About how many rows the table (or its filtered part) holds, for progress."""
 
     @abstractmethod
+    def boundary(
+        self, info: TableInfo, after: Key | None, upto: Key, rows: int, condition: str | None = None
+    ) -> Key | None:
+        """The key of the ``rows``-th row after ``after`` (at most ``upto``); ``None`` when
+        fewer rows are left: the end of the next part of a table to read."""
+
+    @abstractmethod
     def read_chunk(
         self,
         info: TableInfo,
         after: Key | None,
         upto: Key,
-        limit: int,
         condition: str | None = None,
         casts: Mapping[str, str] | None = None,
     ) -> Chunk:
-        """Rows with ``after < key <= upto`` in key order, at most ``limit``.
+        """Every row with ``after < key <= upto``, in key order (a part that
+        :meth:`boundary` sized).
 
         ``casts`` names columns to read as ``text`` (the type's own output, as the
         replication stream carries it) or as ``numeric``.
@@ -186,30 +193,35 @@ class PostgresChunkReader(ChunkReader):
             counted = self._conn.execute(query).fetchone()
         return int(counted[0]) if counted else 0
 
+    def boundary(
+        self, info: TableInfo, after: Key | None, upto: Key, rows: int, condition: str | None = None
+    ) -> Key | None:
+        where, params = _range(info, after, upto, condition)
+        query = sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY {} OFFSET {} LIMIT 1").format(
+            _columns(info.key),
+            sql.Identifier(info.schema, info.table),
+            where,
+            _columns(info.key),
+            sql.Literal(max(0, int(rows) - 1)),
+        )
+        with connection_errors(), self._conn.transaction():
+            row = self._conn.execute(query, params).fetchone()
+        return None if row is None else tuple(row)
+
     def read_chunk(
         self,
         info: TableInfo,
         after: Key | None,
         upto: Key,
-        limit: int,
         condition: str | None = None,
         casts: Mapping[str, str] | None = None,
     ) -> Chunk:
-        key = sql.SQL("({})").format(_columns(info.key))
-        marks = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(info.key)))
-        bounds = [sql.SQL("{} <= {}").format(key, marks)]
-        params: list[Any] = list(upto)
-        if after is not None:
-            bounds.insert(0, sql.SQL("{} > {}").format(key, marks))
-            params = [*after, *params]
-        if condition:
-            bounds.append(sql.SQL("({})").format(sql.SQL(condition)))
-        query = sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY {} LIMIT {}").format(
+        where, params = _range(info, after, upto, condition)
+        query = sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY {}").format(
             _selected(info.columns, casts or {}),
             sql.Identifier(info.schema, info.table),
-            sql.SQL(" AND ").join(bounds),
+            where,
             _columns(info.key),
-            sql.Literal(int(limit)),
         )
         for name, oid in zip(info.columns, info.oids, strict=False):
             if (casts or {}).get(name) == "text" and oid not in self._as_text:
@@ -252,6 +264,22 @@ def connection_errors() -> Iterator[None]:
         yield
     except psycopg.OperationalError as exc:
         raise SourceUnavailable(f"the source cannot be reached: {exc}") from None
+
+
+def _range(
+    info: TableInfo, after: Key | None, upto: Key, condition: str | None
+) -> tuple[sql.Composed, list[Any]]:
+    """``after < key <= upto`` (row values) and the filter, with their parameters."""
+    key = sql.SQL("({})").format(_columns(info.key))
+    marks = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(info.key)))
+    bounds = [sql.SQL("{} <= {}").format(key, marks)]
+    params: list[Any] = list(upto)
+    if after is not None:
+        bounds.insert(0, sql.SQL("{} > {}").format(key, marks))
+        params = [*after, *params]
+    if condition:
+        bounds.append(sql.SQL("({})").format(sql.SQL(condition)))
+    return sql.SQL(" AND ").join(bounds), params
 
 
 def _regclass(schema: str, name: str) -> str:

@@ -9,8 +9,10 @@ from the progress record.
 The coordinator reads signals from two channels, with the same meaning
 (:mod:`processor.signals`): the Kafka signal topic (``tidemark snapshot ...``
 writes there) and the change topic of Tidemark's signal table in the source.
-It reads the queued tables chunk by chunk (:mod:`processor.chunks`) in a
-reader process of its own (:mod:`processor.chunk_worker`), which writes every
+It splits the queued tables, one after the other, into parts of about a chunk
+each (:mod:`processor.chunks`, an index-only boundary query) and hands each
+part to one of ``snapshot.readers`` reader processes
+(:mod:`processor.chunk_worker`), each of which writes every
 row as Debezium's own ``r`` event (:mod:`processor.chunk_events`) to the
 partition of the table's backfill topic that matches the key's change-topic
 partition (:mod:`processor.backfill`); the data plane decides each row against
@@ -42,7 +44,7 @@ from processor import metrics
 from processor.backfill import backfill_topic
 from processor.change import Change
 from processor.chunk_events import TableShape
-from processor.chunk_worker import ChunkJob, ChunkWorker
+from processor.chunk_worker import ChunkJob, ChunkWorkers
 from processor.chunks import (
     ChunkError,
     ChunkReader,
@@ -55,8 +57,9 @@ from processor.codecs import SourceCodec
 from processor.debezium_values import column
 from processor.errors import InputError, RawMessage
 from processor.registry import SchemaCache
-from processor.signals import Signal, SignalError, parse_signal
+from processor.signals import PauseSnapshot, Signal, SignalError, parse_signal
 from processor.snapshot_state import (
+    COMPLETED,
     QUEUED,
     Notification,
     SnapshotState,
@@ -150,7 +153,9 @@ class Coordinator:
         self.state: SnapshotState | None = None
         self._prepared: dict[tuple[str, str], _Prepared] = {}
         self._reader: ChunkReader | None = None
-        self._worker = ChunkWorker(config)
+        self._workers = ChunkWorkers(config, config.snapshot.readers)
+        #: Chunks being read, by number: the table they belong to.
+        self._in_flight: dict[int, TableProgress] = {}
         self._chunk_size = config.snapshot.chunk_size
         self._failures = 0
         self._not_before = 0.0
@@ -177,15 +182,20 @@ class Coordinator:
                 [self.signals], on_assign=self._on_assign, on_revoke=self._on_revoke
             )
             while not self._stop.is_set():
-                wait = max(0.0, self._not_before - time.monotonic()) if self._has_work() else 0.2
+                if self._can_read():
+                    wait = max(0.0, self._not_before - time.monotonic())
+                else:
+                    wait = 0.0 if self._workers.busy() else 0.2
                 messages = self._group.consume(100, min(wait, 0.2))
                 if self.state is None:
+                    self._collect(0)  # reads for a leadership lost: dropped
                     continue
                 for msg in data_messages(messages):
                     self._kafka_signal(msg)
                 self._signal_rows()
                 # The signals just read may have paused or stopped the work.
-                if self._has_work() and time.monotonic() >= self._not_before:
+                self._collect(0 if self._can_read() else 0.05)
+                if self._can_read() and time.monotonic() >= self._not_before:
                     self._step()
         except BaseException as exc:
             self.failure = exc
@@ -201,13 +211,19 @@ class Coordinator:
             consumer.close()
         if self._reader is not None:
             self._reader.close()
-        self._worker.close()
+        self._workers.close()
         self._producer.flush(10)
         metrics.SNAPSHOT_LEADER.set(0)
 
-    def _has_work(self) -> bool:
+    def _can_read(self) -> bool:
+        """Whether a part can be read now: a table waits, nothing paused, a reader idle."""
         state = self.state
-        return state is not None and not state.paused and state.current() is not None
+        return (
+            state is not None
+            and not state.paused
+            and state.current() is not None
+            and self._workers.free()
+        )
 
     # -- leadership ------------------------------------------------------------
 
@@ -237,6 +253,7 @@ class Coordinator:
             log.info("no longer coordinating incremental snapshots")
         self.state = None
         self._prepared.clear()
+        self._in_flight.clear()
         self._rows.unassign()
         self._rows_assigned = False
         consumer.unassign()
@@ -329,11 +346,50 @@ class Coordinator:
         notes = state.apply(signal, time.time()) if signal is not None else []
         if signal is not None:
             log.info("signal %s: %s", signal.request_id, type(signal).__name__)
+        if notes and isinstance(signal, PauseSnapshot):
+            # Paused means quiet: the parts being read are recorded before PAUSED is sent.
+            while self._workers.busy():
+                self._collect(1.0)
         self._persist(notes)
 
     # -- reading chunks ------------------------------------------------------------
 
+    def _collect(self, timeout: float) -> None:
+        """Record the parts whose reads finished (a read for another leader's state, or for
+        a table stopped meanwhile, is dropped: its part is read again if still wanted)."""
+        for job, result in self._workers.finished(timeout):
+            state = self.state
+            entry = self._in_flight.pop(job.chunk, None)
+            if state is None or entry is None:
+                continue
+            if isinstance(result, ChunkError):
+                state.failed(entry, job.chunk)
+                self._failed(entry, result)
+                continue
+            self._failures = 0
+            # Time left is estimated from busy time: parallel reads share it.
+            busy = result.seconds / (1 + self._workers.busy())
+            self._persist(state.written(entry, job.chunk, result.rows, busy, time.time()))
+            metrics.SNAPSHOT_ROWS.labels(entry.table).inc(result.rows)
+            metrics.SNAPSHOT_CHUNKS.labels(entry.table).inc()
+            self._chunk_size = next_chunk_size(
+                self._chunk_size,
+                result.seconds,
+                self.config.snapshot.chunk_target_seconds,
+                self.config.snapshot.min_chunk_size,
+                self.config.snapshot.max_chunk_size,
+            )
+            if entry.status == COMPLETED:
+                log.info(
+                    "snapshot of %s completed: %d rows in %d chunks",
+                    entry.table,
+                    entry.rows,
+                    entry.chunks,
+                )
+                self._prepared.pop((entry.table, entry.request_id), None)
+
     def _step(self) -> None:
+        """Give the current table's next part to an idle reader, if there is one."""
         state = self.state
         assert state is not None
         entry = state.current()
@@ -363,52 +419,45 @@ class Coordinator:
                     entry.maximum_key,
                 )
                 if top is None:
-                    self._persist(state.chunk_written(entry, 0, None, 0.0, True, now))
+                    self._persist(state.scanned(entry, now))
                     return
-            upto = key_from_json(entry.maximum_key)
-            assert upto is not None
-            chunk = self._worker.read(
-                ChunkJob(
+            part = state.waiting(entry)
+            if part is None and not entry.planned:
+                maximum = entry.maximum_key
+                assert maximum is not None
+                end = self._connected().boundary(
                     prepared.info,
-                    prepared.event,
-                    prepared.backfill,
-                    key_from_json(entry.last_key),
-                    upto,
+                    key_from_json(entry.cursor),
+                    key_from_json(maximum) or (),
                     self._chunk_size,
                     entry.condition,
-                    state.next_chunk(),
-                    entry.request_id,
-                    self.config.snapshot.watermarks,
                 )
-            )
+                part = state.plan(entry, maximum if end is None else key_to_json(end) or maximum)
         except ChunkError as exc:
             self._failed(entry, exc)
             return
-        self._failures = 0
-        last_key = key_to_json(chunk.last_key)
-        done = chunk.rows < self._chunk_size or last_key == entry.maximum_key
-        seconds = chunk.seconds
-        self._persist(state.chunk_written(entry, chunk.rows, last_key, seconds, done, time.time()))
-        metrics.SNAPSHOT_ROWS.labels(entry.table).inc(chunk.rows)
-        metrics.SNAPSHOT_CHUNKS.labels(entry.table).inc()
-        self._chunk_size = next_chunk_size(
-            self._chunk_size,
-            seconds,
-            self.config.snapshot.chunk_target_seconds,
-            self.config.snapshot.min_chunk_size,
-            self.config.snapshot.max_chunk_size,
+        if part is None:
+            return  # every part is being read
+        chunk = state.take(part)
+        self._in_flight[chunk] = entry
+        self._workers.submit(
+            ChunkJob(
+                prepared.info,
+                prepared.event,
+                prepared.backfill,
+                key_from_json(part.after),
+                key_from_json(part.upto) or (),
+                entry.condition,
+                chunk,
+                entry.request_id,
+                self.config.snapshot.watermarks,
+            )
         )
+        self._persist([])  # the part and its chunk number, before its rows can arrive
         ceiling = self.config.snapshot.max_rows_per_second
         if ceiling:
-            self._not_before = time.monotonic() + max(0.0, chunk.rows / ceiling - seconds)
-        if done:
-            log.info(
-                "snapshot of %s completed: %d rows in %d chunks",
-                entry.table,
-                entry.rows,
-                entry.chunks,
-            )
-            self._prepared.pop((entry.table, entry.request_id), None)
+            start = max(time.monotonic(), self._not_before)
+            self._not_before = start + self._chunk_size / ceiling
 
     def _prepare(self, entry: TableProgress) -> _Prepared:
         """Check that the table can be backfilled and learn how its events look."""

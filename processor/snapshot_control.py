@@ -100,14 +100,22 @@ def _line(t: TableProgress) -> str:
     shown = f"{percent:5.1f}%" if percent is not None else "    ?%"
     left = t.seconds_left
     eta = f"  ~{_duration(left)} left" if left is not None else ""
-    key = orjson.dumps(t.last_key).decode() if t.last_key is not None else "-"
+    key = _key(t.last_key)
     line = (
         f"  {t.table:<28} {t.status:<9} {bar} {shown}  {t.rows} rows, {t.chunks} chunks, "
         f"last key {key}{eta}  (request {t.request_id})"
     )
+    reading = [r for r in t.ranges if r.chunk and r.rows is None]
+    if reading:
+        parts = ", ".join(f"{_key(r.after)}..{_key(r.upto)} (chunk {r.chunk})" for r in reading)
+        line += f"\n      reading {parts}"
     if t.error:
         line += f"\n      error: {t.error}"
     return line
+
+
+def _key(key: list[Any] | None) -> str:
+    return orjson.dumps(key).decode() if key is not None else "-"
 
 
 def _duration(seconds: float) -> str:

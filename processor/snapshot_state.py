@@ -12,10 +12,19 @@ the pipeline's compacted progress topic after every change. Its
 ``incremental_snapshot_*`` fields carry Debezium's names (DDD-4) with keys as
 JSON arrays; ``tables`` holds the whole record, which is what is read back.
 
-Guarantees: a table's ``last_key`` only moves forward and only after its
-chunk's rows are in Kafka, so a restart continues after the last written chunk
-(I4); chunk numbers never repeat, even when a chunk is read again after a crash
-(:meth:`SnapshotState.resumed` skips the number a lost chunk may have used).
+A table's key range is read in :class:`KeyRange` parts, ``(after, upto]``,
+planned in key order and handed to reader processes, several at once when
+``snapshot.readers`` allows; each part gets a chunk number when a reader takes
+it and its row count when its rows are in Kafka. Parts may finish in any
+order; ``last_key`` (DDD-4's ``incremental_snapshot_primary_key``) moves to the
+end of every finished part that has no unfinished part below it, so every key
+at or below it has been read.
+
+Guarantees: a table's ``last_key`` only moves forward and only over parts whose
+rows are in Kafka, so a restart continues after the last contiguous written
+part (I4) and reads the parts above it again; chunk numbers never repeat, even
+when a part is read again after a crash (:meth:`SnapshotState.resumed` skips
+the number a lost chunk may have used).
 """
 
 from __future__ import annotations
@@ -39,6 +48,19 @@ PENDING = (QUEUED, RUNNING)
 
 
 @dataclass
+class KeyRange:
+    """A part of a table's key range, ``after < key <= upto``, for one reader."""
+
+    after: list[Any] | None
+    upto: list[Any]
+    #: The chunk number of its read; 0 while it waits for a reader.
+    chunk: int = 0
+    #: Rows written, once its rows are in Kafka.
+    rows: int | None = None
+    seconds: float = 0.0
+
+
+@dataclass
 class TableProgress:
     """One table of one snapshot request."""
 
@@ -51,9 +73,12 @@ class TableProgress:
     chunks: int = 0
     #: Rows the table held when its snapshot began (PostgreSQL's estimate).
     estimated_rows: int | None = None
-    #: The last key read and the largest key when the table's snapshot began (JSON arrays).
+    #: Every key up to ``last_key`` is read; ``maximum_key``: the largest key when the
+    #: table's snapshot began (JSON arrays).
     last_key: list[Any] | None = None
     maximum_key: list[Any] | None = None
+    #: Parts above ``last_key`` planned, being read or read, in key order.
+    ranges: list[KeyRange] = field(default_factory=list)
     started_at: float | None = None
     finished_at: float | None = None
     #: Seconds spent reading and writing chunks (not paused time): the rate's base.
@@ -68,6 +93,16 @@ class TableProgress:
         if not self.estimated_rows:
             return None
         return min(99.9, 100.0 * self.rows / self.estimated_rows)
+
+    @property
+    def cursor(self) -> list[Any] | None:
+        """The end of the planned parts: the next part starts after it."""
+        return self.ranges[-1].upto if self.ranges else self.last_key
+
+    @property
+    def planned(self) -> bool:
+        """Whether parts cover the whole key range (nothing more to plan)."""
+        return self.maximum_key is not None and self.cursor == self.maximum_key
 
     @property
     def seconds_left(self) -> float | None:
@@ -125,8 +160,11 @@ class SnapshotState:
     # -- transitions -------------------------------------------------------------
 
     def resumed(self) -> SnapshotState:
-        """The state as a new leader takes it over: skip the number a lost chunk may have used."""
+        """The state as a new leader takes it over: the parts above each ``last_key`` are read
+        again, and the number a lost chunk may have used is skipped."""
         self.chunk_sequence += 1
+        for entry in self.tables:
+            entry.ranges.clear()
         return self
 
     def apply(self, signal: Signal, now: float) -> list[Notification]:
@@ -177,57 +215,80 @@ class SnapshotState:
         entry.status, entry.started_at = RUNNING, now
         entry.maximum_key, entry.estimated_rows = maximum_key, estimated_rows
 
-    def next_chunk(self) -> int:
-        """Take the next chunk number."""
-        self.chunk_sequence += 1
-        return self.chunk_sequence
+    def plan(self, entry: TableProgress, upto: list[Any]) -> KeyRange:
+        """Add the part from the cursor to ``upto`` (the maximum key for the last part)."""
+        part = KeyRange(entry.cursor, upto)
+        entry.ranges.append(part)
+        return part
 
-    def chunk_written(
-        self,
-        entry: TableProgress,
-        rows: int,
-        last_key: list[Any] | None,
-        seconds: float,
-        done: bool,
-        now: float,
+    def waiting(self, entry: TableProgress) -> KeyRange | None:
+        """A planned part no reader has (never taken, or its read failed)."""
+        return next((r for r in entry.ranges if r.chunk == 0 and r.rows is None), None)
+
+    def take(self, part: KeyRange) -> int:
+        """A reader takes ``part``: its chunk number, never used before."""
+        self.chunk_sequence += 1
+        part.chunk = self.chunk_sequence
+        return part.chunk
+
+    def failed(self, entry: TableProgress, chunk: int) -> None:
+        """The read of chunk ``chunk`` failed: its part waits for a reader again."""
+        for part in entry.ranges:
+            if part.chunk == chunk and part.rows is None:
+                part.chunk = 0
+
+    def written(
+        self, entry: TableProgress, chunk: int, rows: int, seconds: float, now: float
     ) -> list[Notification]:
-        """Record a chunk whose rows are in Kafka; finish the table when ``done``."""
-        entry.rows += rows
-        entry.chunks += 1
-        entry.busy_seconds += seconds
-        if last_key is not None:
-            entry.last_key = last_key
+        """Chunk ``chunk``'s rows are in Kafka: move ``last_key`` over every finished part
+        with none unfinished below it, and finish the table at its maximum key."""
+        part = next((r for r in entry.ranges if r.chunk == chunk and r.rows is None), None)
+        if entry.status != RUNNING or part is None:
+            return []  # a read the table no longer waits for (stopped, or taken over)
+        part.rows, part.seconds = rows, seconds
         ms = int(now * 1000)
-        notes = [
-            Notification(
-                "IN_PROGRESS",
-                entry.request_id,
-                {
-                    "data_collections": entry.table,
-                    "current_collection_in_progress": entry.table,
-                    "maximum_key": _text(entry.maximum_key),
-                    "last_processed_key": _text(entry.last_key),
-                },
-                ms,
-            )
-        ]
-        if done:
-            entry.status, entry.finished_at = COMPLETED, now
+        notes = []
+        while entry.ranges and entry.ranges[0].rows is not None:
+            done = entry.ranges.pop(0)
+            entry.last_key = done.upto
+            entry.rows += done.rows or 0
+            entry.chunks += 1
+            entry.busy_seconds += done.seconds
             notes.append(
                 Notification(
-                    "TABLE_SCAN_COMPLETED",
+                    "IN_PROGRESS",
                     entry.request_id,
                     {
-                        "data_collection": entry.table,
-                        "scanned_collection": entry.table,
-                        "total_rows_scanned": str(entry.rows),
-                        "status": "SUCCEEDED",
+                        "data_collections": entry.table,
+                        "current_collection_in_progress": entry.table,
+                        "maximum_key": _text(entry.maximum_key),
+                        "last_processed_key": _text(entry.last_key),
                     },
                     ms,
                 )
             )
-            notes += self._request_finished(entry.request_id, ms)
+        if not entry.ranges and entry.last_key == entry.maximum_key:
+            notes += self.scanned(entry, now)
         return notes
+
+    def scanned(self, entry: TableProgress, now: float) -> list[Notification]:
+        """``entry``'s table is read to its end (or was empty)."""
+        entry.status, entry.finished_at = COMPLETED, now
+        ms = int(now * 1000)
+        notes = [
+            Notification(
+                "TABLE_SCAN_COMPLETED",
+                entry.request_id,
+                {
+                    "data_collection": entry.table,
+                    "scanned_collection": entry.table,
+                    "total_rows_scanned": str(entry.rows),
+                    "status": "SUCCEEDED",
+                },
+                ms,
+            )
+        ]
+        return notes + self._request_finished(entry.request_id, ms)
 
     def abort(self, entry: TableProgress, error: str, now: float) -> list[Notification]:
         """Give up ``entry``'s table (it cannot be read); the queue goes on."""
@@ -291,8 +352,12 @@ class SnapshotState:
         doc = orjson.loads(raw)
         if doc.get("format") != FORMAT_VERSION:
             raise ValueError(f"unknown snapshot progress format {doc.get('format')!r}")
+        tables = []
+        for t in doc["tables"]:
+            ranges = [KeyRange(**r) for r in t.pop("ranges", [])]
+            tables.append(TableProgress(**t, ranges=ranges))
         return SnapshotState(
-            [TableProgress(**t) for t in doc["tables"]],
+            tables,
             bool(doc["paused"]),
             int(doc["chunk_sequence"]),
             {

@@ -108,6 +108,8 @@ class SnapshotConfig:
     chunk_target_seconds: float = 0.5
     #: A ceiling on rows read per second, to protect a busy source; 0: none.
     max_rows_per_second: int = 0
+    #: Reader processes (each with a connection) reading parts of a table at once.
+    readers: int = 1
     #: Tidemark's signal table in the source (``id``, ``type``, ``data``), read from its
     #: change topic; never Debezium's ``signal.data.collection``.
     signal_table: str = "public.tidemark_signal"
@@ -345,6 +347,8 @@ def _check_ranges(config: Config) -> None:
     snap = config.snapshot
     if not snap.min_chunk_size <= snap.chunk_size <= snap.max_chunk_size:
         raise ConfigError("snapshot.chunk_size: must lie between min_chunk_size and max_chunk_size")
+    if not 1 <= snap.readers <= 64:
+        raise ConfigError("snapshot.readers: must be 1 to 64")
     if snap.max_rows_per_second < 0:
         raise ConfigError("snapshot.max_rows_per_second: must be 0 (no ceiling) or more")
     if not re.fullmatch(r"[^.\s]+\.[^.\s]+", snap.signal_table):

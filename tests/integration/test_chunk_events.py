@@ -88,7 +88,7 @@ def test_chunk_rows_are_debeziums_own_events(stack: DevStack) -> None:
         casts = {c.name: c.cast for c in columns if c.cast}
         top = reader.max_key(info)
         assert top is not None
-        rows = reader.read_chunk(info, None, top, 100, casts=casts).rows
+        rows = reader.read_chunk(info, None, top, casts=casts).rows
     finally:
         reader.close()
     any_event = next(iter(theirs.values()))

@@ -37,14 +37,15 @@ def test_pages_cover_the_table_once_in_key_order(reader: PostgresChunkReader) ->
     assert info.key == ("region", "select")
     top = reader.max_key(info)
     assert top == ("us", 40)
-    seen, after = [], None
-    while True:
-        chunk = reader.read_chunk(info, after, top, 7)
-        if not chunk.rows:
-            break
-        assert len(chunk.rows) <= 7
+    seen, after, parts = [], None, 0
+    while after != top:
+        end = reader.boundary(info, after, top, 7)
+        chunk = reader.read_chunk(info, after, end or top)
+        assert len(chunk.rows) == 7 or end is None
+        assert chunk.last_key == (end or top)
         seen += [(r["region"], r["select"]) for r in chunk.rows]
-        after = chunk.last_key
+        after, parts = end or top, parts + 1
+    assert parts == 18  # 120 rows in parts of 7
     assert seen == sorted((r, n) for r in ("ap", "eu", "us") for n in range(1, 41))
 
 
@@ -56,7 +57,7 @@ def test_the_max_key_bounds_the_snapshot_and_a_filter_narrows_it(
     assert top == ("eu", 40)
     with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
         conn.execute("""INSERT INTO "iso_chunks_Weird Table" VALUES ('eu', 99, 'late')""")
-    rows = reader.read_chunk(info, None, top, 1000, "region = 'eu'").rows
+    rows = reader.read_chunk(info, None, top, "region = 'eu'").rows
     assert [r["select"] for r in rows] == list(range(1, 41))  # 99 is above the bound
 
 
@@ -68,7 +69,7 @@ def test_a_chunk_snapshot_shows_a_concurrent_transaction_in_progress(
         writer.execute("""UPDATE "iso_chunks_Weird Table" SET v = 'moved' WHERE region = 'ap'""")
         xid = writer.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
         assert xid is not None
-        chunk = reader.read_chunk(info, None, ("ap", 40), 100)
+        chunk = reader.read_chunk(info, None, ("ap", 40))
         writer.rollback()
     # In progress: listed in xip, or at or above xmax (newer than every completed one).
     assert xid[0] in chunk.snapshot.xip or xid[0] >= chunk.snapshot.xmax
@@ -85,11 +86,11 @@ def test_tables_without_a_usable_key_are_refused(reader: PostgresChunkReader) ->
         reader.table_info("public.iso_chunks_missing")
     info = reader.table_info("public.iso_chunks_surrogate", surrogate_key="code")
     assert info.key == ("code",)
-    rows = reader.read_chunk(info, ("c3",), ("c7",), 10).rows
+    rows = reader.read_chunk(info, ("c3",), ("c7",)).rows
     assert [r["code"] for r in rows] == ["c4", "c5", "c6", "c7"]
 
 
 def test_chunks_are_read_only_whatever_the_filter(reader: PostgresChunkReader) -> None:
     info = reader.table_info("public.iso_chunks_surrogate", surrogate_key="code")
     with pytest.raises(ChunkError, match="read-only transaction"):
-        reader.read_chunk(info, None, ("c9",), 10, "(SELECT nextval('iso_chunks_seq')) > 0")
+        reader.read_chunk(info, None, ("c9",), "(SELECT nextval('iso_chunks_seq')) > 0")

@@ -215,7 +215,7 @@ def check_monotone(events: list[Event]) -> None:
 def test_backfill_converges_while_the_table_changes(stack: DevStack) -> None:
     name, keys = "iso_snap_items", 30_000
     config = snapshot_config(
-        stack, "snap", chunk_size=1000, min_chunk_size=500, max_chunk_size=2000
+        stack, "snap", chunk_size=1000, min_chunk_size=500, max_chunk_size=2000, readers=2
     )
     uncaptured_table(config, name, keys)
     processor = Processor(stack, config, "snap-processor").start()
@@ -376,16 +376,18 @@ def emitted_by_key(events: list[Event]) -> dict[tuple[Any, ...], list[dict[str, 
 
 
 @pytest.mark.parametrize(
-    ("name", "watermarks"), [("snapload", "read-only"), ("snapwin", "signal-table")]
+    ("name", "watermarks", "readers"),
+    [("snapload", "read-only", 2), ("snapwin", "signal-table", 1)],
 )
 def test_tiny_chunks_under_a_random_workload_with_crashes(
-    stack: DevStack, name: str, watermarks: str
+    stack: DevStack, name: str, watermarks: str, readers: int
 ) -> None:
     """DDD-3's test, in both watermark modes: chunks of 5 to 10 rows while inserts, updates,
     deletes and re-inserts (multi-row transactions, a composite key with a text column,
     TOASTed values, NULLs) hit the same tables, and the processor is killed twice in the
-    middle of the snapshot. With signal-table watermarks the first kill comes while a
-    window is open (a failpoint in the chunk reader), DDD-3's first crash case."""
+    middle of the snapshot. Read-only, two readers read parts of a table at once; with
+    signal-table watermarks the first kill comes while a window is open (a failpoint in the
+    chunk reader), DDD-3's first crash case."""
     config = snapshot_config(
         stack,
         name,
@@ -394,6 +396,7 @@ def test_tiny_chunks_under_a_random_workload_with_crashes(
         max_chunk_size=10,
         max_rows_per_second=25,
         watermarks=watermarks,
+        readers=readers,
     )
     noise = sql.Identifier(f"iso_{name}_noise")
     kv, pair = Table(f"iso_{name}_kv"), Table(f"iso_{name}_pair", composite=True)

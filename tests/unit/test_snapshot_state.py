@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processor.signals import ExecuteSnapshot, PauseSnapshot, ResumeSnapshot, StopSnapshot
+from processor.snapshot_control import render_status
 from processor.snapshot_state import (
     ABORTED,
     COMPLETED,
@@ -36,9 +37,9 @@ def test_tables_run_in_the_order_asked_and_each_request_completes_once() -> None
     first = state.current()
     assert first is not None and first.table == "public.a"
     state.begin(first, [10], 10, 3.0)
-    notes = state.chunk_written(first, 6, [6], 0.1, False, 3.1)
+    notes = state.written(first, state.take(state.plan(first, [6])), 6, 0.1, 3.1)
     assert types(notes) == [("IN_PROGRESS", "r1")] and first.percent == 60.0
-    notes = state.chunk_written(first, 4, [10], 0.1, True, 3.2)
+    notes = state.written(first, state.take(state.plan(first, [10])), 4, 0.1, 3.2)
     assert types(notes) == [("IN_PROGRESS", "r1"), ("TABLE_SCAN_COMPLETED", "r1")]
     second = state.current()
     assert second is not None and second.table == "public.b"
@@ -98,7 +99,9 @@ def test_the_record_has_ddd4s_fields() -> None:
     entry = state.current()
     assert entry is not None
     state.begin(entry, [9], 9, 1.0)
-    state.chunk_written(entry, 3, [3], 0.1, False, 1.1)
+    state.written(entry, state.take(state.plan(entry, [3])), 3, 0.1, 1.1)
+    state.take(state.plan(entry, [6]))  # a part being read
+    state.take(state.plan(entry, [9]))
     doc = orjson.loads(state.to_json())
     assert doc["incremental_snapshot_collections"] == [
         {
@@ -111,6 +114,11 @@ def test_the_record_has_ddd4s_fields() -> None:
         [3],
         [9],
     )
+    in_flight = [(r["after"], r["upto"], r["chunk"]) for r in doc["tables"][0]["ranges"]]
+    assert in_flight == [([3], [6], 2), ([6], [9], 3)]
+    restored = SnapshotState.from_json(state.to_json())
+    assert restored == state
+    assert restored.resumed().tables[0].ranges == []  # read again from [3] after a crash
 
 
 TABLES = st.sampled_from(["public.a", "public.b", "public.c"])
@@ -159,11 +167,11 @@ def test_queue_invariants_hold_for_any_sequence(operations: list) -> None:  # ty
             else:
                 if entry.status != RUNNING:
                     state.begin(entry, [100], 100, now)
-                used.append(state.next_chunk())
                 previous = last_keys.get((entry.table, entry.request_id), 0)
-                key = previous + arg
+                key = min(100, previous + arg) if arg else 100
                 last_keys[(entry.table, entry.request_id)] = key
-                notes = state.chunk_written(entry, arg, [key], 0.01, arg == 0, now)
+                used.append(state.take(state.plan(entry, [key])))
+                notes = state.written(entry, used[-1], arg, 0.01, now)
                 assert entry.last_key == [key] and key >= previous
         completed += [n.request_id for n in notes if n.type == "COMPLETED"]
         assert SnapshotState.from_json(state.to_json()) == state
@@ -183,3 +191,60 @@ def test_progress_for_status() -> None:
         "public.a", "r", status=RUNNING, rows=50, estimated_rows=200, busy_seconds=5
     )
     assert entry.percent == 25.0 and entry.seconds_left == 15.0
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["plan", "finish", "fail", "crash"]), st.integers(0, 9))))
+def test_parts_read_in_parallel_advance_the_key_only_over_contiguous_written_parts(
+    operations: list[tuple[str, int]],
+) -> None:
+    """Parts finish in any order, fail and are taken again, or are lost in a crash: the
+    primary key only moves forward, only over written parts with none missing below, rows
+    count every key once, and the table completes exactly when the maximum key is reached."""
+    state = SnapshotState()
+    state.apply(ExecuteSnapshot("r", ("public.a",)), 1.0)
+    entry = state.current()
+    assert entry is not None
+    state.begin(entry, [40], 40, 1.0)
+    reading: list[int] = []
+    for kind, arg in operations:
+        if entry.status == COMPLETED:
+            break
+        before = entry.last_key[0] if entry.last_key else 0
+        if kind == "plan":
+            part = state.waiting(entry)
+            if part is None and not entry.planned:
+                start = entry.cursor[0] if entry.cursor else 0
+                part = state.plan(entry, [min(40, start + arg + 1)])
+            if part is not None:
+                reading.append(state.take(part))
+        elif kind in ("finish", "fail") and reading:
+            chunk = reading.pop(arg % len(reading))
+            if kind == "fail":
+                state.failed(entry, chunk)
+            else:
+                part = next(r for r in entry.ranges if r.chunk == chunk)
+                keys = part.upto[0] - (part.after[0] if part.after else 0)
+                state.written(entry, chunk, keys, 0.1, 2.0)
+        elif kind == "crash":
+            state = SnapshotState.from_json(state.to_json()).resumed()
+            entry, reading = state.tables[0], []
+        after = entry.last_key[0] if entry.last_key else 0
+        assert after >= before
+        assert entry.rows == after  # one row per key, each counted once
+        parts = entry.ranges
+        assert all(a.upto == b.after for a, b in zip(parts, parts[1:], strict=False))
+        assert not parts or parts[0].after == entry.last_key
+        assert (entry.status == COMPLETED) == (after == 40)
+
+
+def test_status_shows_the_parts_being_read() -> None:
+    state = SnapshotState()
+    state.apply(ExecuteSnapshot("r1", ("public.a",)), 1.0)
+    entry = state.current()
+    assert entry is not None
+    state.begin(entry, [9], 9, 1.0)
+    state.written(entry, state.take(state.plan(entry, [3])), 3, 0.1, 1.1)
+    state.take(state.plan(entry, [6]))
+    text = render_status(state)
+    assert "3 rows, 1 chunks, last key [3]" in text and "reading [3]..[6] (chunk 2)" in text
