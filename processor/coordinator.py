@@ -61,6 +61,7 @@ from processor.signals import PauseSnapshot, Signal, SignalError, parse_signal
 from processor.snapshot_state import (
     COMPLETED,
     QUEUED,
+    RUNNING,
     Notification,
     SnapshotState,
     TableProgress,
@@ -216,14 +217,13 @@ class Coordinator:
         metrics.SNAPSHOT_LEADER.set(0)
 
     def _can_read(self) -> bool:
-        """Whether a part can be read now: a table waits, nothing paused, a reader idle."""
+        """Whether a part can be read now: a table has one left to read, nothing is paused,
+        a reader is idle."""
         state = self.state
-        return (
-            state is not None
-            and not state.paused
-            and state.current() is not None
-            and self._workers.free()
-        )
+        if state is None or state.paused or not self._workers.free():
+            return False
+        entry = state.current()
+        return entry is not None and (not entry.planned or state.waiting(entry) is not None)
 
     # -- leadership ------------------------------------------------------------
 
@@ -360,7 +360,7 @@ class Coordinator:
         for job, result in self._workers.finished(timeout):
             state = self.state
             entry = self._in_flight.pop(job.chunk, None)
-            if state is None or entry is None:
+            if state is None or entry is None or entry.status != RUNNING:
                 continue
             if isinstance(result, ChunkError):
                 state.failed(entry, job.chunk)
