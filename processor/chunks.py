@@ -63,11 +63,10 @@ class TableInfo:
 
 @dataclass(frozen=True)
 class Chunk:
-    """One page: its rows (dicts by column), the snapshot they were read in, the last key."""
+    """One part: its rows (dicts by column) and the snapshot they were read in."""
 
     rows: list[dict[str, Any]]
     snapshot: PgSnapshot
-    last_key: Key | None
     seconds: float
 
 
@@ -240,8 +239,7 @@ class PostgresChunkReader(ChunkReader):
         except psycopg.Error as exc:
             raise ChunkError(f"chunk of {info.name} after {after!r}: {exc}") from None
         assert text is not None
-        last = tuple(rows[-1][k] for k in info.key) if rows else None
-        return Chunk(rows, PgSnapshot.parse(text[0]), last, time.perf_counter() - started)
+        return Chunk(rows, PgSnapshot.parse(text[0]), time.perf_counter() - started)
 
     def close(self) -> None:
         self._conn.close()

@@ -92,8 +92,7 @@ class Reconciler:
         self.sources: dict[str, Source] = {}
         #: Input topics stopped because they break their envelope's constraints.
         self.refused: dict[str, str] = {}
-        self.windows = WindowBuffers()
-        self._backfill_prefix = f"{config.processor.pipeline}.backfill."
+        self.windows = WindowBuffers(config.processor.pipeline)
 
     def source(self, topic: str) -> Source:
         """The :class:`Source` of input ``topic`` (made on first use)."""
@@ -130,10 +129,8 @@ class Reconciler:
         batch = Batch()
         for owned, owned_store in stores.items():
             if not waiting(owned):
-                self.windows.load(owned, owned_store, self._backfill_prefix + owned[0])
-        ordered = sorted(
-            groups.items(), key=lambda item: item[0][0].startswith(self._backfill_prefix)
-        )
+                self.windows.load(owned, owned_store)
+        ordered = sorted(groups.items(), key=lambda item: self.state_partition(item[0]) != item[0])
         for tp, group in ordered:
             if not group:
                 continue
@@ -174,12 +171,9 @@ class Reconciler:
             state = batch.states.get(tp)
             if state is None:
                 state = batch.states[tp] = BatchState(store)
-            backfill = self._backfill_prefix + tp[0]
-            released = self.windows.release(tp, state, position, backfill)
+            released = self.windows.release(tp, state, position)
             batch.released += len(released)
             self._decide_partition(self.source(tp[0]), released, state, batch, None, False)
-        for source in self.sources.values():
-            metrics.WINDOW_BUFFERED_ROWS.labels(source.topic).set(self.windows.count(source.topic))
 
     def state_partition(self, tp: TopicPartitionKey) -> TopicPartitionKey:
         """The input partition whose state decides ``tp``'s records (itself, or a backfill's)."""

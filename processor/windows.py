@@ -23,9 +23,10 @@ replays at most that batch and loses none.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
-from processor.backfill import ChunkTag
+from processor import metrics
+from processor.backfill import ChunkTag, backfill_topic
 from processor.envelopes import WINDOW_BUFFER
 from processor.errors import RawMessage
 from processor.visibility import Window
@@ -71,23 +72,24 @@ class WindowBuffers:
     are released too.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, pipeline: str) -> None:
+        self._pipeline = pipeline
         #: Per input partition with buffered rows: (smallest end offset, row count).
         self._pending: dict[TopicPartitionKey, tuple[int, int]] = {}
         self._loaded: set[TopicPartitionKey] = set()
 
-    def load(self, tp: TopicPartitionKey, store: PartitionStore, backfill: str) -> None:
+    def load(self, tp: TopicPartitionKey, store: PartitionStore) -> None:
         """Index ``tp``'s buffered rows (once per assignment)."""
         if tp in self._loaded:
             return
         self._loaded.add(tp)
-        keys = store.keys(WINDOW_BUFFER)
-        self._index(tp, (v for v in store.get_many(keys) if v is not None), backfill)
+        stored = store.get_many(store.keys(WINDOW_BUFFER))
+        self._index(tp, [end_of(self._decode(tp, v)) for v in stored if v is not None])
 
     def forget(self, tp: TopicPartitionKey) -> None:
         """``tp`` left this instance."""
         self._loaded.discard(tp)
-        self._pending.pop(tp, None)
+        self._index(tp, [])
 
     def pending(self) -> list[TopicPartitionKey]:
         """The input partitions that hold buffered rows."""
@@ -106,33 +108,39 @@ class WindowBuffers:
             return  # a later chunk's row of this key waits already
         state.put(slot, encode(raw))
         end, count = self._pending.get(tp, (end_of(raw), 0))
-        self._pending[tp] = (min(end, end_of(raw)), count + (held is None))
+        self._set(tp, min(end, end_of(raw)), count + (held is None))
 
     def due(self, tp: TopicPartitionKey, reached: int) -> bool:
         """Whether ``tp``, whose state reflects its input below ``reached``, releases rows."""
         pending = self._pending.get(tp)
         return pending is not None and pending[0] <= reached
 
-    def release(
-        self, tp: TopicPartitionKey, state: BatchState, reached: int, backfill: str
-    ) -> list[RawMessage]:
+    def release(self, tp: TopicPartitionKey, state: BatchState, reached: int) -> list[RawMessage]:
         """Take the rows of ``tp`` whose end offset is at most ``reached``, in arrival order."""
         released, kept = [], []
         for slot in state.keys(WINDOW_BUFFER):
             stored = state.get(slot)
             if stored is None:
                 continue
-            raw = decode(backfill, tp[1], stored)
-            if end_of(raw) <= reached:
+            raw = self._decode(tp, stored)
+            end = end_of(raw)
+            if end <= reached:
                 released.append(raw)
                 state.put(slot, None)
             else:
-                kept.append(stored)
-        self._pending.pop(tp, None)
-        self._index(tp, kept, backfill)
+                kept.append(end)
+        self._index(tp, kept)
         return sorted(released, key=lambda r: r.offset)
 
-    def _index(self, tp: TopicPartitionKey, stored: Iterable[bytes], backfill: str) -> None:
-        ends = [end_of(decode(backfill, tp[1], value)) for value in stored]
+    def _decode(self, tp: TopicPartitionKey, stored: bytes) -> RawMessage:
+        return decode(backfill_topic(self._pipeline, tp[0]), tp[1], stored)
+
+    def _index(self, tp: TopicPartitionKey, ends: list[int]) -> None:
         if ends:
-            self._pending[tp] = (min(ends), len(ends))
+            self._set(tp, min(ends), len(ends))
+        elif self._pending.pop(tp, None) is not None:
+            metrics.WINDOW_BUFFERED_ROWS.labels(tp[0]).set(self.count(tp[0]))
+
+    def _set(self, tp: TopicPartitionKey, end: int, count: int) -> None:
+        self._pending[tp] = (end, count)
+        metrics.WINDOW_BUFFERED_ROWS.labels(tp[0]).set(self.count(tp[0]))
