@@ -20,7 +20,7 @@ from typing import Any
 import fastavro
 import orjson
 
-from processor.debezium_values import Column, same, to_avro, to_json
+from processor.debezium_values import Column, to_avro, to_json
 from processor.registry import SchemaCache
 from tidemark.errors import TidemarkError
 
@@ -79,9 +79,10 @@ class TableShape:
         return self._key.fields
 
     def encode_chunk(
-        self, rows: list[dict[str, Any]], columns: list[Column]
+        self, rows: list[tuple[Any, ...]], columns: list[Column]
     ) -> list[tuple[bytes, bytes]]:
-        """Key and value bytes of each row's READ event (values as the chunk query gave them).
+        """Key and value bytes of each row's READ event (``rows`` as the chunk query gave
+        them, values in the order of ``columns``).
 
         The rows of one chunk share their ``source`` block and timestamps, so a JSON
         event is the chunk's envelope bytes around each row's ``after``: one
@@ -91,20 +92,20 @@ class TableShape:
         payload = self._payload(now_ns)
         if self._value.format == "avro" or self._key.format == "avro":
             return [self._encode_each(row, columns, payload) for row in rows]
-        wires = [(c.name, c.convert, _converted(c)) for c in columns]
+        names = [c.name for c in columns]
+        converted = [(i, c.json) for i, c in enumerate(columns) if c.json is not None]
         head, tail = self._around_after(payload)
-        key_fields = self._key.fields
+        key_at = [(name, names.index(name)) for name in self._key.fields]
+        key_head = self._key.head if self._key.format == "json-schema" else b""
+        key_tail = b"}" if key_head else b""
         dumps = orjson.dumps
         out = []
         for row in rows:
-            after = {
-                name: to_json(convert(row[name])) if converted else row[name]
-                for name, convert, converted in wires
-            }
-            key = dumps({name: after[name] for name in key_fields})
-            if self._key.format == "json-schema":
-                key = self._key.head + key + b"}"
-            out.append((key, head + dumps(after) + tail))
+            values = list(row)
+            for i, encode in converted:
+                values[i] = encode(values[i])
+            key = key_head + dumps({name: values[i] for name, i in key_at}) + key_tail
+            out.append((key, head + dumps(dict(zip(names, values, strict=True))) + tail))
         return out
 
     def _payload(self, now_ns: int) -> dict[str, Any]:
@@ -132,20 +133,15 @@ class TableShape:
         return head, tail
 
     def _encode_each(
-        self, row: dict[str, Any], columns: list[Column], payload: dict[str, Any]
+        self, row: tuple[Any, ...], columns: list[Column], payload: dict[str, Any]
     ) -> tuple[bytes, bytes]:
-        values = {c.name: c.convert(row[c.name]) for c in columns}
+        values = {c.name: c.convert(v) for c, v in zip(columns, row, strict=True)}
         key = _wire(self._key, {name: values[name] for name in self._key.fields})
         envelope = dict(payload, after=_wire(self._value, values))
         return _write(self._key, key), _write(self._value, envelope)
 
 
 _AFTER_MARK = "\x01tidemark:after\x01"
-
-
-def _converted(column: Column) -> bool:
-    """Whether the column's values need converting (others are their own JSON form)."""
-    return column.convert is not same or column.type_name == "bytea"
 
 
 def _learn(raw: bytes, schemas: SchemaCache | None, what: str) -> tuple[_Side, Any]:

@@ -11,7 +11,8 @@ own connection, so several parts of a table are read at once.
 Guarantee: a chunk is reported finished only once Kafka has acknowledged
 every row of it, so the coordinator may then record the chunk as done. The
 children exit when their parent does (they watch its pid), so a killed
-processor leaves no reader behind.
+processor leaves no reader behind. They run at a lower CPU priority than the
+processor, so a backfill never delays the live change stream for CPU.
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ from tidemark.errors import TidemarkError
 from tidemark.kafka import Acknowledgements, client_config, consumer_config
 
 log = logging.getLogger(__name__)
+
+#: How much lower than the processor's the readers' CPU priority is (``nice``).
+READER_NICENESS = 10
 
 
 @dataclass(frozen=True)
@@ -172,6 +176,9 @@ def _serve(conn: Connection, config: Config) -> None:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     parent = os.getppid()
+    # A backfill is background work: where cores are short, the data plane deciding the
+    # live changes (and the chunk rows already read) runs first.
+    os.nice(READER_NICENESS)
     tune_garbage_collector()  # a chunk's rows are many short-lived objects
     reader = _Reader(config)
     try:

@@ -63,9 +63,10 @@ class TableInfo:
 
 @dataclass(frozen=True)
 class Chunk:
-    """One part: its rows (dicts by column) and the snapshot they were read in."""
+    """One part: its rows (values in the order of ``TableInfo.columns``) and the snapshot
+    they were read in."""
 
-    rows: list[dict[str, Any]]
+    rows: list[tuple[Any, ...]]
     snapshot: PgSnapshot
     seconds: float
 
@@ -230,10 +231,13 @@ class PostgresChunkReader(ChunkReader):
         try:
             with self._conn.transaction():
                 text = self._conn.execute("SELECT pg_current_snapshot()::text").fetchone()
-                self._conn.execute("SET LOCAL intervalstyle = 'iso_8601'")
+                # the text forms processor.debezium_values converts
+                self._conn.execute(
+                    "SET LOCAL intervalstyle = 'iso_8601'; SET LOCAL timezone = 'UTC'; "
+                    "SET LOCAL datestyle = 'ISO'"
+                )
                 cursor = self._conn.execute(query, params)
-                names = [c.name for c in cursor.description or []]
-                rows = [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
+                rows = cursor.fetchall()
         except psycopg.OperationalError as exc:
             raise SourceUnavailable(f"chunk of {info.name} after {after!r}: {exc}") from None
         except psycopg.Error as exc:

@@ -153,7 +153,11 @@ class JsonCodec:
             raise InputError("null value where a Debezium event was expected", msg, "not-debezium")
         payload, schema = self._values.split(msg.value, msg, "value")
         value = msg.value
-        toast = _TOAST_TEXT in value or _TOAST_BASE64 in value
+        # search the payload only: the schema before it is most of the bytes
+        start = (
+            len(self._values.prefix) if schema is not None and schema is self._values.schema else 0
+        )
+        toast = value.find(_TOAST_TEXT, start) >= 0 or value.find(_TOAST_BASE64, start) >= 0
         change = debezium_change(state_key, payload, msg, toast)
         change.schema = schema
         return change

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import psycopg
 import pytest
 
-from processor.chunks import ChunkError, PostgresChunkReader
+from processor.chunks import ChunkError, PostgresChunkReader, TableInfo
 from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
@@ -32,6 +34,11 @@ def reader(stack: DevStack) -> PostgresChunkReader:
     return PostgresChunkReader(stack.config.source.conninfo())
 
 
+def named(info: TableInfo, rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """A chunk's rows as dicts by column."""
+    return [dict(zip(info.columns, row, strict=True)) for row in rows]
+
+
 def test_pages_cover_the_table_once_in_key_order(reader: PostgresChunkReader) -> None:
     info = reader.table_info("public.iso_chunks_Weird Table")
     assert info.key == ("region", "select")
@@ -40,10 +47,10 @@ def test_pages_cover_the_table_once_in_key_order(reader: PostgresChunkReader) ->
     seen, after, parts = [], None, 0
     while after != top:
         end = reader.boundary(info, after, top, 7)
-        chunk = reader.read_chunk(info, after, end or top)
-        assert len(chunk.rows) == 7 or end is None
-        assert (chunk.rows[-1]["region"], chunk.rows[-1]["select"]) == (end or top)
-        seen += [(r["region"], r["select"]) for r in chunk.rows]
+        rows = named(info, reader.read_chunk(info, after, end or top).rows)
+        assert len(rows) == 7 or end is None
+        assert (rows[-1]["region"], rows[-1]["select"]) == (end or top)
+        seen += [(r["region"], r["select"]) for r in rows]
         after, parts = end or top, parts + 1
     assert parts == 18  # 120 rows in parts of 7
     assert seen == sorted((r, n) for r in ("ap", "eu", "us") for n in range(1, 41))
@@ -57,7 +64,7 @@ def test_the_max_key_bounds_the_snapshot_and_a_filter_narrows_it(
     assert top == ("eu", 40)
     with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
         conn.execute("""INSERT INTO "iso_chunks_Weird Table" VALUES ('eu', 99, 'late')""")
-    rows = reader.read_chunk(info, None, top, "region = 'eu'").rows
+    rows = named(info, reader.read_chunk(info, None, top, "region = 'eu'").rows)
     assert [r["select"] for r in rows] == list(range(1, 41))  # 99 is above the bound
 
 
@@ -74,7 +81,7 @@ def test_a_chunk_snapshot_shows_a_concurrent_transaction_in_progress(
     # In progress: listed in xip, or at or above xmax (newer than every completed one).
     assert xid[0] in chunk.snapshot.xip or xid[0] >= chunk.snapshot.xmax
     assert not chunk.snapshot.visible(xid[0] % (1 << 32))
-    assert {r["v"] for r in chunk.rows} == {f"ap{n}" for n in range(1, 41)}
+    assert {r["v"] for r in named(info, chunk.rows)} == {f"ap{n}" for n in range(1, 41)}
 
 
 def test_tables_without_a_usable_key_are_refused(reader: PostgresChunkReader) -> None:
@@ -86,7 +93,7 @@ def test_tables_without_a_usable_key_are_refused(reader: PostgresChunkReader) ->
         reader.table_info("public.iso_chunks_missing")
     info = reader.table_info("public.iso_chunks_surrogate", surrogate_key="code")
     assert info.key == ("code",)
-    rows = reader.read_chunk(info, ("c3",), ("c7",)).rows
+    rows = named(info, reader.read_chunk(info, ("c3",), ("c7",)).rows)
     assert [r["code"] for r in rows] == ["c4", "c5", "c6", "c7"]
 
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processor.debezium_values import column, to_avro, to_json
+from processor.debezium_values import UnsupportedTypeError, column, to_avro, to_json
 
 
 def convert(type_name: str, value: object, typmod: int = -1) -> object:
@@ -29,6 +29,28 @@ def test_decimals_are_javas_big_integer_bytes(unscaled: int) -> None:
     assert len(raw) == 1 or not (raw[0] == 0xFF and raw[1] >= 0x80)
 
 
+@given(st.integers(-(2**200), 2**200), st.integers(0, 12), st.integers(-3, 3))
+def test_a_fixed_scale_decimal_goes_to_json_in_one_step_as_in_two(
+    unscaled: int, scale: int, shift: int
+) -> None:
+    value = decimal.Decimal(f"{unscaled}E{-scale - shift}")  # at, above or below the scale
+    col = column("c", "numeric", (40 << 16 | scale) + 4, "", None)
+    assert col.json is not None
+    assert col.json(value) == to_json(col.convert(value))
+    money = column("m", "money", -1, "", None)
+    assert money.json is not None
+    assert money.json(value) == to_json(money.convert(value))
+
+
+def test_columns_whose_values_are_their_own_json_have_no_converter() -> None:
+    assert column("i", "int8", -1, "", None).json is None
+    assert column("t", "text", -1, "S", None).json is None
+    ba = column("b", "bytea", -1, "", None).json
+    assert ba is not None and ba(b"\x00\xff") == "AP8="
+    arr = column("a", "_bytea", -1, "A", "bytea").json
+    assert arr is not None and arr([b"\x01", None]) == ["AQ==", None]
+
+
 def test_variable_scale_decimals_drop_trailing_zeros_but_keep_a_scale_of_zero() -> None:
     assert convert("numeric", decimal.Decimal("1.10")) == {"scale": 1, "value": 11}
     assert convert("numeric", decimal.Decimal("100")) == {"scale": 0, "value": 100}
@@ -41,6 +63,14 @@ def test_times() -> None:
     moment = dt.datetime(2026, 1, 1, 10, 0, 0, 120000, tzinfo=dt.timezone(dt.timedelta(hours=2)))
     assert convert("timestamptz", moment) == "2026-01-01T08:00:00.120000Z"
     assert convert("timestamptz", moment, 3) == "2026-01-01T08:00:00.120Z"
+    # scalars come as PostgreSQL's text in UTC: the same form, without a datetime
+    assert convert("timestamptz", "2026-01-01 08:00:00.12+00") == "2026-01-01T08:00:00.120000Z"
+    assert convert("timestamptz", "2026-01-01 08:00:00+00") == "2026-01-01T08:00:00.000000Z"
+    assert convert("timestamptz", "2026-01-01 08:00:00.123+00", 3) == "2026-01-01T08:00:00.123Z"
+    assert convert("timestamptz", "0999-01-01 08:00:01+00", 0) == "0999-01-01T08:00:01Z"
+    for outside in ("infinity", "2026-01-01 08:00:00+00 BC", "12026-01-01 08:00:00+00"):
+        with pytest.raises(UnsupportedTypeError, match="outside years"):
+            convert("timestamptz", outside)
     naive = dt.datetime(1969, 12, 31, 23, 59, 59, 500000)  # noqa: DTZ001
     assert convert("timestamp", naive) == -500_000
     assert convert("timestamp", naive, 3) == -500

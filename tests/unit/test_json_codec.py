@@ -97,6 +97,12 @@ def test_delete_has_no_after() -> None:
 def test_toast_placeholder_is_noticed() -> None:
     assert decode(message(event(after={"id": 1, "doc": "__debezium_unavailable_value"}))).toast
     assert not decode(message(event())).toast
+    # with a schema, the first message learns it and the next ones reuse it: both searched
+    source = codec()
+    for doc in ("__debezium_unavailable_value", "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ==", "x"):
+        for _ in range(2):
+            wrapped = {"schema": SCHEMA, "payload": event(after={"id": 1, "doc": doc})}
+            assert source.decode(message(wrapped)).toast == (doc != "x")
 
 
 KEY_SCHEMA = {
