@@ -1,7 +1,7 @@
 """The Faust application that hosts the processor.
 
 Faust is the frame: worker lifecycle, signal handling, the web server
-(``/health``, ``/metrics``) and, in later work, the control-plane agents. The
+(``/health``, ``/metrics``, the management API of :mod:`processor.api`). The
 change-topic data plane runs beside it in a thread (:mod:`processor.dataplane`)
 because Faust's per-event stream path is far slower than a librdkafka batch
 loop. If the data plane fails, the worker stops with a non-zero exit code so
@@ -23,6 +23,7 @@ from faust.web import Request, Response, View
 from mode import Service
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from processor.api import register_api
 from processor.coordinator import Coordinator
 from processor.dataplane import DataPlane
 from state.rocksdb import RocksDBBackend
@@ -113,6 +114,7 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
             }
             return self.json(body, status=200 if healthy else 503)
 
+    register_api(app, config, dataplane, coordinator)
     return app, dataplane, coordinator
 
 

@@ -75,11 +75,14 @@ class Processor:
     def log(self) -> Path:
         return self.stack.run_dir / f"{self.name}.log"
 
-    def start(self, timeout: float = 90, failpoint: str = "") -> Processor:
-        """Start and wait until healthy; ``failpoint``: ``TIDEMARK_FAILPOINT`` for the process."""
+    def start(
+        self, timeout: float = 90, failpoint: str = "", env: dict[str, str] | None = None
+    ) -> Processor:
+        """Start and wait until healthy; ``failpoint``: ``TIDEMARK_FAILPOINT`` for the process;
+        ``env``: more environment variables."""
         cmd = [sys.executable, "-m", "tidemark.cli", "process", "--config", str(self.path)]
-        env = {"TIDEMARK_FAILPOINT": failpoint} if failpoint else None
-        self.pid = self.stack.start_process(self.name, cmd, env)
+        extra = dict(env or {}, **({"TIDEMARK_FAILPOINT": failpoint} if failpoint else {}))
+        self.pid = self.stack.start_process(self.name, cmd, extra)
         deadline = time.monotonic() + timeout
         while self.health().get("status") != "ok":
             assert pid_alive(self.pid), self.log.read_text()[-3000:]

@@ -1,0 +1,313 @@
+"""The management API under ``/api/v1`` on the processor's web port: snapshot control and status.
+
+Every request needs ``Authorization: Bearer <token>``, the token being the
+``TIDEMARK_API_TOKEN`` environment variable of the processor, compared in
+constant time. Without that variable the API refuses every request (401): it
+never runs open. The token is never logged. ``/health``, ``/metrics`` and
+``/api/v1/openapi.json`` (which describes the API and acts on nothing) stay open.
+
+Snapshot control goes through the pipeline's signal topic, the same path as
+signals and ``tidemark snapshot``, so it reaches whichever instance coordinates
+snapshots and behaves exactly as a signal does. Kafka calls block, so they run
+in the event loop's executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import os
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import orjson
+from faust import App
+from faust.web import Request, Response, View
+
+from processor.coordinator import Coordinator
+from processor.dataplane import DataPlane
+from processor.signals import SignalError
+from processor.snapshot_control import read_state, send_signal, status_document
+from tidemark.config import Config
+from tidemark.errors import TidemarkError
+
+TOKEN_ENV = "TIDEMARK_API_TOKEN"  # noqa: S105 - the variable's name, not a secret
+PREFIX = "/api/v1"
+#: ``POST /api/v1/snapshots/{action}``: the signal each action sends.
+ACTIONS = {"stop": "stop-snapshot", "pause": "pause-snapshot", "resume": "resume-snapshot"}
+
+T = TypeVar("T")
+
+
+class BadBody(ValueError):
+    """A request body that is not a JSON object."""
+
+
+def api_token() -> str | None:
+    """The API's bearer token from the environment (``None``: every request is refused)."""
+    return os.environ.get(TOKEN_ENV) or None
+
+
+def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Coordinator) -> None:
+    """Add the ``/api/v1`` views to ``app``."""
+    token = api_token()
+    pipeline = config.processor.pipeline
+
+    def refusal(view: View, request: Request) -> Response | None:
+        """401 unless the request carries the API's token."""
+        if token is None:
+            return view.error(401, f"the API is off: start the processor with {TOKEN_ENV} set")
+        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), token.encode()):
+            return view.error(
+                401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"}
+            )
+        return None
+
+    async def blocking(call: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(None, call)
+
+    async def body(request: Request) -> dict[str, Any]:
+        """The request's JSON object (empty when there is no body); :class:`BadBody` if not."""
+        raw = await request.read()
+        if not raw.strip():
+            return {}
+        try:
+            document = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise BadBody(f"the body is not JSON: {exc}") from None
+        if not isinstance(document, dict):
+            raise BadBody("the body must be a JSON object")
+        return document
+
+    async def signal(view: View, kind: str, data: dict[str, Any]) -> Response:
+        try:
+            request_id = await blocking(lambda: send_signal(config, kind, data))
+        except SignalError as exc:
+            return view.error(400, str(exc))
+        except TidemarkError as exc:
+            return view.error(503, str(exc))
+        return view.json({"request_id": request_id, "signal": kind}, status=202)
+
+    @app.page(f"{PREFIX}/openapi.json")
+    class OpenApi(View):
+        async def get(self, request: Request) -> Response:
+            return self.json(OPENAPI)
+
+    @app.page(f"{PREFIX}/pipelines/{{name}}/status")
+    class PipelineStatus(View):
+        async def get(self, request: Request, name: str) -> Response:
+            refused = refusal(self, request)
+            if refused is not None:
+                return refused
+            if name != pipeline:
+                return self.error(404, f"this processor runs pipeline {pipeline!r}, not {name!r}")
+            failure = dataplane.failure or coordinator.failure
+            return self.json(
+                {
+                    "pipeline": pipeline,
+                    "dataplane": "failed"
+                    if failure
+                    else "running"
+                    if dataplane.running
+                    else "stopped",
+                    "error": str(failure) if failure else None,
+                    "assigned_partitions": [
+                        {"topic": t, "partition": p} for t, p in sorted(dataplane.assigned)
+                    ],
+                    "refused_topics": dict(dataplane.refused),
+                    "snapshots": "leader" if coordinator.leader else "standby",
+                }
+            )
+
+    @app.page(f"{PREFIX}/snapshots")
+    class Snapshots(View):
+        async def get(self, request: Request) -> Response:
+            refused = refusal(self, request)
+            if refused is not None:
+                return refused
+            state = await blocking(lambda: read_state(config))
+            if state is None:
+                return self.json({"paused": False, "tables": []})
+            return self.json(status_document(state))
+
+        async def post(self, request: Request) -> Response:
+            refused = refusal(self, request)
+            if refused is not None:
+                return refused
+            try:
+                data = await body(request)
+            except BadBody as exc:
+                return self.error(400, str(exc))
+            return await signal(self, "execute-snapshot", data)
+
+    @app.page(f"{PREFIX}/snapshots/{{action}}")
+    class SnapshotAction(View):
+        async def post(self, request: Request, action: str) -> Response:
+            refused = refusal(self, request)
+            if refused is not None:
+                return refused
+            kind = ACTIONS.get(action)
+            if kind is None:
+                return self.error(404, f"no snapshot action {action!r} (known: {sorted(ACTIONS)})")
+            try:
+                data = await body(request)
+            except BadBody as exc:
+                return self.error(400, str(exc))
+            return await signal(self, kind, {"type": "incremental", **data})
+
+
+_ERROR = {"$ref": "#/components/schemas/Error"}
+_ACCEPTED = {
+    "202": {
+        "description": "the signal was written to the pipeline's signal topic",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Accepted"}}},
+    },
+    "400": {
+        "description": "not a valid signal",
+        "content": {"application/json": {"schema": _ERROR}},
+    },
+    "401": {
+        "description": "no or wrong bearer token",
+        "content": {"application/json": {"schema": _ERROR}},
+    },
+}
+#: The API's OpenAPI 3.1 document (served at ``/api/v1/openapi.json``).
+OPENAPI: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {"title": "Tidemark management API", "version": "1"},
+    "servers": [{"url": PREFIX}],
+    "security": [{"bearer": []}],
+    "paths": {
+        "/pipelines/{name}/status": {
+            "get": {
+                "summary": "this instance's data plane and snapshot coordinator",
+                "parameters": [
+                    {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+                ],
+                "responses": {
+                    "200": {
+                        "description": "status",
+                        "content": {
+                            "application/json": {"schema": {"$ref": "#/components/schemas/Status"}}
+                        },
+                    },
+                    "401": _ACCEPTED["401"],
+                    "404": {
+                        "description": "another pipeline",
+                        "content": {"application/json": {"schema": _ERROR}},
+                    },
+                },
+            }
+        },
+        "/snapshots": {
+            "get": {
+                "summary": "progress of the pipeline's incremental snapshots",
+                "responses": {
+                    "200": {
+                        "description": "progress per table",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    },
+                    "401": _ACCEPTED["401"],
+                },
+            },
+            "post": {
+                "summary": "start an incremental snapshot (Debezium's execute-snapshot data)",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {"$ref": "#/components/schemas/ExecuteSnapshot"}
+                        }
+                    },
+                },
+                "responses": _ACCEPTED,
+            },
+        },
+        "/snapshots/{action}": {
+            "post": {
+                "summary": "stop (all or some data-collections), pause or resume snapshots",
+                "parameters": [
+                    {
+                        "name": "action",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "enum": sorted(ACTIONS)},
+                    }
+                ],
+                "requestBody": {
+                    "required": False,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "type": "object",
+                                "properties": {
+                                    "data-collections": {
+                                        "type": "array",
+                                        "items": {"type": "string"},
+                                    }
+                                },
+                            }
+                        }
+                    },
+                },
+                "responses": {
+                    **_ACCEPTED,
+                    "404": {
+                        "description": "unknown action",
+                        "content": {"application/json": {"schema": _ERROR}},
+                    },
+                },
+            }
+        },
+    },
+    "components": {
+        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        "schemas": {
+            "Error": {
+                "type": "object",
+                "required": ["error"],
+                "properties": {"error": {"type": "string"}},
+            },
+            "Accepted": {
+                "type": "object",
+                "required": ["request_id", "signal"],
+                "properties": {"request_id": {"type": "string"}, "signal": {"type": "string"}},
+            },
+            "ExecuteSnapshot": {
+                "type": "object",
+                "required": ["data-collections"],
+                "properties": {
+                    "data-collections": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "minItems": 1,
+                    },
+                    "type": {"type": "string", "enum": ["incremental", "INCREMENTAL"]},
+                    "additional-conditions": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "data-collection": {"type": "string"},
+                                "filter": {"type": "string"},
+                            },
+                        },
+                    },
+                    "surrogate-key": {"type": "string"},
+                },
+            },
+            "Status": {
+                "type": "object",
+                "properties": {
+                    "pipeline": {"type": "string"},
+                    "dataplane": {"type": "string", "enum": ["running", "stopped", "failed"]},
+                    "error": {"type": ["string", "null"]},
+                    "assigned_partitions": {"type": "array", "items": {"type": "object"}},
+                    "refused_topics": {"type": "object"},
+                    "snapshots": {"type": "string", "enum": ["leader", "standby"]},
+                },
+            },
+        },
+    },
+}
