@@ -20,13 +20,12 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import orjson
 from faust import App
 from faust.web import Request, Response, View
 
 from processor.coordinator import Coordinator
 from processor.dataplane import DataPlane
-from processor.signals import SignalError
+from processor.signals import SignalError, json_object
 from processor.snapshot_control import read_state, send_signal, status_document
 from tidemark.config import Config
 from tidemark.errors import TidemarkError
@@ -37,10 +36,6 @@ PREFIX = "/api/v1"
 ACTIONS = {"stop": "stop-snapshot", "pause": "pause-snapshot", "resume": "resume-snapshot"}
 
 T = TypeVar("T")
-
-
-class BadBody(ValueError):
-    """A request body that is not a JSON object."""
 
 
 def api_token() -> str | None:
@@ -66,19 +61,6 @@ def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Co
 
     async def blocking(call: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(None, call)
-
-    async def body(request: Request) -> dict[str, Any]:
-        """The request's JSON object (empty when there is no body); :class:`BadBody` if not."""
-        raw = await request.read()
-        if not raw.strip():
-            return {}
-        try:
-            document = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            raise BadBody(f"the body is not JSON: {exc}") from None
-        if not isinstance(document, dict):
-            raise BadBody("the body must be a JSON object")
-        return document
 
     async def signal(view: View, kind: str, data: dict[str, Any]) -> Response:
         try:
@@ -136,8 +118,8 @@ def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Co
             if refused is not None:
                 return refused
             try:
-                data = await body(request)
-            except BadBody as exc:
+                data = json_object(await request.read(), "the body")
+            except SignalError as exc:
                 return self.error(400, str(exc))
             return await signal(self, "execute-snapshot", data)
 
@@ -151,8 +133,8 @@ def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Co
             if kind is None:
                 return self.error(404, f"no snapshot action {action!r} (known: {sorted(ACTIONS)})")
             try:
-                data = await body(request)
-            except BadBody as exc:
+                data = json_object(await request.read(), "the body")
+            except SignalError as exc:
                 return self.error(400, str(exc))
             return await signal(self, kind, {"type": "incremental", **data})
 

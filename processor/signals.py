@@ -76,7 +76,7 @@ def parse_signal(signal_id: str, kind: str, data: str | bytes | None) -> Signal:
         raise SignalError("a signal needs an id")
     if kind not in SIGNAL_TYPES:
         raise SignalError(f"signal {signal_id}: unknown type {kind!r} (known: {SIGNAL_TYPES})")
-    document = _document(signal_id, data)
+    document = json_object(data, f"signal {signal_id}: data")
     snapshot_type = document.get("type", "incremental")
     if str(snapshot_type).lower() != "incremental":
         raise SignalError(
@@ -108,15 +108,16 @@ def parse_signal(signal_id: str, kind: str, data: str | bytes | None) -> Signal:
     return ExecuteSnapshot(signal_id, tables, conditions, surrogate or None)
 
 
-def _document(signal_id: str, data: str | bytes | None) -> dict[str, Any]:
+def json_object(data: str | bytes | None, what: str) -> dict[str, Any]:
+    """``data`` as a JSON object (empty for none); :class:`SignalError` naming ``what``."""
     if data is None or (isinstance(data, str | bytes) and not data.strip()):
         return {}
     try:
         document = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
-        raise SignalError(f"signal {signal_id}: data is not JSON: {exc}") from None
+        raise SignalError(f"{what} is not JSON: {exc}") from None
     if not isinstance(document, dict):
-        raise SignalError(f"signal {signal_id}: data must be a JSON object")
+        raise SignalError(f"{what} must be a JSON object")
     return document
 
 
