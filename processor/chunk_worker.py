@@ -12,7 +12,7 @@ Guarantee: a chunk is reported finished only once Kafka has acknowledged
 every row of it, so the coordinator may then record the chunk as done. The
 children exit when their parent does (they watch its pid), so a killed
 processor leaves no reader behind. They run at a lower CPU priority than the
-processor, so a backfill never delays the live change stream for CPU.
+processor: where cores are short, the data plane's work comes first.
 """
 
 from __future__ import annotations
