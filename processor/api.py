@@ -15,9 +15,10 @@ in the event loop's executor.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from faust import App
@@ -36,6 +37,8 @@ PREFIX = "/api/v1"
 ACTIONS = {"stop": "stop-snapshot", "pause": "pause-snapshot", "resume": "resume-snapshot"}
 
 T = TypeVar("T")
+#: A view method: the view, the request and the route's parts.
+Handler = Callable[..., Awaitable[Response]]
 
 
 def api_token() -> str | None:
@@ -48,28 +51,52 @@ def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Co
     token = api_token()
     pipeline = config.processor.pipeline
 
-    def refusal(view: View, request: Request) -> Response | None:
-        """401 unless the request carries the API's token."""
-        if token is None:
-            return view.error(401, f"the API is off: start the processor with {TOKEN_ENV} set")
-        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.encode(), token.encode()):
-            return view.error(
-                401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"}
-            )
-        return None
+    def authenticated(handler: Handler) -> Handler:
+        """``handler``, answered with 401 unless the request carries the API's token."""
+
+        @functools.wraps(handler)
+        async def checked(view: View, request: Request, **route: str) -> Response:
+            if token is None:
+                return view.error(401, f"the API is off: start the processor with {TOKEN_ENV} set")
+            scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(
+                given.encode(), token.encode()
+            ):
+                return view.error(
+                    401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"}
+                )
+            return await handler(view, request, **route)
+
+        return checked
 
     async def blocking(call: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(None, call)
 
-    async def signal(view: View, kind: str, data: dict[str, Any]) -> Response:
+    async def signal(view: View, request: Request, kind: str, **defaults: Any) -> Response:
+        """Send the signal ``kind`` with the request's JSON body as its data: 202, or 400."""
         try:
+            data = {**defaults, **json_object(await request.read(), "the body")}
             request_id = await blocking(lambda: send_signal(config, kind, data))
         except SignalError as exc:
             return view.error(400, str(exc))
         except TidemarkError as exc:
             return view.error(503, str(exc))
         return view.json({"request_id": request_id, "signal": kind}, status=202)
+
+    def instance() -> dict[str, Any]:
+        """This instance's data plane and snapshot coordinator."""
+        failure = dataplane.failure or coordinator.failure
+        running = "running" if dataplane.running else "stopped"
+        return {
+            "pipeline": pipeline,
+            "dataplane": "failed" if failure else running,
+            "error": str(failure) if failure else None,
+            "assigned_partitions": [
+                {"topic": t, "partition": p} for t, p in sorted(dataplane.assigned)
+            ],
+            "refused_topics": dict(dataplane.refused),
+            "snapshots": "leader" if coordinator.leader else "standby",
+        }
 
     @app.page(f"{PREFIX}/openapi.json")
     class OpenApi(View):
@@ -78,65 +105,33 @@ def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Co
 
     @app.page(f"{PREFIX}/pipelines/{{name}}/status")
     class PipelineStatus(View):
+        @authenticated
         async def get(self, request: Request, name: str) -> Response:
-            refused = refusal(self, request)
-            if refused is not None:
-                return refused
             if name != pipeline:
                 return self.error(404, f"this processor runs pipeline {pipeline!r}, not {name!r}")
-            failure = dataplane.failure or coordinator.failure
-            return self.json(
-                {
-                    "pipeline": pipeline,
-                    "dataplane": "failed"
-                    if failure
-                    else "running"
-                    if dataplane.running
-                    else "stopped",
-                    "error": str(failure) if failure else None,
-                    "assigned_partitions": [
-                        {"topic": t, "partition": p} for t, p in sorted(dataplane.assigned)
-                    ],
-                    "refused_topics": dict(dataplane.refused),
-                    "snapshots": "leader" if coordinator.leader else "standby",
-                }
-            )
+            return self.json(instance())
 
     @app.page(f"{PREFIX}/snapshots")
     class Snapshots(View):
+        @authenticated
         async def get(self, request: Request) -> Response:
-            refused = refusal(self, request)
-            if refused is not None:
-                return refused
             state = await blocking(lambda: read_state(config))
             if state is None:
                 return self.json({"paused": False, "tables": []})
             return self.json(status_document(state))
 
+        @authenticated
         async def post(self, request: Request) -> Response:
-            refused = refusal(self, request)
-            if refused is not None:
-                return refused
-            try:
-                data = json_object(await request.read(), "the body")
-            except SignalError as exc:
-                return self.error(400, str(exc))
-            return await signal(self, "execute-snapshot", data)
+            return await signal(self, request, "execute-snapshot")
 
     @app.page(f"{PREFIX}/snapshots/{{action}}")
     class SnapshotAction(View):
+        @authenticated
         async def post(self, request: Request, action: str) -> Response:
-            refused = refusal(self, request)
-            if refused is not None:
-                return refused
             kind = ACTIONS.get(action)
             if kind is None:
                 return self.error(404, f"no snapshot action {action!r} (known: {sorted(ACTIONS)})")
-            try:
-                data = json_object(await request.read(), "the body")
-            except SignalError as exc:
-                return self.error(400, str(exc))
-            return await signal(self, kind, {"type": "incremental", **data})
+            return await signal(self, request, kind, type="incremental")
 
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
