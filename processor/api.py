@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hmac
+import json
 import os
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -24,17 +25,26 @@ from typing import Any, TypeVar
 from faust import App
 from faust.web import Request, Response, View
 
+from processor.control import Lifecycle, set_lifecycle
 from processor.coordinator import Coordinator
 from processor.dataplane import DataPlane
+from processor.offsets import RESET_TARGETS, Offsets, PipelineActive
+from processor.offsets_schema import OFFSETS_SCHEMA, InvalidOffsets
 from processor.signals import SignalError, json_object
 from processor.snapshot_control import read_state, send_signal, status_document
+from tidemark.api_client import TOKEN_ENV
 from tidemark.config import Config
 from tidemark.errors import TidemarkError
 
-TOKEN_ENV = "TIDEMARK_API_TOKEN"  # noqa: S105 - the variable's name, not a secret
 PREFIX = "/api/v1"
 #: ``POST /api/v1/snapshots/{action}``: the signal each action sends.
 ACTIONS = {"stop": "stop-snapshot", "pause": "pause-snapshot", "resume": "resume-snapshot"}
+#: ``POST /api/v1/pipelines/{name}/{action}``: the lifecycle state each action asks for.
+LIFECYCLE_ACTIONS = {
+    "stop": Lifecycle.STOPPED,
+    "pause": Lifecycle.PAUSED,
+    "resume": Lifecycle.RUNNING,
+}
 
 T = TypeVar("T")
 #: A view method: the view, the request and the route's parts.
@@ -90,6 +100,7 @@ def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Co
         return {
             "pipeline": pipeline,
             "dataplane": "failed" if failure else running,
+            "lifecycle": dataplane.lifecycle.value,
             "error": str(failure) if failure else None,
             "assigned_partitions": [
                 {"topic": t, "partition": p} for t, p in sorted(dataplane.assigned)
@@ -97,6 +108,25 @@ def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Co
             "refused_topics": dict(dataplane.refused),
             "snapshots": "leader" if coordinator.leader else "standby",
         }
+
+    async def offsets(view: View, call: Callable[[Offsets], Any], status: int = 200) -> Response:
+        """Answer with ``call``'s result on the pipeline's offsets: 400, 409 or 503 on errors."""
+        try:
+            return view.json(await blocking(lambda: call(Offsets(config))), status=status)
+        except InvalidOffsets as exc:
+            return view.error(400, str(exc))
+        except PipelineActive as exc:
+            return view.error(409, str(exc))
+        except TidemarkError as exc:
+            return view.error(503, str(exc))
+
+    def other(view: View, name: str) -> Response | None:
+        if name == pipeline:
+            return None
+        return view.error(404, f"this processor runs pipeline {pipeline!r}, not {name!r}")
+
+    def reset_state(request: Request) -> bool:
+        return request.query.get("reset_state", "false").lower() in ("true", "1", "yes")
 
     @app.page(f"{PREFIX}/openapi.json")
     class OpenApi(View):
@@ -107,9 +137,75 @@ def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Co
     class PipelineStatus(View):
         @authenticated
         async def get(self, request: Request, name: str) -> Response:
-            if name != pipeline:
-                return self.error(404, f"this processor runs pipeline {pipeline!r}, not {name!r}")
-            return self.json(instance())
+            return other(self, name) or self.json(instance())
+
+    @app.page(f"{PREFIX}/pipelines/{{name}}/offsets")
+    class PipelineOffsets(View):
+        @authenticated
+        async def get(self, request: Request, name: str) -> Response:
+            return other(self, name) or await offsets(self, lambda o: o.read())
+
+        @authenticated
+        async def put(self, request: Request, name: str) -> Response:
+            return other(self, name) or await self._write(request, replace=True)
+
+        @authenticated
+        async def patch(self, request: Request, name: str) -> Response:
+            return other(self, name) or await self._write(request, replace=False)
+
+        @authenticated
+        async def delete(self, request: Request, name: str) -> Response:
+            reset = reset_state(request)
+            return other(self, name) or await offsets(self, lambda o: o.delete(reset_state=reset))
+
+        async def _write(self, request: Request, replace: bool) -> Response:
+            try:
+                body = json_object(await request.read(), "the body")
+            except SignalError as exc:
+                return self.error(400, str(exc))
+            reset = reset_state(request)
+            return await offsets(self, lambda o: o.write(body, replace=replace, reset_state=reset))
+
+    @app.page(f"{PREFIX}/pipelines/{{name}}/offsets/reset")
+    class PipelineOffsetsReset(View):
+        @authenticated
+        async def post(self, request: Request, name: str) -> Response:
+            if refused := other(self, name):
+                return refused
+            try:
+                body = json_object(await request.read(), "the body")
+            except SignalError as exc:
+                return self.error(400, str(exc))
+            to, when, topics = body.get("to"), body.get("timestamp"), body.get("topics")
+            reset = body.get("reset_state", False)
+            if not isinstance(to, str) or not isinstance(reset, bool):
+                return self.error(400, "/to: a string is needed; /reset_state: a boolean")
+            if when is not None and not isinstance(when, int):
+                return self.error(400, "/timestamp: epoch milliseconds, an integer")
+            if topics is not None and not (
+                isinstance(topics, list) and all(isinstance(t, str) for t in topics)
+            ):
+                return self.error(400, "/topics: a list of topic names")
+            return await offsets(
+                self,
+                lambda o: o.reset(to, timestamp_ms=when, topics=topics, reset_state=reset),
+            )
+
+    @app.page(f"{PREFIX}/pipelines/{{name}}/{{action}}")
+    class PipelineAction(View):
+        @authenticated
+        async def post(self, request: Request, name: str, action: str) -> Response:
+            if refused := other(self, name):
+                return refused
+            state = LIFECYCLE_ACTIONS.get(action)
+            if state is None:
+                known = sorted(LIFECYCLE_ACTIONS)
+                return self.error(404, f"no pipeline action {action!r} (known: {known})")
+            try:
+                await blocking(lambda: set_lifecycle(config, state, "api"))
+            except TidemarkError as exc:
+                return self.error(503, str(exc))
+            return self.json({"pipeline": pipeline, "lifecycle": state.value}, status=202)
 
     @app.page(f"{PREFIX}/snapshots")
     class Snapshots(View):
@@ -149,6 +245,47 @@ _ACCEPTED = {
         "content": {"application/json": {"schema": _ERROR}},
     },
 }
+
+
+def _answer(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _components(schema: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """``schema`` and its ``$defs`` as OpenAPI components named ``prefix`` and ``prefix_<def>``."""
+    text = json.dumps(schema).replace('"#/$defs/', f'"#/components/schemas/{prefix}_')
+    moved = json.loads(text)
+    defs = moved.pop("$defs", {})
+    for key in ("$schema", "$id"):
+        moved.pop(key, None)
+    return {prefix: moved, **{f"{prefix}_{name}": body for name, body in defs.items()}}
+
+
+_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+_RESET_STATE = {
+    "name": "reset_state",
+    "in": "query",
+    "required": False,
+    "description": "delete the state of the partitions written, so that a replay rebuilds it",
+    "schema": {"type": "boolean", "default": False},
+}
+_OFFSETS = {"$ref": "#/components/schemas/Offsets"}
+_WRITTEN = {
+    "200": _answer(
+        "written; 'previous' written back undoes it",
+        {
+            "type": "object",
+            "required": ["previous", "current"],
+            "properties": {"previous": _OFFSETS, "current": _OFFSETS},
+        },
+    ),
+    "400": _answer("not a valid offsets document, or not of this pipeline", _ERROR),
+    "401": _ACCEPTED["401"],
+    "404": _answer("another pipeline", _ERROR),
+    "409": _answer("instances of the pipeline are running or paused", _ERROR),
+}
+_OFFSETS_BODY = {"required": True, "content": {"application/json": {"schema": _OFFSETS}}}
+
 #: The API's OpenAPI 3.1 document (served at ``/api/v1/openapi.json``).
 OPENAPI: dict[str, Any] = {
     "openapi": "3.1.0",
@@ -176,6 +313,75 @@ OPENAPI: dict[str, Any] = {
                     },
                 },
             }
+        },
+        "/pipelines/{name}/offsets": {
+            "parameters": [_NAME],
+            "get": {
+                "summary": "the pipeline's offsets document (always allowed)",
+                "responses": {
+                    "200": _answer("the offsets", _OFFSETS),
+                    "401": _ACCEPTED["401"],
+                    "404": _WRITTEN["404"],
+                },
+            },
+            "put": {
+                "summary": "replace every committed offset (the document lists them all)",
+                "parameters": [_RESET_STATE],
+                "requestBody": _OFFSETS_BODY,
+                "responses": _WRITTEN,
+            },
+            "patch": {
+                "summary": "set the offsets of the partitions listed",
+                "parameters": [_RESET_STATE],
+                "requestBody": _OFFSETS_BODY,
+                "responses": _WRITTEN,
+            },
+            "delete": {
+                "summary": "forget every committed offset (a restart reads from the beginning)",
+                "parameters": [_RESET_STATE],
+                "responses": _WRITTEN,
+            },
+        },
+        "/pipelines/{name}/offsets/reset": {
+            "parameters": [_NAME],
+            "post": {
+                "summary": "move offsets to the beginning, the end, or a time",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/Reset"}}
+                    },
+                },
+                "responses": _WRITTEN,
+            },
+        },
+        "/pipelines/{name}/{action}": {
+            "parameters": [
+                _NAME,
+                {
+                    "name": "action",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string", "enum": sorted(LIFECYCLE_ACTIONS)},
+                },
+            ],
+            "post": {
+                "summary": "stop, pause or resume every instance of the pipeline",
+                "responses": {
+                    "202": _answer(
+                        "asked of every instance through the control topic",
+                        {
+                            "type": "object",
+                            "properties": {
+                                "pipeline": {"type": "string"},
+                                "lifecycle": {"enum": [s.value for s in Lifecycle]},
+                            },
+                        },
+                    ),
+                    "401": _ACCEPTED["401"],
+                    "404": _answer("another pipeline or an unknown action", _ERROR),
+                },
+            },
         },
         "/snapshots": {
             "get": {
@@ -283,8 +489,21 @@ OPENAPI: dict[str, Any] = {
                     "assigned_partitions": {"type": "array", "items": {"type": "object"}},
                     "refused_topics": {"type": "object"},
                     "snapshots": {"type": "string", "enum": ["leader", "standby"]},
+                    "lifecycle": {"enum": [s.value for s in Lifecycle]},
                 },
             },
+            "Reset": {
+                "type": "object",
+                "required": ["to"],
+                "additionalProperties": False,
+                "properties": {
+                    "to": {"enum": list(RESET_TARGETS)},
+                    "timestamp": {"type": "integer", "description": "epoch ms, with to=timestamp"},
+                    "topics": {"type": "array", "items": {"type": "string"}},
+                    "reset_state": {"type": "boolean", "default": False},
+                },
+            },
+            **_components(OFFSETS_SCHEMA, "Offsets"),
         },
     },
 }

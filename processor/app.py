@@ -108,7 +108,8 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
             )
             body = {
                 "status": "ok" if healthy else "failing",
-                "dataplane": "running" if dataplane.running else "stopped",
+                # running, paused or stopped (by the pipeline's lifecycle, or for good)
+                "dataplane": dataplane.lifecycle.value.lower() if dataplane.running else "stopped",
                 "assigned_partitions": len(dataplane.assigned),
                 "snapshots": "leader" if coordinator.leader else "standby",
             }

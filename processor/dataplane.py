@@ -21,13 +21,17 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 
+import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processor import metrics
 from processor.backfill import ChunkTags, backfill_topic, backfilled_topic
-from processor.errors import InputError, RawMessage
+from processor.control import ControlReader, ControlView, Lifecycle
+from processor.errors import InputError, ProcessorError, RawMessage
 from processor.failpoints import Failpoint
+from processor.offsets import ABANDONED_WRITE_SECONDS, complete_write, positions_topic
+from processor.positions import source_position
 from processor.reconciler import Batch, Reconciler, Source, TopicPartitionKey
 from processor.registry import configured_schemas
 from processor.tuning import tune_garbage_collector
@@ -56,6 +60,7 @@ class DataPlane:
         self.backend = backend
         self.group = f"{config.processor.pipeline}-dataplane"
         self.dead_letter_topic = f"{config.processor.pipeline}.dlq"
+        self.positions_topic = positions_topic(config.processor.pipeline)
         self.reconciler = Reconciler(config, configured_schemas(config.kafka))
         self._stores: dict[TopicPartitionKey, PartitionStore] = {}
         self._changelog_ends: dict[TopicPartitionKey, int] = {}
@@ -64,10 +69,13 @@ class DataPlane:
         self._input = re.compile(config.input_pattern())
         self._chunk_tags = ChunkTags()
         self._subscribed: list[str] = []
+        self._next_discovery = 0.0
         self._stop = threading.Event()
         self._after_flush = Failpoint("after-flush")
         self._window_release = Failpoint("window-release")
         self.running = False
+        #: The lifecycle state this instance has applied (:mod:`processor.control`).
+        self.lifecycle = Lifecycle.STOPPED
         self.failure: BaseException | None = None
         self._admin = AdminClient(client_config(config.kafka))
         self._producer = Producer(
@@ -85,18 +93,8 @@ class DataPlane:
         self._acks = Acknowledgements(self._producer)
         #: Bound once: the producer calls it for every record.
         self._on_delivery = self._acks.on_delivery
-        self._consumer = Consumer(
-            consumer_config(
-                config.kafka,
-                self.group,
-                **{
-                    "enable.partition.eof": False,
-                    "fetch.wait.max.ms": 50,
-                    # Partition p of an input topic and of its backfill topic go together.
-                    "partition.assignment.strategy": "range",
-                },
-            )
-        )
+        #: The group's consumer while the data plane is a member (not STOPPED).
+        self._consumer: Consumer | None = None
         self._restorer = Restorer(
             consumer_config(config.kafka, f"{config.processor.pipeline}-restore")
         )
@@ -105,22 +103,35 @@ class DataPlane:
 
     def run(self) -> None:
         """Run until :meth:`stop`; on an unexpected error record it in ``failure`` and return."""
-        next_lag = next_discovery = 0.0
+        next_lag = 0.0
         tune_garbage_collector()
+        control: ControlReader | None = None
         try:
             ensure_topics(
                 self._admin,
                 {self.dead_letter_topic: self.config.kafka.topic_partitions},
                 self.config.kafka.replication_factor,
             )
+            ensure_topics(
+                self._admin,
+                {self.positions_topic: 1},
+                self.config.kafka.replication_factor,
+                config={"cleanup.policy": "compact"},
+            )
+            control = ControlReader(self.config)
             self.running = True
             while not self._stop.is_set():
+                control.poll()
+                if not self._obey(control):
+                    self._stop.wait(0.2)
+                    continue
+                consumer = self._member()
                 now = time.monotonic()
-                if now >= next_discovery:
+                if now >= self._next_discovery:
                     self._discover_topics()
-                    next_discovery = now + 5.0
+                    self._next_discovery = now + 5.0
                 timeout = self.config.processor.batch_timeout_ms / 1000
-                messages = self._consumer.consume(
+                messages = consumer.consume(
                     self.config.processor.batch_size, 0.01 if self._restorer.busy else timeout
                 )
                 if messages:
@@ -138,6 +149,78 @@ class DataPlane:
         finally:
             self.running = False
             self._close()
+            if control is not None:
+                control.close()
+
+    def _obey(self, control: ControlView) -> bool:
+        """Apply the pipeline's lifecycle; whether to consume now.
+
+        An offsets write in progress keeps the data plane out of the group; one
+        its writer left for longer than ``ABANDONED_WRITE_SECONDS`` is completed here.
+        """
+        wanted = control.lifecycle
+        pending = control.offsets_write
+        if pending is not None:
+            if time.time() * 1000 - pending["at_ms"] > ABANDONED_WRITE_SECONDS * 1000:
+                log.warning("completing an offsets write its writer left unfinished")
+                complete_write(self.config, pending)
+            wanted = Lifecycle.STOPPED
+        if wanted is Lifecycle.STOPPED:
+            if self._consumer is not None:
+                self._leave()
+                log.info("data plane stopped: left consumer group %s", self.group)
+            self.lifecycle = Lifecycle.STOPPED
+            return False
+        if self._consumer is None:
+            self._join()
+        paused = wanted is Lifecycle.PAUSED
+        if paused != (self.lifecycle is Lifecycle.PAUSED):
+            self._set_paused(paused)
+            log.info("data plane %s", "paused" if paused else "resumed")
+        self.lifecycle = wanted
+        return True
+
+    def _join(self) -> None:
+        self._consumer = Consumer(
+            consumer_config(
+                self.config.kafka,
+                self.group,
+                **{
+                    "enable.partition.eof": False,
+                    "fetch.wait.max.ms": 50,
+                    # Partition p of an input topic and of its backfill topic go together.
+                    "partition.assignment.strategy": "range",
+                },
+            )
+        )
+        self._subscribed = []
+        self._next_discovery = 0.0
+        self.lifecycle = Lifecycle.RUNNING
+
+    def _leave(self) -> None:
+        """Leave the consumer group and release every partition's state."""
+        consumer, self._consumer = self._member(), None
+        try:
+            consumer.close()
+        finally:
+            self._release(list(self._stores))
+
+    def _member(self) -> Consumer:
+        if self._consumer is None:
+            raise ProcessorError("the data plane is not a member of its consumer group")
+        return self._consumer
+
+    def _set_paused(self, paused: bool) -> None:
+        """Pause every assigned partition, or resume those not held back for a reason."""
+        consumer = self._member()
+        assigned = consumer.assignment()
+        if paused:
+            consumer.pause(assigned)
+            return
+        consumer.resume(assigned)
+        held = self._held(assigned)
+        if held:
+            consumer.pause(held)
 
     def _discover_topics(self) -> None:
         """Subscribe to the input topics that exist now, and to their backfill topics.
@@ -162,14 +245,14 @@ class DataPlane:
         names = sorted([*inputs, *wanted])
         if names != self._subscribed:
             if names:
-                self._consumer.subscribe(
+                self._member().subscribe(
                     names,
                     on_assign=self._on_assign,
                     on_revoke=self._on_revoke,
                     on_lost=self._on_revoke,
                 )
             else:
-                self._consumer.unsubscribe()
+                self._member().unsubscribe()
             log.info("input topics: %s", ", ".join(names) or "none yet")
             self._subscribed = names
 
@@ -179,12 +262,10 @@ class DataPlane:
 
     def _close(self) -> None:
         try:
-            self._consumer.close()
+            if self._consumer is not None:
+                self._leave()
         finally:
             self._restorer.close()
-            for store in self._stores.values():
-                store.close()
-            self._stores.clear()
             self._producer.flush(10)
 
     # -- one batch: decide, then commit -------------------------------------
@@ -211,9 +292,9 @@ class DataPlane:
     def commit_batch(self, batch: Batch) -> None:
         """The commit protocol, written once. Each step's crash window:
 
-        2. produce outputs, dead letters and changelog records: a crash before (3)
-           completes replays the batch; outputs already written are re-emitted
-           (equal versions);
+        2. produce outputs, dead letters, changelog records and the partitions' source
+           positions: a crash before (3) completes replays the batch; outputs already
+           written are re-emitted (equal versions);
         3. flush and wait for every acknowledgement: nothing below runs unless all
            outputs and changelog records are durable in Kafka;
         4. write state, the next input offsets and the changelog position in one
@@ -221,7 +302,9 @@ class DataPlane:
            previous batch; on restart the changelog brings it forward (or the replay
            re-applies);
         5. commit the input offsets to Kafka: a crash before it replays the batch
-           against state that already holds it, so its changes are re-emitted.
+           against a store whose checkpoint already covers it; its outputs are in
+           Kafka, so it is not emitted again (a store restored from the changelog has
+           no checkpoint, and re-emits its equal versions).
         """
         produce, on_delivery = self._producer.produce, self._on_delivery
         for record in batch.records:
@@ -233,6 +316,7 @@ class DataPlane:
             metrics.EVENTS_OUT.labels(topic).inc(count)
         for error in batch.dead_letters:
             self._produce_dead_letter(error)
+        self._record_positions(batch)
         for (topic, partition), state in batch.states.items():
             # Records of one partition are acknowledged in order (idempotent producer),
             # so the last one's offset tells how far the changelog goes.
@@ -253,15 +337,24 @@ class DataPlane:
                 continue
             changelog_end = self._changelog_ends.get((self._source(tp[0]).changelog, tp[1]))
             store.commit(state.updates, Checkpoint(batch.next_offsets.get(tp), changelog_end))
+        consumer = self._member()
         if batch.next_offsets:
-            self._consumer.commit(
+            consumer.commit(
                 offsets=[TopicPartition(t, p, o) for (t, p), o in batch.next_offsets.items()],
                 asynchronous=False,
             )
         for (topic, partition), offset in batch.rewinds.items():
             rewind = TopicPartition(topic, partition, offset)
-            self._consumer.pause([rewind])
-            self._consumer.seek(rewind)
+            consumer.pause([rewind])
+            consumer.seek(rewind)
+
+    def _record_positions(self, batch: Batch) -> None:
+        """Produce each input partition's source position at its next offset (step 2)."""
+        for tp, event in batch.last_events.items():
+            position = source_position(event)
+            if position is not None and tp in batch.next_offsets:
+                record = orjson.dumps({"at_offset": batch.next_offsets[tp], **position})
+                self._produce(self.positions_topic, 0, f"{tp[0]}/{tp[1]}".encode(), record)
 
     def _on_changelog(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
@@ -342,23 +435,12 @@ class DataPlane:
         for p in partitions:
             store = self._stores[(p.topic, p.partition)] = self.backend.open(p.topic, p.partition)
             stores[(self._source(p.topic).changelog, p.partition)] = store
-        restoring = self._restorer.add(stores)
-        waiting = [
-            p
-            for p in partitions
-            if (self._source(p.topic).changelog, p.partition) in restoring
-            or p.topic in self.refused
-        ]
-        held = {(p.topic, p.partition) for p in waiting}
-
-        def held_back(backfill: TopicPartition) -> bool:
-            """A backfill partition waits with its input partition (or without one here)."""
-            owner = self.reconciler.state_partition((backfill.topic, backfill.partition))
-            return owner in held or owner not in self._stores
-
-        paused = waiting + [p for p in backfills if held_back(p)]
+        self._restorer.add(stores)
+        paused = list(partitions + backfills) if self.lifecycle is Lifecycle.PAUSED else []
+        paused = paused or self._held(partitions + backfills)
         if paused:
             consumer.pause(paused)
+        waiting = [p for p in partitions if self._restoring((p.topic, p.partition))]
         metrics.ASSIGNED_PARTITIONS.set(len(self._stores))
         metrics.RESTORING_PARTITIONS.set(len(waiting))
         log.info(
@@ -367,6 +449,27 @@ class DataPlane:
             len(waiting),
             ", ".join(f"{p.topic}[{p.partition}]" for p in partitions),
         )
+
+    def _held(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """Those of ``partitions`` that must not be read now: input partitions whose state
+        is being restored or whose source is refused, and backfill partitions whose
+        input partition is held or not assigned here."""
+        held = {
+            (p.topic, p.partition)
+            for p in partitions
+            if not self._is_backfill(p.topic)
+            and (self._restoring((p.topic, p.partition)) or p.topic in self.refused)
+        }
+
+        def held_back(backfill: TopicPartition) -> bool:
+            owner = self.reconciler.state_partition((backfill.topic, backfill.partition))
+            return owner in held or owner not in self._stores
+
+        return [
+            p
+            for p in partitions
+            if (p.topic, p.partition) in held or (self._is_backfill(p.topic) and held_back(p))
+        ]
 
     def _restore_step(self) -> None:
         for done in self._restorer.step():
@@ -384,9 +487,9 @@ class DataPlane:
                 done.records,
                 done.seconds,
             )
-            if input_topic not in self.refused:
+            if input_topic not in self.refused and self.lifecycle is not Lifecycle.PAUSED:
                 pipeline = self.config.processor.pipeline
-                self._consumer.resume(
+                self._member().resume(
                     [
                         TopicPartition(topic, done.partition)
                         for topic in (input_topic, backfill_topic(pipeline, input_topic))
@@ -402,12 +505,13 @@ class DataPlane:
         go first in a batch); the state's checkpoint covers a replay after a crash,
         and the group's committed offset a store restored from the changelog.
         """
-        position = self._consumer.position([TopicPartition(tp[0], tp[1])])[0].offset
+        consumer = self._member()
+        position = consumer.position([TopicPartition(tp[0], tp[1])])[0].offset
         known = self._stores[tp].checkpoint().input_offset
         if known is None:
             known = self._committed.get(tp)
             if known is None:
-                committed = self._consumer.committed([TopicPartition(tp[0], tp[1])], timeout=10)
+                committed = consumer.committed([TopicPartition(tp[0], tp[1])], timeout=10)
                 known = self._committed[tp] = max(0, committed[0].offset)
         return max(position, known)
 
@@ -418,28 +522,33 @@ class DataPlane:
         return self._restorer.restoring(self._source(tp[0]).changelog, tp[1])
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        for p in partitions:
-            if self._is_backfill(p.topic):
-                continue
-            self._restorer.remove(self._source(p.topic).changelog, p.partition)
-            store = self._stores.pop((p.topic, p.partition), None)
+        self._release(
+            [(p.topic, p.partition) for p in partitions if not self._is_backfill(p.topic)]
+        )
+        consumer.unassign()
+        log.info("revoked %d partitions", len(partitions))
+
+    def _release(self, partitions: list[TopicPartitionKey]) -> None:
+        """Forget the state of input ``partitions``: they are no longer this instance's."""
+        for tp in partitions:
+            self._restorer.remove(self._source(tp[0]).changelog, tp[1])
+            store = self._stores.pop(tp, None)
             if store is not None:
                 store.close()
-            self.reconciler.windows.forget((p.topic, p.partition))
-            self._committed.pop((p.topic, p.partition), None)
+            self.reconciler.windows.forget(tp)
+            self._committed.pop(tp, None)
             with contextlib.suppress(KeyError):
-                metrics.CONSUMER_LAG.remove(p.topic, str(p.partition))
-        consumer.unassign()
+                metrics.CONSUMER_LAG.remove(tp[0], str(tp[1]))
         metrics.ASSIGNED_PARTITIONS.set(len(self._stores))
-        log.info("revoked %d partitions", len(partitions))
 
     def _update_lag(self) -> None:
         if not self._stores:
             return
         assigned = [TopicPartition(t, p) for t, p in self._stores]
-        for tp in self._consumer.position(assigned):
+        consumer = self._member()
+        for tp in consumer.position(assigned):
             try:
-                _low, high = self._consumer.get_watermark_offsets(tp, cached=True)
+                _low, high = consumer.get_watermark_offsets(tp, cached=True)
             except KafkaException:
                 continue
             if high < 0:

@@ -81,6 +81,8 @@ class Batch:
     produced: dict[str, int] = field(default_factory=dict)
     #: Window-buffered rows decided in this batch.
     released: int = 0
+    #: Per input partition, the decoded event of its last change (its source position).
+    last_events: dict[TopicPartitionKey, object] = field(default_factory=dict)
 
 
 class Reconciler:
@@ -201,6 +203,10 @@ class Reconciler:
         first_record = len(records)
         upsert = source.envelope == "upsert"
         backfill = tp[0] != source.topic
+        # Outputs of every input offset below the checkpoint are in Kafka already
+        # (protocol step 3 precedes step 4): a replay of them, after a crash or an
+        # offsets rewind that kept state, is not emitted again.
+        flushed = -1 if backfill else state.flushed_offset()
         decoded: list[tuple[RawMessage, Change | InputError | None]] = []
         for raw in group:
             if raw.value is None and raw.key is not None and not upsert:
@@ -246,7 +252,7 @@ class Reconciler:
                     if raw.offset > group[0].offset:
                         batch.next_offsets[tp] = raw.offset
                 break
-            if emit is None:
+            if emit is None or (emit.reason == "replayed" and raw.offset < flushed):
                 metrics.EVENTS_DROPPED.labels(raw.topic).inc()
                 continue
             key, value = codec.encode(change, emit, raw)
@@ -256,6 +262,9 @@ class Reconciler:
         else:
             if advance:
                 batch.next_offsets[tp] = group[-1].offset + 1
+                last = next((c for _, c in reversed(decoded) if isinstance(c, Change)), None)
+                if last is not None and not backfill:
+                    batch.last_events[tp] = last.event
         produced = len(records) - first_record
         batch.produced[source.output] = batch.produced.get(source.output, 0) + produced
 

@@ -137,6 +137,11 @@ class BatchState:
         self._cache: dict[bytes, bytes | None] = {}
         self.updates: dict[bytes, bytes | None] = {}
 
+    def flushed_offset(self) -> int:
+        """The input offset the store's checkpoint has reached (-1: none)."""
+        offset = self._store.checkpoint().input_offset
+        return -1 if offset is None else offset
+
     def prefetch(self, keys: Sequence[bytes]) -> None:
         """Read ``keys`` in one call (a RocksDB multi-get) before the rules need them."""
         missing = [k for k in keys if k not in self._cache]

@@ -80,6 +80,39 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true", help="print JSON")
     status.add_argument("--watch", type=float, metavar="SECONDS", help="print again every SECONDS")
 
+    pipe = sub.add_parser("pipeline", help="stop, pause, resume every instance of the pipeline")
+    pipe_sub = pipe.add_subparsers(dest="pipeline_command", required=True)
+    for action, text in (
+        ("stop", "data planes leave their consumer group (offsets can then be written)"),
+        ("pause", "data planes keep their partitions and read nothing"),
+        ("resume", "data planes run again"),
+    ):
+        _remote(command(action, _pipeline_action, text, pipe_sub)).set_defaults(action=action)
+    pstatus = _remote(command("status", _pipeline_status, "lifecycle and group members", pipe_sub))
+    pstatus.add_argument("--json", action="store_true", help="print JSON")
+
+    offsets = sub.add_parser("offsets", help="read and write the pipeline's offsets (DDD-4)")
+    off_sub = offsets.add_subparsers(dest="offsets_command", required=True)
+    _remote(command("get", _offsets_get, "print the offsets document (JSON)", off_sub))
+    oset = _remote(command("set", _offsets_set, "set the offsets a document lists", off_sub))
+    oset.add_argument("file", help="offsets document (JSON; - for stdin)")
+    oset.add_argument(
+        "--replace", action="store_true", help="the document lists every offset (PUT)"
+    )
+    oreset = _remote(
+        command("reset", _offsets_reset, "move offsets to the beginning, end or a time", off_sub)
+    )
+    oreset.add_argument("--to", required=True, choices=["beginning", "end", "timestamp"])
+    oreset.add_argument("--timestamp", type=int, help="epoch milliseconds, with --to timestamp")
+    oreset.add_argument("--topic", action="append", default=[], help="only this topic (repeatable)")
+    odelete = _remote(command("delete", _offsets_delete, "forget every offset", off_sub))
+    for writer in (oset, oreset, odelete):
+        writer.add_argument(
+            "--reset-state",
+            action="store_true",
+            help="delete the state of the partitions written: the replay rebuilds it",
+        )
+
     dev = sub.add_parser("dev", help="the embedded development stack")
     dev_sub = dev.add_subparsers(dest="dev_command", required=True)
     up = command("up", _dev_up, "start broker, PostgreSQL and Debezium", dev_sub)
@@ -87,6 +120,16 @@ def _parser() -> argparse.ArgumentParser:
     down = command("down", _dev_down, "stop everything 'dev up' started", dev_sub)
     down.add_argument("--run-dir", help="folder of the stack (default: dev.run_dir)")
     command("debezium", _dev_debezium, "run the Debezium bridge in the foreground", dev_sub)
+    return parser
+
+
+def _remote(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument(
+        "--api",
+        metavar="URL",
+        help="go through a processor's API (e.g. http://host:6066; token from "
+        "TIDEMARK_API_TOKEN) instead of directly through Kafka",
+    )
     return parser
 
 
@@ -166,6 +209,110 @@ def _snapshot_status(args: argparse.Namespace) -> int:
     else:
         print(render_status(state))
     return 0
+
+
+def _print_json(document: object) -> None:
+    import json
+
+    print(json.dumps(document, indent=2))
+
+
+def _pipeline_action(args: argparse.Namespace) -> int:
+    from processor.control import Lifecycle, set_lifecycle
+
+    config = _config(args)
+    pipeline = config.processor.pipeline
+    if args.api:
+        from tidemark.api_client import call
+
+        call(args.api, "POST", f"/pipelines/{pipeline}/{args.action}")
+    else:
+        states = {"stop": Lifecycle.STOPPED, "pause": Lifecycle.PAUSED, "resume": Lifecycle.RUNNING}
+        set_lifecycle(config, states[args.action], "cli")
+    print(f"pipeline {pipeline}: {args.action} asked of every instance")
+    return 0
+
+
+def _pipeline_status(args: argparse.Namespace) -> int:
+    from processor.control import read_control
+    from processor.offsets import Offsets
+
+    config = _config(args)
+    if args.api:
+        from tidemark.api_client import call
+
+        status = call(args.api, "GET", f"/pipelines/{config.processor.pipeline}/status")
+    else:
+        offsets = Offsets(config)
+        status = {
+            "pipeline": offsets.pipeline,
+            "lifecycle": read_control(config).lifecycle.value,
+            "members": offsets.members(),
+        }
+    if args.json:
+        _print_json(status)
+    else:
+        print(", ".join(f"{k}: {v}" for k, v in status.items()))
+    return 0
+
+
+def _offsets(args: argparse.Namespace, method: str, path: str, body: object, direct: str) -> int:
+    """Run an offsets command through the API (``--api``) or directly; print its JSON."""
+    from processor.offsets import Offsets
+
+    config = _config(args)
+    reset = getattr(args, "reset_state", False)
+    if args.api:
+        from tidemark.api_client import call
+
+        query = "?reset_state=true" if reset and method in ("PUT", "PATCH", "DELETE") else ""
+        url = f"/pipelines/{config.processor.pipeline}/offsets{path}{query}"
+        _print_json(call(args.api, method, url, body))
+        return 0
+    offsets = Offsets(config)
+    if direct == "get":
+        _print_json(offsets.read())
+    elif direct == "set":
+        _print_json(offsets.write(body, replace=method == "PUT", reset_state=reset))
+    elif direct == "reset":
+        assert isinstance(body, dict)
+        _print_json(
+            offsets.reset(
+                body["to"],
+                timestamp_ms=body.get("timestamp"),
+                topics=body.get("topics"),
+                reset_state=reset,
+            )
+        )
+    else:
+        _print_json(offsets.delete(reset_state=reset))
+    return 0
+
+
+def _offsets_get(args: argparse.Namespace) -> int:
+    return _offsets(args, "GET", "", None, "get")
+
+
+def _offsets_set(args: argparse.Namespace) -> int:
+    import json
+
+    text = sys.stdin.read() if args.file == "-" else Path(args.file).read_text()
+    try:
+        body = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TidemarkError(f"{args.file} is not JSON: {exc}") from None
+    return _offsets(args, "PUT" if args.replace else "PATCH", "", body, "set")
+
+
+def _offsets_reset(args: argparse.Namespace) -> int:
+    body = {"to": args.to, "timestamp": args.timestamp, "topics": args.topic or None}
+    if args.api:
+        body["reset_state"] = args.reset_state
+    return _offsets(args, "POST", "/reset", body, "reset")
+
+
+def _offsets_delete(args: argparse.Namespace) -> int:
+    return _offsets(args, "DELETE", "", None, "delete")
 
 
 def _dev_up(args: argparse.Namespace) -> int:

@@ -229,3 +229,27 @@ def test_a_source_that_breaks_the_debezium_envelope_stops_alone() -> None:
     ] * 3
     again = reconciler.decide({TP: probe[1:], other: []}, stores)
     assert again.rewinds == {TP: 1} and not again.records  # it stays stopped
+
+
+def test_a_replay_is_emitted_again_only_above_the_flushed_checkpoint() -> None:
+    """A replay of offsets whose outputs were flushed (below the store's checkpoint, as after
+    an offsets rewind that kept state) emits nothing; above it (a crash between flush and
+    checkpoint) the equal versions are emitted again (I5)."""
+    reconciler, _registry = make_reconciler()
+    stream = [
+        RawMessage(
+            TOPIC, 0, i, *encode("json-schemaless", i % 3, event(i % 3, "c", f"v{i}", 10 + i))
+        )
+        for i in range(6)
+    ]
+    store = MemoryPartitionStore()
+    first = reconciler.decide({TP: stream}, {TP: store})
+    assert len(first.records) == 6
+    assert first.last_events[TP]["source"]["lsn"] == 15  # the last change's position
+    # The state holds the batch, but its checkpoint says only offsets below 4 were flushed.
+    store.commit(first.states[TP].updates, Checkpoint(4))
+    again = reconciler.decide({TP: stream}, {TP: store})
+    emitted_offsets = [orjson.loads(r[3])["tidemark"]["offset"] for r in again.records if r[3]]
+    assert emitted_offsets == [4, 5]
+    store.commit({}, Checkpoint(6))
+    assert reconciler.decide({TP: stream}, {TP: store}).records == []

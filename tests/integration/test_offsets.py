@@ -1,0 +1,144 @@
+"""Offsets and the pipeline lifecycle against a real processor, Debezium and broker.
+
+A pipeline is paused, stopped and resumed through the API and the CLI; its
+offsets are refused while it runs (409), checked against the schema (400),
+and rewound to the beginning twice while it is stopped: keeping state (the
+replay is deduplicated: no event is emitted again) and with ``--reset-state``
+(the state is rebuilt from the replay and every event is emitted again).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from processor.offsets import dataplane_group
+from tests.integration.processes import (
+    Processor,
+    metric,
+    pipeline_config,
+    read_topic,
+    reconciled,
+    wait_for,
+)
+from tests.integration.test_api import TOKEN, call
+from tests.integration.test_recovery import check_table, position
+from tests.integration.test_snapshots import cli
+from tests.integration.workload import Table, Workload
+from tidemark.api_client import TOKEN_ENV
+from tidemark.config import Config
+from tidemark.devstack.stack import DevStack
+from tidemark.verify import wait_caught_up
+
+pytestmark = pytest.mark.integration
+
+
+def versions(config: Config, table: Table) -> Counter[tuple[Any, ...]]:
+    """How often each (key, source position) was emitted to ``table``'s reconciled topic."""
+    return Counter(
+        (*event.key.values(), *position(event))
+        for event in reconciled(config, table.name)
+        if event.value is not None
+    )
+
+
+def test_offsets_rewind_with_state_kept_or_reset(stack: DevStack) -> None:
+    kv, full = Table("iso_offs_kv"), Table("iso_offs_full", replica_full=True)
+    config = pipeline_config(stack, "offs", envelopes={"public.iso_offs_full": "debezium"})
+    pipeline = config.processor.pipeline
+    workload = Workload(config, [kv, full], seed=31)
+    workload.create_tables()
+    workload.run_some(60)
+    processor = Processor(stack, config, "offs-processor").start(env={TOKEN_ENV: TOKEN})
+    base = f"http://127.0.0.1:{config.processor.web_port}/api/v1"
+    offsets_url = f"{base}/pipelines/{pipeline}/offsets"
+    try:
+        wait_caught_up(config)
+        status, document = call("GET", offsets_url)
+        assert status == 200 and document["version"] == 1
+        assert (document["lifecycle"], document["members"]) == ("RUNNING", True)
+        assert document["group"] == dataplane_group(pipeline)
+        inputs = [p for p in document["partitions"] if p["kind"] == "input"]
+        assert {p["topic"].rsplit(".", 1)[1] for p in inputs} == {kv.name, full.name}
+        for entry in inputs:
+            assert entry["offset"] and entry["offset"] > 0, entry
+            position_ = entry["source_position"]["postgresql"]
+            assert position_["lsn"] > 0 and position_["lsn_commit"] > 0 and position_["txId"] > 0
+        assert {p["envelope"] for p in inputs} == {"debezium", "debezium-upsert"}
+
+        # Writes while an instance runs: 409, whatever the write; reads stay allowed.
+        rewind = {"version": 1, "partitions": [{**inputs[0], "offset": 0, "source_position": None}]}
+        every = [
+            {"topic": p["topic"], "partition": p["partition"], "offset": 0}
+            for p in document["partitions"]
+        ]
+        for method, url, body in (
+            ("PATCH", offsets_url, rewind),
+            ("PUT", offsets_url, {"version": 1, "partitions": every}),
+            ("DELETE", offsets_url, None),
+            ("POST", f"{offsets_url}/reset", {"to": "beginning"}),
+        ):
+            status, answer = call(method, url, body)
+            assert status == 409 and "stop it first" in answer["error"], (method, answer)
+        assert call("PATCH", offsets_url, rewind, token="wrong")[0] == 401
+        # Invalid documents: 400 naming the field (checked before the pipeline's state).
+        bad = {"version": 1, "partitions": [{**inputs[0], "offset": -1}]}
+        status, answer = call("PATCH", offsets_url, bad)
+        assert status == 400 and answer["error"].startswith("/partitions/0/offset"), answer
+
+        # PAUSED: partitions kept, nothing read; resumed: the changes come through.
+        assert call("POST", f"{base}/pipelines/{pipeline}/pause")[0] == 202
+        wait_for("the pause", lambda: processor.health()["dataplane"] == "paused")
+        before = sum(versions(config, kv).values())
+        workload.run_some(10)
+        time.sleep(3)
+        state = call("GET", f"{base}/pipelines/{pipeline}/status")[1]
+        assert state["lifecycle"] == "PAUSED" and state["assigned_partitions"]
+        assert sum(versions(config, kv).values()) == before
+        assert call("POST", f"{base}/pipelines/{pipeline}/resume")[0] == 202
+        wait_caught_up(config)
+        assert sum(versions(config, kv).values()) > before
+
+        # Stopped from the command line: the group empties, the web API stays up.
+        assert "stop asked" in cli(processor, "pipeline", "stop")
+        wait_for("the stop", lambda: not call("GET", offsets_url)[1]["members"])
+        assert call("GET", f"{base}/pipelines/{pipeline}/status")[1]["lifecycle"] == "STOPPED"
+        first = {t.name: versions(config, t) for t in (kv, full)}
+        assert all(count == 1 for v in first.values() for count in v.values())
+        stopped = call("GET", offsets_url)[1]
+
+        # Rewind to the beginning, keeping state: the replay emits nothing again.
+        kv_topic = f"{config.source.topic_prefix}.public.{kv.name}"
+        read = metric(processor.metrics(), "tidemark_events_in_total", topic=kv_topic)
+        result = json.loads(cli(processor, "offsets", "reset", "--to", "beginning"))
+        assert all(p["offset"] == 0 for p in result["current"]["partitions"])
+        assert result["previous"]["partitions"] == stopped["partitions"]  # what undoes it
+        cli(processor, "pipeline", "resume")
+        wait_for("the rejoin", lambda: call("GET", offsets_url)[1]["members"])
+        wait_caught_up(config)
+        time.sleep(2)
+        replayed = metric(processor.metrics(), "tidemark_events_in_total", topic=kv_topic) - read
+        assert replayed >= sum(first[kv.name].values())  # the replay was read...
+        assert {t.name: versions(config, t) for t in (kv, full)} == first  # ...and deduplicated
+        for table, envelope in ((kv, "debezium-upsert"), (full, "debezium")):
+            check_table(config, table, envelope)
+
+        # Rewind again with --reset-state: the state is rebuilt, every event emitted again.
+        cli(processor, "pipeline", "stop")
+        wait_for("the stop", lambda: not call("GET", offsets_url)[1]["members"])
+        cli(processor, "offsets", "reset", "--to", "beginning", "--reset-state")
+        cli(processor, "pipeline", "resume")
+        wait_for("the rejoin", lambda: call("GET", offsets_url)[1]["members"])
+        wait_caught_up(config)
+        time.sleep(2)
+        for table, envelope in ((kv, "debezium-upsert"), (full, "debezium")):
+            again = versions(config, table)
+            assert again == Counter({v: 2 for v in first[table.name]}), table.name
+            check_table(config, table, envelope)
+        assert read_topic(config, f"{pipeline}.dlq") == []
+    finally:
+        processor.stop()
