@@ -24,13 +24,14 @@ from typing import Any, TypeVar
 
 from faust import App
 from faust.web import Request, Response, View
+from jsonschema import Draft202012Validator
 
 from processor.control import Lifecycle, set_lifecycle
 from processor.coordinator import Coordinator
 from processor.dataplane import DataPlane
 from processor.offsets import RESET_TARGETS, Offsets, PipelineActive
-from processor.offsets_schema import OFFSETS_SCHEMA, InvalidOffsets
-from processor.signals import SignalError, json_object
+from processor.offsets_schema import OFFSETS_SCHEMA, InvalidOffsets, schema_error
+from processor.signals import TABLE_PATTERN, SignalError, json_object
 from processor.snapshot_control import read_state, send_signal, status_document
 from tidemark.api_client import TOKEN_ENV
 from tidemark.config import Config
@@ -82,10 +83,17 @@ def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Co
     async def blocking(call: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(None, call)
 
-    async def signal(view: View, request: Request, kind: str, **defaults: Any) -> Response:
-        """Send the signal ``kind`` with the request's JSON body as its data: 202, or 400."""
+    async def signal(
+        view: View, request: Request, kind: str, body: str, **defaults: Any
+    ) -> Response:
+        """Send the signal ``kind`` with the request's JSON body as its data: 202, or 400
+        if the body breaks the OpenAPI schema ``body`` or is not a valid signal."""
         try:
-            data = {**defaults, **json_object(await request.read(), "the body")}
+            given = json_object(await request.read(), "the body")
+            wrong = schema_error(BODIES[body], given)
+            if wrong is not None:
+                return view.error(400, wrong)
+            data = {**defaults, **given}
             request_id = await blocking(lambda: send_signal(config, kind, data))
         except SignalError as exc:
             return view.error(400, str(exc))
@@ -176,36 +184,32 @@ def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Co
                 body = json_object(await request.read(), "the body")
             except SignalError as exc:
                 return self.error(400, str(exc))
-            to, when, topics = body.get("to"), body.get("timestamp"), body.get("topics")
+            wrong = schema_error(BODIES["Reset"], body)
+            if wrong is not None:
+                return self.error(400, wrong)
+            to, when, topics = body["to"], body.get("timestamp"), body.get("topics")
             reset = body.get("reset_state", False)
-            if not isinstance(to, str) or not isinstance(reset, bool):
-                return self.error(400, "/to: a string is needed; /reset_state: a boolean")
-            if when is not None and not isinstance(when, int):
-                return self.error(400, "/timestamp: epoch milliseconds, an integer")
-            if topics is not None and not (
-                isinstance(topics, list) and all(isinstance(t, str) for t in topics)
-            ):
-                return self.error(400, "/topics: a list of topic names")
             return await offsets(
                 self,
                 lambda o: o.reset(to, timestamp_ms=when, topics=topics, reset_state=reset),
             )
 
-    @app.page(f"{PREFIX}/pipelines/{{name}}/{{action}}")
-    class PipelineAction(View):
-        @authenticated
-        async def post(self, request: Request, name: str, action: str) -> Response:
-            if refused := other(self, name):
-                return refused
-            state = LIFECYCLE_ACTIONS.get(action)
-            if state is None:
-                known = sorted(LIFECYCLE_ACTIONS)
-                return self.error(404, f"no pipeline action {action!r} (known: {known})")
-            try:
-                await blocking(lambda: set_lifecycle(config, state, "api"))
-            except TidemarkError as exc:
-                return self.error(503, str(exc))
-            return self.json({"pipeline": pipeline, "lifecycle": state.value}, status=202)
+    def lifecycle_view(state: Lifecycle) -> type[View]:
+        class PipelineAction(View):
+            @authenticated
+            async def post(self, request: Request, name: str) -> Response:
+                if refused := other(self, name):
+                    return refused
+                try:
+                    await blocking(lambda: set_lifecycle(config, state, "api"))
+                except TidemarkError as exc:
+                    return self.error(503, str(exc))
+                return self.json({"pipeline": pipeline, "lifecycle": state.value}, status=202)
+
+        return PipelineAction
+
+    for action, state in LIFECYCLE_ACTIONS.items():
+        app.page(f"{PREFIX}/pipelines/{{name}}/{action}")(lifecycle_view(state))
 
     @app.page(f"{PREFIX}/snapshots")
     class Snapshots(View):
@@ -218,7 +222,7 @@ def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Co
 
         @authenticated
         async def post(self, request: Request) -> Response:
-            return await signal(self, request, "execute-snapshot")
+            return await signal(self, request, "execute-snapshot", "ExecuteSnapshot")
 
     @app.page(f"{PREFIX}/snapshots/{{action}}")
     class SnapshotAction(View):
@@ -227,7 +231,7 @@ def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Co
             kind = ACTIONS.get(action)
             if kind is None:
                 return self.error(404, f"no snapshot action {action!r} (known: {sorted(ACTIONS)})")
-            return await signal(self, request, kind, type="incremental")
+            return await signal(self, request, kind, "SnapshotAction", type="incremental")
 
 
 _ERROR = {"$ref": "#/components/schemas/Error"}
@@ -261,6 +265,9 @@ def _components(schema: dict[str, Any], prefix: str) -> dict[str, Any]:
     return {prefix: moved, **{f"{prefix}_{name}": body for name, body in defs.items()}}
 
 
+_TABLE_NAME = {"type": "string", "pattern": TABLE_PATTERN}
+#: "incremental" in any case, as Debezium reads it.
+_INCREMENTAL = "^" + "".join(f"[{c}{c.upper()}]" for c in "incremental") + "$"
 _NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
 _RESET_STATE = {
     "name": "reset_state",
@@ -355,33 +362,29 @@ OPENAPI: dict[str, Any] = {
                 "responses": _WRITTEN,
             },
         },
-        "/pipelines/{name}/{action}": {
-            "parameters": [
-                _NAME,
-                {
-                    "name": "action",
-                    "in": "path",
-                    "required": True,
-                    "schema": {"type": "string", "enum": sorted(LIFECYCLE_ACTIONS)},
-                },
-            ],
-            "post": {
-                "summary": "stop, pause or resume every instance of the pipeline",
-                "responses": {
-                    "202": _answer(
-                        "asked of every instance through the control topic",
-                        {
-                            "type": "object",
-                            "properties": {
-                                "pipeline": {"type": "string"},
-                                "lifecycle": {"enum": [s.value for s in Lifecycle]},
+        **{
+            f"/pipelines/{{name}}/{action}": {
+                "parameters": [_NAME],
+                "post": {
+                    "summary": f"{action} every instance of the pipeline",
+                    "responses": {
+                        "202": _answer(
+                            "asked of every instance through the control topic",
+                            {
+                                "type": "object",
+                                "properties": {
+                                    "pipeline": {"type": "string"},
+                                    "lifecycle": {"const": state.value},
+                                },
                             },
-                        },
-                    ),
-                    "401": _ACCEPTED["401"],
-                    "404": _answer("another pipeline or an unknown action", _ERROR),
+                        ),
+                        "401": _ACCEPTED["401"],
+                        "404": _answer("another pipeline", _ERROR),
+                        "503": _answer("Kafka did not take the control record", _ERROR),
+                    },
                 },
-            },
+            }
+            for action, state in LIFECYCLE_ACTIONS.items()
         },
         "/snapshots": {
             "get": {
@@ -422,15 +425,7 @@ OPENAPI: dict[str, Any] = {
                     "required": False,
                     "content": {
                         "application/json": {
-                            "schema": {
-                                "type": "object",
-                                "properties": {
-                                    "data-collections": {
-                                        "type": "array",
-                                        "items": {"type": "string"},
-                                    }
-                                },
-                            }
+                            "schema": {"$ref": "#/components/schemas/SnapshotAction"}
                         }
                     },
                 },
@@ -462,22 +457,36 @@ OPENAPI: dict[str, Any] = {
                 "required": ["data-collections"],
                 "properties": {
                     "data-collections": {
-                        "type": "array",
-                        "items": {"type": "string"},
-                        "minItems": 1,
+                        "description": "tables as schema.table; one table may be a string",
+                        "oneOf": [
+                            {"type": "array", "items": _TABLE_NAME, "minItems": 1},
+                            _TABLE_NAME,
+                        ],
                     },
-                    "type": {"type": "string", "enum": ["incremental", "INCREMENTAL"]},
+                    "type": {"type": "string", "pattern": _INCREMENTAL},
                     "additional-conditions": {
-                        "type": "array",
+                        "description": "each data-collection must be among data-collections",
+                        "type": ["array", "null"],
                         "items": {
                             "type": "object",
+                            "required": ["data-collection", "filter"],
                             "properties": {
                                 "data-collection": {"type": "string"},
-                                "filter": {"type": "string"},
+                                "filter": {"type": "string", "pattern": r"\S"},
                             },
                         },
                     },
-                    "surrogate-key": {"type": "string"},
+                    "surrogate-key": {"type": ["string", "null"], "minLength": 1},
+                },
+            },
+            "SnapshotAction": {
+                "type": "object",
+                "properties": {
+                    "data-collections": {
+                        "description": "stop only: these tables (none: every table)",
+                        "oneOf": [{"type": "array", "items": _TABLE_NAME}, _TABLE_NAME],
+                    },
+                    "type": {"type": "string", "pattern": _INCREMENTAL},
                 },
             },
             "Status": {
@@ -506,4 +515,12 @@ OPENAPI: dict[str, Any] = {
             **_components(OFFSETS_SCHEMA, "Offsets"),
         },
     },
+}
+
+#: Validators of the request bodies the API checks against its own document.
+BODIES = {
+    name: Draft202012Validator(
+        {**OPENAPI["components"]["schemas"][name], "components": OPENAPI["components"]}
+    )
+    for name in ("ExecuteSnapshot", "SnapshotAction", "Reset")
 }

@@ -43,6 +43,7 @@ from confluent_kafka.admin import AdminClient
 
 from processor.backfill import backfill_topic, backfilled_topic
 from processor.control import OFFSETS_WRITE, ControlView, read_control, write_control
+from processor.failpoints import Failpoint
 from processor.offsets_schema import VERSION, InvalidOffsets, validate
 from processor.snapshot_control import read_state
 from state.changelog import changelog_topic
@@ -112,7 +113,9 @@ class Offsets:
         except KafkaException:
             return False  # the group does not exist: nobody is in it
         state = getattr(description.state, "name", str(description.state))
-        return bool(description.members) or state not in ("EMPTY", "DEAD", "UNKNOWN")
+        # Only EMPTY and DEAD are known to be empty: a group being joined may show
+        # UNKNOWN (the embedded broker) or a rebalance state, with no members listed yet.
+        return bool(description.members) or state not in ("EMPTY", "DEAD")
 
     def committed(self, partitions: Iterable[Partition]) -> dict[Partition, int | None]:
         """The group's committed offset of each partition (``None``: none)."""
@@ -298,9 +301,17 @@ class Offsets:
 
     def _apply(self, plan: dict[str, Any]) -> dict[str, Any]:
         control = read_control(self.config)
-        if control.offsets_write is not None:
-            complete_write(self.config, control.offsets_write)  # a writer died: finish its write
-        self._refuse_if_active()
+        left = control.offsets_write
+        if left is not None:
+            # A writer died: finish its write, keeping its record (which holds every data
+            # plane out) until this write's own plan replaces it.
+            complete_write(self.config, left, release=False)
+        try:
+            self._refuse_if_active()
+        except PipelineActive:
+            if left is not None:
+                write_control(self.config, OFFSETS_WRITE, None)
+            raise
         previous = self.read(control)
         write_control(self.config, OFFSETS_WRITE, plan)
         # An instance may have joined between the check and the plan; it leaves on seeing
@@ -334,8 +345,8 @@ class Offsets:
             consumer.close()
 
 
-def complete_write(config: Config, plan: dict[str, Any]) -> None:
-    """Apply an offsets write's ``plan`` and remove it from the control topic.
+def complete_write(config: Config, plan: dict[str, Any], *, release: bool = True) -> None:
+    """Apply an offsets write's ``plan`` and (``release``) remove it from the control topic.
 
     Each step gives the same result when run again, so a plan found half
     applied is completed by running it whole.
@@ -343,6 +354,7 @@ def complete_write(config: Config, plan: dict[str, Any]) -> None:
     admin = AdminClient(client_config(config.kafka))
     for topic, partition in plan["reset_state"]:
         _delete_state(config, topic, partition)
+    Failpoint("offsets-write").passed()
     group = plan["group"]
     if plan["delete_group"]:
         try:
@@ -363,7 +375,8 @@ def complete_write(config: Config, plan: dict[str, Any]) -> None:
         body = None if value is None else orjson.dumps(value)
         producer.produce(topic, body, f"{name}/{partition}".encode(), 0, acks.on_delivery)
     acks.wait("source positions")
-    write_control(config, OFFSETS_WRITE, None)
+    if release:
+        write_control(config, OFFSETS_WRITE, None)
 
 
 def _position_at(position: dict[str, Any] | None, offset: int, index: int) -> dict[str, Any] | None:

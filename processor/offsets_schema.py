@@ -145,19 +145,24 @@ class InvalidOffsets(TidemarkError):
     """An offsets document that the schema or the pipeline refuses; names the field."""
 
 
-def validate(document: Any) -> dict[str, Any]:
-    """``document`` if it is a valid offsets document, else :class:`InvalidOffsets`.
+def schema_error(validator: Draft202012Validator, document: Any) -> str | None:
+    """The first field of ``document`` that ``validator`` refuses, as ``<JSON pointer>: <why>``
+    (e.g. ``/partitions/0/offset: -1 is less than the minimum of 0``), or ``None``."""
+    errors = sorted(validator.iter_errors(document), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return None
+    error = errors[0]
+    # A oneOf's own message repeats the whole value; the deepest sub-error is clearer.
+    while error.context:
+        error = max(error.context, key=lambda e: len(e.absolute_path))
+    return "/" + "/".join(str(part) for part in error.absolute_path) + f": {error.message}"
 
-    The message names the first wrong field as a JSON pointer, e.g.
-    ``/partitions/0/offset: -1 is less than the minimum of 0``.
-    """
-    errors = sorted(_VALIDATOR.iter_errors(document), key=lambda e: list(e.absolute_path))
-    if errors:
-        error = errors[0]
-        # A oneOf's own message repeats the whole value; the closest sub-error is clearer.
-        while error.context:
-            error = max(error.context, key=lambda e: len(e.absolute_path))
-        pointer = "/" + "/".join(str(part) for part in error.absolute_path)
-        raise InvalidOffsets(f"{pointer}: {error.message}")
+
+def validate(document: Any) -> dict[str, Any]:
+    """``document`` if it is a valid offsets document, else :class:`InvalidOffsets`
+    naming the first wrong field (:func:`schema_error`)."""
+    wrong = schema_error(_VALIDATOR, document)
+    if wrong is not None:
+        raise InvalidOffsets(wrong)
     assert isinstance(document, dict)
     return document

@@ -25,7 +25,9 @@ import orjson
 
 from tidemark.errors import TidemarkError
 
-_TABLE = re.compile(r"^[^.\s]+\.[^.\s]+$")
+#: ``schema.table``: one dot between two non-empty names (quoted names may hold spaces).
+TABLE_PATTERN = r"^[^.]+\.[^.]+$"
+_TABLE = re.compile(TABLE_PATTERN)
 
 
 class SignalError(TidemarkError):
@@ -90,7 +92,10 @@ def parse_signal(signal_id: str, kind: str, data: str | bytes | None) -> Signal:
     if kind == "stop-snapshot":
         return StopSnapshot(signal_id, tables)
     conditions: dict[str, str] = {}
-    for item in document.get("additional-conditions") or []:
+    items = document.get("additional-conditions")
+    if items is not None and not isinstance(items, list):
+        raise SignalError(f"signal {signal_id}: additional-conditions must be a list")
+    for item in items or []:
         if not isinstance(item, dict):
             raise SignalError(f"signal {signal_id}: additional-conditions holds {item!r}")
         table, sql_filter = item.get("data-collection"), item.get("filter")
@@ -130,7 +135,7 @@ def _tables(signal_id: str, value: Any, required: bool) -> tuple[str, ...]:
         value = [value]
     if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
         raise SignalError(f"signal {signal_id}: data-collections must be a list of table names")
-    tables = tuple(dict.fromkeys(t.strip() for t in value))
+    tables = tuple(dict.fromkeys(value))
     for table in tables:
         if not _TABLE.match(table):
             raise SignalError(f"signal {signal_id}: {table!r} is not 'schema.table'")

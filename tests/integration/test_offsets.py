@@ -10,12 +10,16 @@ replay is deduplicated: no event is emitted again) and with ``--reset-state``
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from collections import Counter
 from typing import Any
 
 import pytest
 
+from processor.control import read_control
 from processor.offsets import dataplane_group
 from tests.integration.processes import (
     Processor,
@@ -35,6 +39,20 @@ from tidemark.devstack.stack import DevStack
 from tidemark.verify import wait_caught_up
 
 pytestmark = pytest.mark.integration
+
+
+def cli_run(
+    processor: Processor, *args: str, env: dict[str, str]
+) -> subprocess.CompletedProcess[str]:
+    """``tidemark <args>`` with more environment variables; its completed process."""
+    return subprocess.run(
+        [sys.executable, "-m", "tidemark.cli", *args, "--config", str(processor.path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, **env},
+    )
 
 
 def versions(config: Config, table: Table) -> Counter[tuple[Any, ...]]:
@@ -138,6 +156,34 @@ def test_offsets_rewind_with_state_kept_or_reset(stack: DevStack) -> None:
         for table, envelope in ((kv, "debezium-upsert"), (full, "debezium")):
             again = versions(config, table)
             assert again == Counter({v: 2 for v in first[table.name]}), table.name
+            check_table(config, table, envelope)
+
+        # A writer killed between deleting state and committing offsets leaves its plan;
+        # no data plane joins while it is there, and the next writer completes it first.
+        cli(processor, "pipeline", "stop")
+        wait_for("the stop", lambda: not call("GET", offsets_url)[1]["members"])
+        killed = cli_run(
+            processor,
+            "offsets",
+            "reset",
+            "--to",
+            "beginning",
+            "--reset-state",
+            env={"TIDEMARK_FAILPOINT": "offsets-write:1"},
+        )
+        assert killed.returncode == -9, killed.stderr
+        assert read_control(config).offsets_write is not None
+        cli(processor, "pipeline", "resume")
+        time.sleep(4)
+        assert not call("GET", offsets_url)[1]["members"]  # kept out by the plan
+        cli(processor, "offsets", "reset", "--to", "beginning")  # completes the plan, then this
+        assert read_control(config).offsets_write is None
+        wait_for("the rejoin", lambda: call("GET", offsets_url)[1]["members"])
+        wait_caught_up(config)
+        time.sleep(2)
+        for table, envelope in ((kv, "debezium-upsert"), (full, "debezium")):
+            thrice = versions(config, table)
+            assert thrice == Counter({v: 3 for v in first[table.name]}), table.name
             check_table(config, table, envelope)
         assert read_topic(config, f"{pipeline}.dlq") == []
     finally:
