@@ -57,6 +57,22 @@ def api_token() -> str | None:
     return os.environ.get(TOKEN_ENV) or None
 
 
+class BadRequest(TidemarkError):
+    """A request body the API refuses (400)."""
+
+
+async def body_of(request: Request, schema: str | None = None) -> dict[str, Any]:
+    """The request's JSON object body, checked against the OpenAPI schema ``schema``."""
+    try:
+        given = json_object(await request.read(), "the body")
+    except SignalError as exc:
+        raise BadRequest(str(exc)) from None
+    wrong = schema_error(BODIES[schema], given) if schema else None
+    if wrong is not None:
+        raise BadRequest(wrong)
+    return given
+
+
 def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Coordinator) -> None:
     """Add the ``/api/v1`` views to ``app``."""
     token = api_token()
@@ -83,23 +99,29 @@ def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Co
     async def blocking(call: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(None, call)
 
+    async def answer(view: View, work: Callable[[], Awaitable[Any]], status: int = 200) -> Response:
+        """``work``'s result as JSON, or the error it raised: 400 for a bad request, 409 for
+        a write to a running pipeline, 503 when Kafka could not do it."""
+        try:
+            return view.json(await work(), status=status)
+        except (BadRequest, SignalError, InvalidOffsets) as exc:
+            return view.error(400, str(exc))
+        except PipelineActive as exc:
+            return view.error(409, str(exc))
+        except TidemarkError as exc:
+            return view.error(503, str(exc))
+
     async def signal(
         view: View, request: Request, kind: str, body: str, **defaults: Any
     ) -> Response:
-        """Send the signal ``kind`` with the request's JSON body as its data: 202, or 400
-        if the body breaks the OpenAPI schema ``body`` or is not a valid signal."""
-        try:
-            given = json_object(await request.read(), "the body")
-            wrong = schema_error(BODIES[body], given)
-            if wrong is not None:
-                return view.error(400, wrong)
-            data = {**defaults, **given}
+        """Send the signal ``kind``, the request's body (OpenAPI schema ``body``) its data."""
+
+        async def send() -> dict[str, str]:
+            data = {**defaults, **await body_of(request, body)}
             request_id = await blocking(lambda: send_signal(config, kind, data))
-        except SignalError as exc:
-            return view.error(400, str(exc))
-        except TidemarkError as exc:
-            return view.error(503, str(exc))
-        return view.json({"request_id": request_id, "signal": kind}, status=202)
+            return {"request_id": request_id, "signal": kind}
+
+        return await answer(view, send, 202)
 
     def instance() -> dict[str, Any]:
         """This instance's data plane and snapshot coordinator."""
@@ -117,16 +139,9 @@ def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Co
             "snapshots": "leader" if coordinator.leader else "standby",
         }
 
-    async def offsets(view: View, call: Callable[[Offsets], Any], status: int = 200) -> Response:
-        """Answer with ``call``'s result on the pipeline's offsets: 400, 409 or 503 on errors."""
-        try:
-            return view.json(await blocking(lambda: call(Offsets(config))), status=status)
-        except InvalidOffsets as exc:
-            return view.error(400, str(exc))
-        except PipelineActive as exc:
-            return view.error(409, str(exc))
-        except TidemarkError as exc:
-            return view.error(503, str(exc))
+    async def offsets(view: View, call: Callable[[Offsets], Any]) -> Response:
+        """Answer with ``call``'s result on the pipeline's offsets."""
+        return await answer(view, lambda: blocking(lambda: call(Offsets(config))))
 
     def other(view: View, name: str) -> Response | None:
         if name == pipeline:
@@ -167,12 +182,15 @@ def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Co
             return other(self, name) or await offsets(self, lambda o: o.delete(reset_state=reset))
 
         async def _write(self, request: Request, replace: bool) -> Response:
-            try:
-                body = json_object(await request.read(), "the body")
-            except SignalError as exc:
-                return self.error(400, str(exc))
             reset = reset_state(request)
-            return await offsets(self, lambda o: o.write(body, replace=replace, reset_state=reset))
+
+            async def write() -> Any:
+                body = await body_of(request)
+                return await blocking(
+                    lambda: Offsets(config).write(body, replace=replace, reset_state=reset)
+                )
+
+            return await answer(self, write)
 
     @app.page(f"{PREFIX}/pipelines/{{name}}/offsets/reset")
     class PipelineOffsetsReset(View):
@@ -180,19 +198,19 @@ def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Co
         async def post(self, request: Request, name: str) -> Response:
             if refused := other(self, name):
                 return refused
-            try:
-                body = json_object(await request.read(), "the body")
-            except SignalError as exc:
-                return self.error(400, str(exc))
-            wrong = schema_error(BODIES["Reset"], body)
-            if wrong is not None:
-                return self.error(400, wrong)
-            to, when, topics = body["to"], body.get("timestamp"), body.get("topics")
-            reset = body.get("reset_state", False)
-            return await offsets(
-                self,
-                lambda o: o.reset(to, timestamp_ms=when, topics=topics, reset_state=reset),
-            )
+
+            async def reset() -> Any:
+                body = await body_of(request, "Reset")
+                return await blocking(
+                    lambda: Offsets(config).reset(
+                        body["to"],
+                        timestamp_ms=body.get("timestamp"),
+                        topics=body.get("topics"),
+                        reset_state=body.get("reset_state", False),
+                    )
+                )
+
+            return await answer(self, reset)
 
     def lifecycle_view(state: Lifecycle) -> type[View]:
         class PipelineAction(View):
@@ -200,11 +218,12 @@ def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Co
             async def post(self, request: Request, name: str) -> Response:
                 if refused := other(self, name):
                     return refused
-                try:
+
+                async def ask() -> dict[str, str]:
                     await blocking(lambda: set_lifecycle(config, state, "api"))
-                except TidemarkError as exc:
-                    return self.error(503, str(exc))
-                return self.json({"pipeline": pipeline, "lifecycle": state.value}, status=202)
+                    return {"pipeline": pipeline, "lifecycle": state.value}
+
+                return await answer(self, ask, 202)
 
         return PipelineAction
 

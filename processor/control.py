@@ -55,13 +55,7 @@ def control_topic(pipeline: str) -> str:
 
 def write_control(config: Config, key: bytes, value: dict[str, Any] | None) -> None:
     """Write one control record (``None``: delete the key) and wait for Kafka to keep it."""
-    topic = control_topic(config.processor.pipeline)
-    ensure_topics(
-        AdminClient(client_config(config.kafka)),
-        {topic: 1},
-        config.kafka.replication_factor,
-        config={"cleanup.policy": "compact"},
-    )
+    topic = _ensure_control_topic(config)
     producer = Producer(client_config(config.kafka, **{"enable.idempotence": True, "acks": "all"}))
     errors: list[str] = []
     body = None if value is None else orjson.dumps({**value, "at_ms": int(time.time() * 1000)})
@@ -133,13 +127,7 @@ class ControlReader(ControlView):
 
     def __init__(self, config: Config) -> None:
         super().__init__()
-        topic = control_topic(config.processor.pipeline)
-        ensure_topics(
-            AdminClient(client_config(config.kafka)),
-            {topic: 1},
-            config.kafka.replication_factor,
-            config={"cleanup.policy": "compact"},
-        )
+        topic = _ensure_control_topic(config)
         self._consumer = Consumer(_reader_config(config))
         end = self.read_to_end(self._consumer, topic)
         self._consumer.assign([TopicPartition(topic, 0, end or OFFSET_BEGINNING)])
@@ -151,6 +139,18 @@ class ControlReader(ControlView):
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def _ensure_control_topic(config: Config) -> str:
+    """Create the pipeline's control topic if it is missing; its name."""
+    topic = control_topic(config.processor.pipeline)
+    ensure_topics(
+        AdminClient(client_config(config.kafka)),
+        {topic: 1},
+        config.kafka.replication_factor,
+        config={"cleanup.policy": "compact"},
+    )
+    return topic
 
 
 def _reader_config(config: Config) -> dict[str, Any]:

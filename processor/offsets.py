@@ -232,8 +232,7 @@ class Offsets:
                     "(PATCH changes some)"
                 )
         self._check_range(wanted)
-        plan = self._plan(wanted, positions, reset_state, delete_group=False)
-        return self._apply(plan)
+        return self._apply(self._plan(wanted, positions, wanted if reset_state else ()))
 
     def reset(
         self,
@@ -260,21 +259,15 @@ class Offsets:
             kinds = {tp: k for tp, k in kinds.items() if tp[0] in topics}
         self._refuse_if_active()
         wanted = _resolve(self.config, list(kinds), to, timestamp_ms)
-        positions: dict[Partition, dict[str, Any] | None] = {
-            tp: None for tp, kind in kinds.items() if kind == "input"
-        }
-        return self._apply(self._plan(wanted, positions, reset_state, delete_group=False))
+        plan = self._plan(wanted, _unknown_positions(kinds), wanted if reset_state else ())
+        return self._apply(plan)
 
     def delete(self, *, reset_state: bool = False) -> dict[str, Any]:
         """Forget every committed offset (the group is deleted; a restart reads from the
         beginning, deduplicated against state unless ``reset_state``)."""
         kinds = self.partitions()
-        positions: dict[Partition, dict[str, Any] | None] = {
-            tp: None for tp, kind in kinds.items() if kind == "input"
-        }
-        plan = self._plan({tp: 0 for tp in kinds}, positions, reset_state, delete_group=True)
-        plan["offsets"] = []
-        return self._apply(plan)
+        states = kinds if reset_state else ()
+        return self._apply(self._plan({}, _unknown_positions(kinds), states, delete_group=True))
 
     # -- the write protocol ------------------------------------------------------
 
@@ -282,11 +275,13 @@ class Offsets:
         self,
         wanted: dict[Partition, int],
         positions: dict[Partition, dict[str, Any] | None],
-        reset_state: bool,
+        reset_state_of: Iterable[Partition],
         *,
-        delete_group: bool,
+        delete_group: bool = False,
     ) -> dict[str, Any]:
-        states = sorted({self._state_partition(tp) for tp in wanted}) if reset_state else []
+        """The plan of a write: offsets to commit, positions to record, the state to delete
+        (of the input partitions that ``reset_state_of``'s partitions belong to)."""
+        states = sorted({self._state_partition(tp) for tp in reset_state_of})
         return {
             "group": self.group,
             "delete_group": delete_group,
@@ -377,6 +372,11 @@ def complete_write(config: Config, plan: dict[str, Any], *, release: bool = True
     acks.wait("source positions")
     if release:
         write_control(config, OFFSETS_WRITE, None)
+
+
+def _unknown_positions(kinds: dict[Partition, str]) -> dict[Partition, dict[str, Any] | None]:
+    """No source position for each input partition: where a reset goes, none is known."""
+    return {tp: None for tp, kind in kinds.items() if kind == "input"}
 
 
 def _position_at(position: dict[str, Any] | None, offset: int, index: int) -> dict[str, Any] | None:

@@ -16,6 +16,7 @@ import os
 import re
 import signal
 import struct
+import subprocess
 import sys
 import time
 import urllib.request
@@ -128,6 +129,21 @@ class Processor:
         url = f"http://127.0.0.1:{self.config.processor.web_port}/metrics"
         with urllib.request.urlopen(url, timeout=5) as resp:
             return str(resp.read().decode())
+
+
+def run_cli(
+    processor: Processor, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``tidemark <args> --config <the processor's file>`` as a process (``env``: more
+    environment variables); the finished process."""
+    return subprocess.run(
+        [sys.executable, "-m", "tidemark.cli", *args, "--config", str(processor.path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 120) -> Any:

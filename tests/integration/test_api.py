@@ -65,10 +65,16 @@ def test_api_needs_its_token_and_controls_snapshots_as_signals_do(stack: DevStac
         assert call("GET", f"{base}/snapshots")[1] == {"paused": False, "tables": []}
         # What is not a signal: 400, with the reason.
         status, body = call("POST", f"{base}/snapshots", {"data-collections": []})
-        assert status == 400 and "data-collections" in body["error"]
+        assert status == 400 and body["error"].startswith("/data-collections")
         assert call("POST", f"{base}/snapshots", raw=b"{oops")[0] == 400
         status, body = call("POST", f"{base}/snapshots", {**start, "type": "blocking"})
-        assert status == 400 and "only incremental" in body["error"]
+        assert status == 400 and body["error"].startswith("/type: 'blocking'")
+        # A rule across fields, beyond the schema: the signal's own check.
+        elsewhere = [{"data-collection": "public.other", "filter": "id > 1"}]
+        status, body = call(
+            "POST", f"{base}/snapshots", {**start, "additional-conditions": elsewhere}
+        )
+        assert status == 400 and "not among data-collections" in body["error"]
         assert call("POST", f"{base}/snapshots/rewind")[0] == 404
         assert call("GET", f"{base}/pipelines/other/status")[0] == 404
 

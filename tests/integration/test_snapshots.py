@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import random
-import subprocess
-import sys
 import threading
 import time
 from typing import Any
@@ -47,6 +45,7 @@ from tests.integration.processes import (
     pipeline_config,
     read_topic,
     reconciled,
+    run_cli,
     wait_for,
 )
 from tests.integration.workload import Table, Workload
@@ -153,13 +152,7 @@ class Writer:
 
 def cli(processor: Processor, *args: str) -> str:
     """Run ``tidemark <args> --config <the processor's file>`` as a process; its stdout."""
-    done = subprocess.run(
-        [sys.executable, "-m", "tidemark.cli", *args, "--config", str(processor.path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_cli(processor, *args)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
