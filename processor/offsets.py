@@ -203,7 +203,10 @@ class Offsets:
                 f"/pipeline: the document is for {document['pipeline']!r}, not {self.pipeline!r}"
             )
         kinds = self.partitions()
+        committed = self.committed(kinds)
+        listed: set[Partition] = set()
         wanted: dict[Partition, int] = {}
+        unset: list[Partition] = []
         positions: dict[Partition, dict[str, Any] | None] = {}
         for index, entry in enumerate(document["partitions"]):
             tp = (entry["topic"], entry["partition"])
@@ -212,19 +215,23 @@ class Offsets:
                     f"/partitions/{index}: {tp[0]}[{tp[1]}] is not a partition of an input or "
                     f"backfill topic of pipeline {self.pipeline!r}"
                 )
-            if tp in wanted:
+            if tp in listed:
                 raise InvalidOffsets(f"/partitions/{index}: {tp[0]}[{tp[1]}] is listed twice")
+            listed.add(tp)
             offset = entry.get("offset")
             if offset is None:
-                raise InvalidOffsets(
-                    f"/partitions/{index}/offset: a write needs an offset (DELETE forgets them all)"
-                )
-            wanted[tp] = offset
+                # Nothing committed means reading from the beginning (auto.offset.reset is
+                # earliest): null is written as the first offset, so that a read's document
+                # written back restores what it read.
+                unset.append(tp)
+            else:
+                wanted[tp] = offset
             if kinds[tp] == "input":
-                positions[tp] = _position_at(entry.get("source_position"), offset, index)
+                positions[tp] = entry.get("source_position")
+        if unset:
+            wanted.update(_resolve(self.config, unset, "beginning", None))
         if replace:
-            missing = [tp for tp, o in self.committed(kinds).items() if o is not None]
-            missing = [tp for tp in missing if tp not in wanted]
+            missing = [tp for tp, o in committed.items() if o is not None and tp not in listed]
             if missing:
                 t, p = missing[0]
                 raise InvalidOffsets(
@@ -377,16 +384,6 @@ def complete_write(config: Config, plan: dict[str, Any], *, release: bool = True
 def _unknown_positions(kinds: dict[Partition, str]) -> dict[Partition, dict[str, Any] | None]:
     """No source position for each input partition: where a reset goes, none is known."""
     return {tp: None for tp, kind in kinds.items() if kind == "input"}
-
-
-def _position_at(position: dict[str, Any] | None, offset: int, index: int) -> dict[str, Any] | None:
-    """A written source position, which must describe the offset it is written with."""
-    if position is not None and position["at_offset"] != offset:
-        raise InvalidOffsets(
-            f"/partitions/{index}/source_position/at_offset: {position['at_offset']} is not "
-            f"the offset written ({offset}); a position describes where its offset is"
-        )
-    return position
 
 
 def _delete_state(config: Config, topic: str, partition: int) -> None:

@@ -58,7 +58,8 @@ OFFSETS_SCHEMA: dict[str, Any] = {
                 "kind": {"enum": ["input", "backfill"], "readOnly": True},
                 "envelope": {"enum": list(ENVELOPE_NAMES), "readOnly": True},
                 "offset": {
-                    "description": "the next offset to read; null: none committed",
+                    "description": "the next offset to read; null: none committed (the "
+                    "data plane reads from the beginning; written as the first offset)",
                     "type": ["integer", "null"],
                     "minimum": 0,
                 },

@@ -167,5 +167,28 @@ def test_offsets_rewind_with_state_kept_or_reset(stack: DevStack) -> None:
         wait_for("the rejoin", lambda: call("GET", offsets_url)[1]["members"])
         emitted_each(3)
         assert read_topic(config, f"{pipeline}.dlq") == []
+
+        # Resets to the end and to a time (before every record: the beginning; after: the end).
+        lifecycle("stop", members=False)
+
+        def reset(*args: str) -> dict[tuple[str, int], int]:
+            current = json.loads(cli(processor, "offsets", "reset", "--to", *args))["current"]
+            return {(p["topic"], p["partition"]): p["offset"] for p in current["partitions"]}
+
+        ends = reset("end")
+        for entry in stopped["partitions"]:  # caught up then, and nothing written since
+            if entry["kind"] == "input":
+                assert ends[(entry["topic"], entry["partition"])] == entry["offset"]
+        later = str(int(time.time() * 1000) + 3_600_000)
+        assert reset("timestamp", "--timestamp", later) == ends
+        assert set(reset("timestamp", "--timestamp", "0").values()) == {0}
+        # A read's document written back (PUT) restores what was read.
+        status, written = call("PUT", offsets_url, stopped)
+        assert status == 200, written
+        restored = {(p["topic"], p["partition"]): p for p in written["current"]["partitions"]}
+        for entry in stopped["partitions"]:
+            now = restored[(entry["topic"], entry["partition"])]
+            assert now["offset"] == (entry["offset"] or 0)
+            assert now.get("source_position") == entry.get("source_position")
     finally:
         processor.stop()
