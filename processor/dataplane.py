@@ -436,8 +436,8 @@ class DataPlane:
             store = self._stores[(p.topic, p.partition)] = self.backend.open(p.topic, p.partition)
             stores[(self._source(p.topic).changelog, p.partition)] = store
         self._restorer.add(stores)
-        paused = list(partitions + backfills) if self.lifecycle is Lifecycle.PAUSED else []
-        paused = paused or self._held(partitions + backfills)
+        everything = partitions + backfills
+        paused = everything if self.lifecycle is Lifecycle.PAUSED else self._held(everything)
         if paused:
             consumer.pause(paused)
         waiting = [p for p in partitions if self._restoring((p.topic, p.partition))]

@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import orjson
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     ConsumerGroupTopicPartitions,
     KafkaException,
@@ -55,6 +54,7 @@ from tidemark.kafka import (
     consumer_config,
     data_messages,
     exact_end_offsets,
+    read_range,
 )
 
 #: A plan in the control topic older than this has lost its writer: whoever sees it completes it.
@@ -154,10 +154,9 @@ class Offsets:
         entries = []
         for (topic, partition), kind in kinds.items():
             entry: dict[str, Any] = {"topic": topic, "partition": partition, "kind": kind}
-            if kind == "input":
-                entry["envelope"] = self.config.envelope_of(topic)
             entry["offset"] = committed.get((topic, partition))
             if kind == "input":
+                entry["envelope"] = self.config.envelope_of(topic)
                 entry["source_position"] = positions.get((topic, partition))
             entries.append(entry)
         return {
@@ -264,7 +263,8 @@ class Offsets:
                     f"pipeline {self.pipeline!r}"
                 )
             kinds = {tp: k for tp, k in kinds.items() if tp[0] in topics}
-        self._refuse_if_active()
+        if self.members():
+            raise self._active()
         wanted = _resolve(self.config, list(kinds), to, timestamp_ms)
         plan = self._plan(wanted, _unknown_positions(kinds), wanted if reset_state else ())
         return self._apply(plan)
@@ -308,43 +308,40 @@ class Offsets:
             # A writer died: finish its write, keeping its record (which holds every data
             # plane out) until this write's own plan replaces it.
             complete_write(self.config, left, release=False)
-        try:
-            self._refuse_if_active()
-        except PipelineActive:
+        if self.members():
             if left is not None:
                 write_control(self.config, OFFSETS_WRITE, None)
-            raise
+            raise self._active()
         previous = self.read(control)
         write_control(self.config, OFFSETS_WRITE, plan)
         # An instance may have joined between the check and the plan; it leaves on seeing
         # the plan, but the write does not wait for that: it is refused.
         if self.members():
             write_control(self.config, OFFSETS_WRITE, None)
-            self._refuse_if_active()
+            raise self._active()
         complete_write(self.config, plan)
         return {"previous": previous, "current": self.read()}
 
-    def _refuse_if_active(self) -> None:
-        if self.members():
-            raise PipelineActive(
-                f"pipeline {self.pipeline!r} has running or paused instances (consumer group "
-                f"{self.group} has members): stop it first (tidemark pipeline stop, or "
-                f"POST /api/v1/pipelines/{self.pipeline}/stop); offsets can be read at any time"
-            )
+    def _active(self) -> PipelineActive:
+        """The refusal of a write while instances are in the group."""
+        return PipelineActive(
+            f"pipeline {self.pipeline!r} has running or paused instances (consumer group "
+            f"{self.group} has members): stop it first (tidemark pipeline stop, or "
+            f"POST /api/v1/pipelines/{self.pipeline}/stop); offsets can be read at any time"
+        )
 
     def _check_range(self, wanted: dict[Partition, int]) -> None:
         consumer = Consumer(consumer_config(self.config.kafka, f"{self.group}-offsets"))
         try:
-            ends = exact_end_offsets(consumer, [TopicPartition(t, p) for t, p in wanted])
-            for tp, offset in wanted.items():
-                low, _high = consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10)
-                if not low <= offset <= ends[tp]:
-                    raise InvalidOffsets(
-                        f"/partitions: offset {offset} of {tp[0]}[{tp[1]}] is outside "
-                        f"its records, {low} to {ends[tp]}"
-                    )
+            lows, ends = _bounds(consumer, list(wanted))
         finally:
             consumer.close()
+        for tp, offset in wanted.items():
+            if not lows[tp] <= offset <= ends[tp]:
+                raise InvalidOffsets(
+                    f"/partitions: offset {offset} of {tp[0]}[{tp[1]}] is outside "
+                    f"its records, {lows[tp]} to {ends[tp]}"
+                )
 
 
 def complete_write(config: Config, plan: dict[str, Any], *, release: bool = True) -> None:
@@ -414,24 +411,24 @@ def _delete_state(config: Config, topic: str, partition: int) -> None:
 
 def _read_all(
     config: Config, topic: str, partition: int
-) -> Iterable[tuple[bytes | None, bytes | None]]:
+) -> Iterator[tuple[bytes | None, bytes | None]]:
     """Every record's key and value of ``topic[partition]``, in order, streamed."""
     consumer = Consumer(consumer_config(config.kafka, f"{config.processor.pipeline}-offsets"))
     try:
-        tp = TopicPartition(topic, partition)
-        end = exact_end_offsets(consumer, [tp])[(topic, partition)]
-        position = 0
-        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING)])
-        deadline = time.monotonic() + 300
-        while position < end:
-            if time.monotonic() > deadline:
-                raise TidemarkError(f"{topic}[{partition}] stopped at {position} of {end}")
-            for msg in data_messages(consumer.consume(10_000, 0.5)):
-                position = (msg.offset() or 0) + 1
-                if position <= end:
-                    yield msg.key(), msg.value()
+        end = exact_end_offsets(consumer, [TopicPartition(topic, partition)])[(topic, partition)]
+        for msg in read_range(consumer, topic, partition, 0, end, timeout=300):
+            yield msg.key(), msg.value()
     finally:
         consumer.close()
+
+
+def _bounds(
+    consumer: Consumer, partitions: list[Partition]
+) -> tuple[dict[Partition, int], dict[Partition, int]]:
+    """The first offset and the end of each partition's records."""
+    ends = exact_end_offsets(consumer, [TopicPartition(t, p) for t, p in partitions])
+    lows = {tp: consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10)[0] for tp in ends}
+    return lows, ends
 
 
 def _resolve(
@@ -440,11 +437,7 @@ def _resolve(
     """The offset each partition goes to for a reset ``to`` the beginning, end or a time."""
     consumer = Consumer(consumer_config(config.kafka, f"{config.processor.pipeline}-offsets"))
     try:
-        tps = [TopicPartition(t, p) for t, p in partitions]
-        ends = exact_end_offsets(consumer, tps)
-        lows = {
-            tp: consumer.get_watermark_offsets(TopicPartition(*tp), timeout=10)[0] for tp in ends
-        }
+        lows, ends = _bounds(consumer, partitions)
         if to == "beginning":
             return lows
         if to == "end":

@@ -10,11 +10,15 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tidemark.config import Config, load_config
 from tidemark.errors import TidemarkError
+
+if TYPE_CHECKING:
+    from processor.offsets import Offsets
 
 log = logging.getLogger("tidemark")
 
@@ -256,8 +260,15 @@ def _pipeline_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _offsets(args: argparse.Namespace, method: str, path: str, body: object, direct: str) -> int:
-    """Run an offsets command through the API (``--api``) or directly; print its JSON."""
+def _offsets(
+    args: argparse.Namespace,
+    method: str,
+    path: str,
+    body: object,
+    direct: Callable[[Offsets, bool], object],
+) -> int:
+    """Run an offsets command through the API (``--api``: ``method path`` with ``body``) or
+    directly (``direct(offsets, reset_state)``); print its JSON."""
     from processor.offsets import Offsets
 
     config = _config(args)
@@ -268,29 +279,13 @@ def _offsets(args: argparse.Namespace, method: str, path: str, body: object, dir
         query = "?reset_state=true" if reset and method in ("PUT", "PATCH", "DELETE") else ""
         url = f"/pipelines/{config.processor.pipeline}/offsets{path}{query}"
         _print_json(call(args.api, method, url, body))
-        return 0
-    offsets = Offsets(config)
-    if direct == "get":
-        _print_json(offsets.read())
-    elif direct == "set":
-        _print_json(offsets.write(body, replace=method == "PUT", reset_state=reset))
-    elif direct == "reset":
-        assert isinstance(body, dict)
-        _print_json(
-            offsets.reset(
-                body["to"],
-                timestamp_ms=body.get("timestamp"),
-                topics=body.get("topics"),
-                reset_state=reset,
-            )
-        )
     else:
-        _print_json(offsets.delete(reset_state=reset))
+        _print_json(direct(Offsets(config), reset))
     return 0
 
 
 def _offsets_get(args: argparse.Namespace) -> int:
-    return _offsets(args, "GET", "", None, "get")
+    return _offsets(args, "GET", "", None, lambda o, _reset: o.read())
 
 
 def _offsets_set(args: argparse.Namespace) -> int:
@@ -301,18 +296,32 @@ def _offsets_set(args: argparse.Namespace) -> int:
         body = json.loads(text)
     except json.JSONDecodeError as exc:
         raise TidemarkError(f"{args.file} is not JSON: {exc}") from None
-    return _offsets(args, "PUT" if args.replace else "PATCH", "", body, "set")
+    return _offsets(
+        args,
+        "PUT" if args.replace else "PATCH",
+        "",
+        body,
+        lambda o, reset: o.write(body, replace=args.replace, reset_state=reset),
+    )
 
 
 def _offsets_reset(args: argparse.Namespace) -> int:
     body = {"to": args.to, "timestamp": args.timestamp, "topics": args.topic or None}
     if args.api:
         body["reset_state"] = args.reset_state
-    return _offsets(args, "POST", "/reset", body, "reset")
+    return _offsets(
+        args,
+        "POST",
+        "/reset",
+        body,
+        lambda o, reset: o.reset(
+            args.to, timestamp_ms=args.timestamp, topics=args.topic or None, reset_state=reset
+        ),
+    )
 
 
 def _offsets_delete(args: argparse.Namespace) -> int:
-    return _offsets(args, "DELETE", "", None, "delete")
+    return _offsets(args, "DELETE", "", None, lambda o, reset: o.delete(reset_state=reset))
 
 
 def _dev_up(args: argparse.Namespace) -> int:

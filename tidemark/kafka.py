@@ -190,12 +190,12 @@ def last_value(consumer: Consumer, topic: str, key: bytes) -> bytes | None:
 
 def read_range(
     consumer: Consumer, topic: str, partition: int, start: int, end: int, timeout: float = 30.0
-) -> list[Message]:
-    """The records of ``topic[partition]`` from ``start`` to ``end`` (assigns ``consumer``)."""
+) -> Iterator[Message]:
+    """The records of ``topic[partition]`` from ``start`` to ``end``, streamed (assigns
+    ``consumer`` until the last is read); ``timeout`` bounds the whole read."""
     if start >= end:
-        return []
+        return
     consumer.assign([TopicPartition(topic, partition, start)])
-    out: list[Message] = []
     deadline = time.monotonic() + timeout
     position = start
     try:
@@ -205,7 +205,6 @@ def read_range(
             for msg in data_messages(consumer.consume(1000, 0.2)):
                 position = (msg.offset() or 0) + 1
                 if position <= end:
-                    out.append(msg)
+                    yield msg
     finally:
         consumer.unassign()
-    return out
