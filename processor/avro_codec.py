@@ -42,7 +42,7 @@ from processor.errors import InputError, RawMessage
 from processor.registry import SchemaCache, UnknownSchemaError
 
 MAGIC = b"\x00"
-_HEADER = struct.Struct(">bI")
+HEADER = struct.Struct(">bI")
 
 
 class _Decoded:
@@ -124,17 +124,17 @@ class AvroCodec:
         """``change.after`` framed with the id of the value schema it was decoded with."""
         decoded: _Decoded = change.schema
         layout = decoded.layout
-        header = _HEADER.pack(0, layout.schema_id)
+        header = HEADER.pack(0, layout.schema_id)
         if not change.toast:  # unchanged: the row's bytes are in the message
             return header + decoded.raw[decoded.row : decoded.rest]
         return header + _write(layout.row, change.after)
 
     def load(self, raw: bytes, into: int | None = None) -> Row:
         """A row from state, resolved into value schema ``into``'s row when given."""
-        schema_id = _HEADER.unpack_from(raw)[1]
+        schema_id = HEADER.unpack_from(raw)[1]
         writer = self._row(schema_id)
         reader = None if into is None or into == schema_id else self._row(into)
-        row = fastavro.schemaless_reader(io.BytesIO(raw[_HEADER.size :]), writer, reader)
+        row = fastavro.schemaless_reader(io.BytesIO(raw[HEADER.size :]), writer, reader)
         return typing.cast(Row, row)
 
     # -- input -----------------------------------------------------------------
@@ -143,13 +143,13 @@ class AvroCodec:
         """The key's bytes in state: its Avro body (the schema id is not part of it)."""
         key = msg.key
         assert key is not None
-        schema_id = _schema_id(key, msg, "key")
-        datum = _read(
-            io.BytesIO(key), _HEADER.size, self._parsed(schema_id, msg, "key")[1], msg, "key"
+        schema_id = schema_id_of(key, msg, "key")
+        datum = read_avro(
+            io.BytesIO(key), HEADER.size, self._parsed(schema_id, msg, "key")[1], msg, "key"
         )
         if self.envelope != "upsert" and (not isinstance(datum, dict) or not datum):
             raise InputError("key is not a struct of primary-key columns", msg, "key")
-        return key[_HEADER.size :]
+        return key[HEADER.size :]
 
     def decode(self, msg: RawMessage, state_key: bytes) -> Change:
         """The change in ``msg``."""
@@ -158,23 +158,23 @@ class AvroCodec:
             if self.envelope == "upsert":
                 return Change(state_key, "d", None, None, (0, msg.offset), codec=self)
             raise InputError("null value where a Debezium event was expected", msg, "not-debezium")
-        layout = self._layout(_schema_id(raw, msg, "value"), msg)
+        layout = self._layout(schema_id_of(raw, msg, "value"), msg)
         stream = io.BytesIO(raw)
         if self.envelope == "upsert":
-            row = _read(stream, _HEADER.size, layout.row, msg, "value")
+            row = read_avro(stream, HEADER.size, layout.row, msg, "value")
             _at_end(stream, raw, msg)
             if not isinstance(row, dict):
                 raise InputError("upsert value is not an Avro record", msg, "malformed")
-            decoded = _Decoded(layout, raw, _HEADER.size, len(raw))
+            decoded = _Decoded(layout, raw, HEADER.size, len(raw))
             return Change(state_key, "u", None, row, (0, msg.offset), schema=decoded)
-        if raw[_HEADER.size : _HEADER.size + 1] == layout.null_byte:
-            before, after_at = None, _HEADER.size + 1  # no old row (no REPLICA IDENTITY FULL)
+        if raw[HEADER.size : HEADER.size + 1] == layout.null_byte:
+            before, after_at = None, HEADER.size + 1  # no old row (no REPLICA IDENTITY FULL)
         else:
-            before = _read(stream, _HEADER.size, layout.before, msg, "value")["before"]
+            before = read_avro(stream, HEADER.size, layout.before, msg, "value")["before"]
             after_at = stream.tell()
-        after = _read(stream, after_at, layout.after, msg, "value")["after"]
+        after = read_avro(stream, after_at, layout.after, msg, "value")["after"]
         rest_at = stream.tell()
-        payload = _read(stream, rest_at, layout.rest, msg, "value")
+        payload = read_avro(stream, rest_at, layout.rest, msg, "value")
         _at_end(stream, raw, msg)
         payload["before"], payload["after"] = before, after
         change = debezium_change(state_key, payload, msg, TOAST_PLACEHOLDER_BYTES in raw)
@@ -187,14 +187,14 @@ class AvroCodec:
         """The output key (registered for the output topic) and the reconciled event."""
         decoded: _Decoded = change.schema
         layout, raw = decoded.layout, decoded.raw
-        parts = [_HEADER.pack(0, layout.output_id)]
+        parts = [HEADER.pack(0, layout.output_id)]
         before = emit.before
         if before is None:
             parts.append(layout.null_byte)
-        elif isinstance(before, bytes) and _HEADER.unpack_from(before)[1] == layout.schema_id:
-            parts += (layout.row_byte, before[_HEADER.size :])
+        elif isinstance(before, bytes) and HEADER.unpack_from(before)[1] == layout.schema_id:
+            parts += (layout.row_byte, before[HEADER.size :])
         elif before is change.before and self.envelope != "upsert":
-            parts.append(raw[_HEADER.size : decoded.row - len(layout.row_byte)])  # the input's
+            parts.append(raw[HEADER.size : decoded.row - len(layout.row_byte)])  # the input's
         else:
             if isinstance(before, bytes):
                 before = self.load(before, layout.schema_id)
@@ -225,9 +225,9 @@ class AvroCodec:
 
     def _output_key(self, msg: RawMessage) -> bytes | None:
         key = msg.key
-        if key is None or len(key) < _HEADER.size:
+        if key is None or len(key) < HEADER.size:
             return key
-        schema_id = _HEADER.unpack_from(key)[1]
+        schema_id = HEADER.unpack_from(key)[1]
         output_id = self._key_ids.get(schema_id)
         if output_id is None:
             assert self._cache is not None
@@ -236,16 +236,18 @@ class AvroCodec:
             self._key_ids[schema_id] = output_id
         if output_id == schema_id:
             return key
-        return _HEADER.pack(0, output_id) + key[_HEADER.size :]
+        return HEADER.pack(0, output_id) + key[HEADER.size :]
 
 
-def _schema_id(raw: bytes, msg: RawMessage, what: str) -> int:
-    if len(raw) < _HEADER.size or raw[0] != 0:
+def schema_id_of(raw: bytes, msg: RawMessage, what: str) -> int:
+    """The schema id of a Confluent wire-format key or value."""
+    if len(raw) < HEADER.size or raw[0] != 0:
         raise InputError(f"{what} is not in the Confluent Avro wire format", msg, "malformed")
-    return int(_HEADER.unpack_from(raw)[1])
+    return int(HEADER.unpack_from(raw)[1])
 
 
-def _read(stream: io.BytesIO, start: int, parsed: Any, msg: RawMessage, what: str) -> Any:
+def read_avro(stream: io.BytesIO, start: int, parsed: Any, msg: RawMessage, what: str) -> Any:
+    """One Avro datum read from ``start``; an :class:`InputError` when it is not valid."""
     stream.seek(start)
     try:
         return fastavro.schemaless_reader(stream, parsed, None)

@@ -61,8 +61,12 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-class _SchemaCache:
-    """The last schema prefix seen, its parsed schema and what was derived from it."""
+class EnvelopeSplitter:
+    """Splits JSON messages into payload and schema, parsing a repeated schema only once.
+
+    The last schema prefix seen is kept with its parsed schema (the same object
+    while it repeats).
+    """
 
     __slots__ = ("prefix", "schema")
 
@@ -99,8 +103,8 @@ class JsonCodec:
 
     def __init__(self, envelope: str) -> None:
         self.envelope = envelope
-        self._values = _SchemaCache()
-        self._keys = _SchemaCache()
+        self._values = EnvelopeSplitter()
+        self._keys = EnvelopeSplitter()
         self._out: tuple[Any, bytes] = (None, b"")
 
     # -- rows in state ---------------------------------------------------------
@@ -258,4 +262,4 @@ def output_schema(schema: dict[str, Any], envelope: str) -> dict[str, Any]:
 
 def split_envelope(raw: bytes, msg: RawMessage) -> tuple[Any, dict[str, Any] | None]:
     """``(payload, schema)`` of one JSON message, with (``{schema, payload}``) or without schema."""
-    return _SchemaCache().split(raw, msg, "value")
+    return EnvelopeSplitter().split(raw, msg, "value")

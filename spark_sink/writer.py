@@ -1,9 +1,11 @@
-"""Iceberg tables: creation, the committed offsets, and the MERGE that carries them.
+"""Iceberg tables: creation, evolution, the committed offsets, and the MERGE that carries them.
 
 The offsets a batch consumed are written as the snapshot summary property
 ``tidemark.offsets`` of the very commit that holds the batch's rows, through
 Iceberg's ``CommitMetadata.withCommitProperties``: data and offsets are one
-atomic commit, so a restart resumes exactly after the last merged batch.
+atomic commit, so a restart resumes exactly after the last merged batch. They
+are read back from the newest snapshot in the current snapshot's lineage that
+carries them (``tidemark sink maintain`` carries them into its own commits).
 """
 
 from __future__ import annotations
@@ -13,14 +15,17 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from spark_sink.schema import Column, SchemaError
+from spark_sink.schema import Evolution, SchemaError, Spec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 OFFSETS_PROPERTY = "tidemark.offsets"
-DELETED = "__tidemark_deleted"
-OFFSET = "__tidemark_offset"
+KEY_PROPERTY = "tidemark.key"
+#: Columns of a batch that are not table columns.
+OFFSET, DELETED, TIME = "__tidemark_offset", "__tidemark_deleted", "__tidemark_time"
+#: Soft-delete columns of a table (``sink.soft_delete``).
+SOFT_DELETED, SOFT_DELETED_AT = "tidemark_deleted", "tidemark_deleted_at"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -31,66 +36,140 @@ def quote(name: str) -> str:
     return f"`{name}`"
 
 
+def parse_offsets(text: str) -> dict[int, int]:
+    """The offsets of a snapshot summary property."""
+    return {int(p): int(o) for p, o in orjson.loads(text).items()}
+
+
+def format_offsets(offsets: dict[int, int]) -> str:
+    """Offsets as a snapshot summary property."""
+    return orjson.dumps({str(p): o for p, o in sorted(offsets.items())}).decode()
+
+
 class Table:
     """One Iceberg table fed by one reconciled topic."""
 
-    def __init__(self, spark: SparkSession, catalog: str, namespace: str, name: str) -> None:
+    def __init__(
+        self, spark: SparkSession, catalog: str, namespace: str, name: str, soft_delete: bool
+    ) -> None:
         self.spark = spark
+        self.path = f"{catalog}.{namespace}.{name}"
         self.namespace = f"{quote(catalog)}.{quote(namespace)}"
         self.name = f"{self.namespace}.{quote(name)}"
+        self.soft_delete = soft_delete
 
     def exists(self) -> bool:
         """Whether the table was created."""
-        return bool(self.spark.catalog.tableExists(self.name.replace("`", "")))
+        return bool(self.spark.catalog.tableExists(self.path))
 
-    def create(self, columns: list[Column]) -> None:
+    def create(self, columns: list[Spec], keys: list[str], write_mode: str) -> None:
         """Create the table (and its namespace) when missing."""
         self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {self.namespace}")
-        body = ", ".join(f"{quote(c.name)} {c.sql_type}" for c in columns)
+        extra = [Spec(SOFT_DELETED, "boolean"), Spec(SOFT_DELETED_AT, "timestamp")]
+        body = ", ".join(
+            f"{quote(c.name)} {c.sql_type}" for c in columns + (extra if self.soft_delete else [])
+        )
+        key = orjson.dumps(keys).decode().replace("'", "")
         self.spark.sql(
-            f"CREATE TABLE IF NOT EXISTS {self.name} ({body}) USING iceberg "
-            "TBLPROPERTIES ('format-version'='2', 'write.merge.mode'='copy-on-write')"
+            f"CREATE TABLE IF NOT EXISTS {self.name} ({body}) USING iceberg TBLPROPERTIES ("
+            f"'format-version'='2', 'write.merge.mode'='{write_mode}', "
+            f"'write.update.mode'='{write_mode}', 'write.delete.mode'='{write_mode}', "
+            f"'{KEY_PROPERTY}'='{key}')"
         )
 
-    def committed_offsets(self) -> dict[int, int]:
-        """Next offset per partition, from the newest snapshot that carries them."""
+    def columns(self) -> list[Spec]:
+        """The table's columns (the soft-delete columns left out)."""
+        fields = self.spark.table(self.path).schema.fields
+        return [
+            Spec(f.name, f.dataType.simpleString())
+            for f in fields
+            if f.name not in (SOFT_DELETED, SOFT_DELETED_AT)
+        ]
+
+    def key_names(self) -> list[str]:
+        """The primary-key columns recorded when the table was created (``[]`` if none)."""
+        rows = self.spark.sql(f"SHOW TBLPROPERTIES {self.name} ('{KEY_PROPERTY}')").collect()
+        value = rows[0]["value"] if rows else ""
+        return list(orjson.loads(value)) if value.startswith("[") else []
+
+    def evolve(self, evolution: Evolution) -> None:
+        """Add and widen columns (metadata-only commits, before the batch's data commit)."""
+        for name, sql_type in evolution.add:
+            self.spark.sql(f"ALTER TABLE {self.name} ADD COLUMNS ({quote(name)} {sql_type})")
+        for name, sql_type in evolution.widen:
+            self.spark.sql(f"ALTER TABLE {self.name} ALTER COLUMN {quote(name)} TYPE {sql_type}")
+
+    def iceberg(self) -> Any:
+        """The table through Iceberg's Java API (py4j)."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(
+            self.spark._jsparkSession, self.path
+        )
+
+    def committed(self) -> tuple[dict[int, int], Any]:
+        """``(next offset per partition, the snapshot that holds them)`` from the lineage."""
         if not self.exists():
-            return {}
-        rows = self.spark.sql(
-            f"SELECT summary['{OFFSETS_PROPERTY}'] AS offsets FROM {self.name}.snapshots "
-            f"WHERE summary['{OFFSETS_PROPERTY}'] IS NOT NULL "
-            "ORDER BY committed_at DESC LIMIT 1"
-        ).collect()
-        if not rows:
-            return {}
-        return {int(p): int(o) for p, o in orjson.loads(rows[0]["offsets"]).items()}
+            return {}, None
+        table = self.iceberg()
+        snapshot = table.currentSnapshot()
+        while snapshot is not None:
+            value = snapshot.summary().get(OFFSETS_PROPERTY)
+            if value is not None:
+                return parse_offsets(value), snapshot
+            parent = snapshot.parentId()
+            snapshot = None if parent is None else table.snapshot(parent)
+        return {}, None
 
     def merge(
         self, batch: DataFrame, keys: list[str], columns: list[str], offsets: dict[int, int]
-    ) -> None:
-        """MERGE the newest event per key of ``batch``; commit ``offsets`` with it."""
-        view = f"tidemark_batch_{abs(hash(self.name))}"
+    ) -> int:
+        """MERGE the newest event per key of ``batch``; commit ``offsets`` with it.
+
+        Returns the rows merged (events left after the newest per key was taken).
+        """
         order = ", ".join(quote(k) for k in keys)
+        view = f"tidemark_batch_{abs(hash(self.name))}"
         batch.createOrReplaceTempView(view)
-        latest = (
+        latest = self.spark.sql(
             f"SELECT * FROM (SELECT *, row_number() OVER (PARTITION BY {order} "
             f"ORDER BY {OFFSET} DESC) AS __rank FROM {view}) WHERE __rank = 1"
-        )
+        ).persist()  # MERGE reads its source twice (the files to rewrite, then the rows)
+        try:
+            merged = latest.count()
+            latest.createOrReplaceTempView(view + "_latest")
+            statement = self._statement(view + "_latest", keys, columns)
+            properties = {OFFSETS_PROPERTY: format_offsets(offsets)}
+            with_commit_properties(self.spark, properties, lambda: self.spark.sql(statement))
+        finally:
+            latest.unpersist()
+            self.spark.catalog.dropTempView(view)
+            self.spark.catalog.dropTempView(view + "_latest")
+        return merged
+
+    def _statement(self, source: str, keys: list[str], columns: list[str]) -> str:
         on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
-        sets = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in columns)
-        names = ", ".join(quote(c) for c in columns)
-        values = ", ".join(f"s.{quote(c)}" for c in columns)
-        statement = (
-            f"MERGE INTO {self.name} t USING ({latest}) s ON {on} "
-            f"WHEN MATCHED AND s.{DELETED} THEN DELETE "
-            f"WHEN MATCHED THEN UPDATE SET {sets} "
-            f"WHEN NOT MATCHED AND NOT s.{DELETED} THEN INSERT ({names}) VALUES ({values})"
+        sets = [f"t.{quote(c)} = s.{quote(c)}" for c in columns]
+        names = [quote(c) for c in columns]
+        values = [f"s.{quote(c)}" for c in columns]
+        if not self.soft_delete:
+            return (
+                f"MERGE INTO {self.name} t USING {source} s ON {on} "
+                f"WHEN MATCHED AND s.{DELETED} THEN DELETE "
+                f"WHEN MATCHED THEN UPDATE SET {', '.join(sets)} "
+                f"WHEN NOT MATCHED AND NOT s.{DELETED} "
+                f"THEN INSERT ({', '.join(names)}) VALUES ({', '.join(values)})"
+            )
+        flag, at = quote(SOFT_DELETED), quote(SOFT_DELETED_AT)
+        return (
+            f"MERGE INTO {self.name} t USING {source} s ON {on} "
+            f"WHEN MATCHED AND s.{DELETED} AND NOT t.{flag} "
+            f"THEN UPDATE SET t.{flag} = true, t.{at} = s.{TIME} "
+            f"WHEN MATCHED AND NOT s.{DELETED} "
+            f"THEN UPDATE SET {', '.join(sets)}, t.{flag} = false, t.{at} = NULL "
+            f"WHEN NOT MATCHED AND NOT s.{DELETED} THEN INSERT ({', '.join(names + [flag, at])}) "
+            f"VALUES ({', '.join(values)}, false, NULL)"
         )
-        properties = {
-            OFFSETS_PROPERTY: orjson.dumps({str(p): o for p, o in sorted(offsets.items())}).decode()
-        }
-        with_commit_properties(self.spark, properties, lambda: self.spark.sql(statement))
-        self.spark.catalog.dropTempView(view)
 
 
 class _Callable:

@@ -59,6 +59,13 @@ def _parser() -> argparse.ArgumentParser:
     sink.add_argument(
         "--once", action="store_true", help="drain every topic to its current end, then exit"
     )
+    sink_sub = sink.add_subparsers(dest="sink_command")
+    command(
+        "maintain",
+        _sink_maintain,
+        "compact small files and expire old snapshots of the sink's tables",
+        sink_sub,
+    )
     demo = command("demo", _demo, "run the whole pipeline on embedded components and verify it")
     demo.add_argument("--run-dir", default=".tidemark/demo", help="folder for logs and data")
 
@@ -157,6 +164,18 @@ def _sink(args: argparse.Namespace) -> int:
     from spark_sink.job import run_sink
 
     return run_sink(config, once=args.once)
+
+
+def _sink_maintain(args: argparse.Namespace) -> int:
+    config = _config(args)
+    from spark_sink.maintain import maintain
+
+    for done in maintain(config):
+        print(
+            f"{done.table}: {done.rewritten_files} files compacted into {done.added_files}, "
+            f"{done.expired_snapshots} snapshots expired ({done.deleted_files} files deleted)"
+        )
+    return 0
 
 
 def _demo(args: argparse.Namespace) -> int:

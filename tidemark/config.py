@@ -123,15 +123,45 @@ class SnapshotConfig:
 class SinkConfig:
     """The Spark job that merges reconciled topics into Iceberg (``tidemark sink``)."""
 
+    #: The Iceberg catalog: ``hadoop`` (a warehouse folder; local disks only, it has no
+    #: atomic commits on object stores), ``jdbc`` (tables listed in a database), ``rest``
+    #: or ``hive`` (``catalog_uri`` names the service).
+    catalog_type: Literal["hadoop", "jdbc", "rest", "hive"] = "hadoop"
     catalog_name: str = "lake"
-    catalog_type: Literal["hadoop"] = "hadoop"
+    #: ``jdbc:postgresql://host:port/db`` for ``jdbc``, ``http(s)://`` for ``rest``,
+    #: ``thrift://`` for ``hive``.
+    catalog_uri: str = ""
+    catalog_user: str = ""
+    #: Pass it as ``TIDEMARK_SINK__CATALOG_PASSWORD``; never logged.
+    catalog_password: str = field(default="", repr=False)
+    #: Extra catalog properties (``spark.sql.catalog.<name>.<key>``), e.g. an ``io-impl``.
+    catalog_properties: dict[str, str] = field(default_factory=dict)
+    #: A folder or a URI (``s3://...``: use a catalog with atomic commits, not ``hadoop``).
     warehouse: str = ".tidemark/warehouse"
     spark_master: str = "local[2]"
-    #: Regular expression of reconciled topics; default: ``<prefix>.reconciled.*``.
+    #: Reconciled topics by name; with ``topic_pattern``, the union of both.
+    topics: list[str] = field(default_factory=list)
+    #: Regular expression of reconciled topics; default (no ``topics`` either):
+    #: ``<prefix>.reconciled.*``.
     topic_pattern: str = ""
     #: Most records read per topic-partition in one micro-batch.
     max_records_per_partition: int = 500_000
     trigger_interval_s: float = 10.0
+    #: Deletes set ``tidemark_deleted`` and ``tidemark_deleted_at`` instead of removing rows.
+    soft_delete: bool = False
+    #: How new tables apply updates and deletes: ``copy-on-write`` rewrites the data files
+    #: they touch; ``merge-on-read`` writes delete files (compacted by ``sink maintain``).
+    write_mode: Literal["copy-on-write", "merge-on-read"] = "copy-on-write"
+    #: Prometheus metrics of the driver on this port (0: none).
+    metrics_port: int = 9108
+    #: Loopback by default; ``0.0.0.0`` where Prometheus scrapes from outside (Kubernetes).
+    metrics_host: str = "127.0.0.1"
+    #: ``tidemark sink maintain``: target size of compacted files, the fewest files worth a
+    #: rewrite, and which snapshots to keep (the newest one with the offsets always stays).
+    target_file_size_mb: int = 128
+    min_input_files: int = 5
+    snapshot_retention_hours: float = 24.0
+    retain_last_snapshots: int = 5
     #: Extra Spark settings (``spark.*`` keys).
     spark_conf: dict[str, str] = field(default_factory=dict)
 
@@ -182,8 +212,8 @@ class Config:
         return chosen.get(table, self.processor.envelope)
 
     def sink_pattern(self) -> str:
-        """The sink's input topics."""
-        if self.sink.topic_pattern:
+        """The sink's input topics by pattern (``""``: only those of ``sink.topics``)."""
+        if self.sink.topic_pattern or self.sink.topics:
             return self.sink.topic_pattern
         return rf"^{re.escape(self.source.topic_prefix)}\.reconciled\.[^.]+\.[^.]+$"
 
@@ -199,14 +229,18 @@ _POSITIVE = {
     ("snapshot", "chunk_target_seconds"),
     ("sink", "max_records_per_partition"),
     ("sink", "trigger_interval_s"),
+    ("sink", "target_file_size_mb"),
+    ("sink", "min_input_files"),
+    ("sink", "retain_last_snapshots"),
     ("dev", "heartbeat_interval_ms"),
 }
-_SECRETS = {"password", "schema_registry_password"}
+_SECRETS = {"password", "schema_registry_password", "catalog_password"}
 _PORTS = {
     ("source", "port"),
     ("processor", "web_port"),
     ("dev", "broker_port"),
     ("dev", "postgres_port"),
+    ("sink", "metrics_port"),
 }
 
 
@@ -355,6 +389,13 @@ def _check_ranges(config: Config) -> None:
         raise ConfigError("snapshot.signal_table: expected 'schema.table'")
     if not re.fullmatch(r"[A-Za-z0-9_-]+", config.source.topic_prefix):
         raise ConfigError("source.topic_prefix: use letters, digits, '_' and '-' only")
+    sink = config.sink
+    if sink.catalog_type != "hadoop" and not sink.catalog_uri:
+        raise ConfigError(f"sink.catalog_uri: a {sink.catalog_type} catalog needs its URI")
+    if sink.snapshot_retention_hours < 0:
+        raise ConfigError("sink.snapshot_retention_hours: must be 0 or more")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", sink.catalog_name):
+        raise ConfigError("sink.catalog_name: use letters, digits and '_' only")
     if not re.fullmatch(r"[A-Za-z0-9_-]+", config.processor.pipeline):
         raise ConfigError("processor.pipeline: use letters, digits, '_' and '-' only")
 

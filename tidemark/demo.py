@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -25,6 +25,9 @@ from tidemark.config import Config
 from tidemark.devstack.stack import DevStack
 from tidemark.ports import free_port
 from tidemark.verify import TableComparison, compare_rows, primary_key, source_rows, wait_caught_up
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 SCHEMA_SQL = """
 CREATE TABLE customers (
@@ -195,34 +198,37 @@ def _update(cur: psycopg.Cursor[Any], rng: random.Random, customers: int) -> Non
 
 
 def sink_and_compare(
-    config: Config, schema: str = "public", tables: tuple[str, ...] = TABLES
+    config: Config,
+    schema: str = "public",
+    tables: tuple[str, ...] = TABLES,
+    spark: SparkSession | None = None,
 ) -> list[TableComparison]:
     """Run the sink once, then compare each source table with its Iceberg table."""
     from spark_sink.job import run_sink
     from spark_sink.session import create_session
 
-    spark = create_session(config)
+    session = spark if spark is not None else create_session(config)
     try:
-        run_sink(config, once=True, spark=spark)
-        results = []
-        for table in tables:
-            columns, rows = source_rows(config, schema, table)
-            lake = [
-                r.asDict()
-                for r in spark.table(f"{config.sink.catalog_name}.{schema}.{table}").collect()
-            ]
-            results.append(
-                compare_rows(
-                    table,
-                    primary_key(config, schema, table),
-                    columns,
-                    [dict(zip(columns, r, strict=True)) for r in rows],
-                    lake,
-                )
-            )
-        return results
+        run_sink(config, once=True, spark=session)
+        return [compare_table(config, session, schema, table) for table in tables]
     finally:
-        spark.stop()
+        if spark is None:
+            session.stop()
+
+
+def compare_table(config: Config, spark: SparkSession, schema: str, table: str) -> TableComparison:
+    """One source table against its Iceberg table."""
+    columns, rows = source_rows(config, schema, table)
+    lake = [
+        r.asDict() for r in spark.table(f"{config.sink.catalog_name}.{schema}.{table}").collect()
+    ]
+    return compare_rows(
+        table,
+        primary_key(config, schema, table),
+        columns,
+        [dict(zip(columns, r, strict=True)) for r in rows],
+        lake,
+    )
 
 
 def print_results(results: list[TableComparison]) -> None:

@@ -169,6 +169,8 @@ def canonical(value: Any) -> str:
         return format(value.normalize(), "f")
     if isinstance(value, uuid.UUID):
         return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
     if isinstance(value, dict | list):
         return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
     if isinstance(value, str) and value[:1] in "{[":

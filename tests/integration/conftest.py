@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -10,6 +11,9 @@ from tests.integration.processes import Processor
 from tidemark.config import Config, ProcessorConfig, SinkConfig
 from tidemark.devstack.stack import DevStack
 from tidemark.ports import free_port
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 #: The shared processor's input: every change topic but the signal, heartbeat and ``iso_*``
 #: tables, which tests give to processors of their own (``processes.pipeline_config``).
@@ -29,7 +33,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevStack]:
             state_dir=str(run_dir / "state"),
             input_pattern=SHARED_INPUT,
         ),
-        sink=SinkConfig(warehouse=str(run_dir / "warehouse"), topic_pattern=SHARED_OUTPUT),
+        sink=SinkConfig(
+            warehouse=str(run_dir / "warehouse"), topic_pattern=SHARED_OUTPUT, metrics_port=0
+        ),
     )
     dev = DevStack(run_dir, base)
     dev.up()
@@ -47,3 +53,15 @@ def processor(stack: DevStack) -> Iterator[int]:
         yield stack.config.processor.web_port
     finally:
         shared.stop()
+
+
+@pytest.fixture(scope="session")
+def spark(stack: DevStack) -> Iterator[SparkSession]:
+    """One Spark session for the in-process sinks of every test (each adds its own catalog)."""
+    from spark_sink.session import create_session
+
+    session = create_session(stack.config)
+    try:
+        yield session
+    finally:
+        session.stop()

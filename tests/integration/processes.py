@@ -269,3 +269,75 @@ def final_rows(events: list[Event]) -> dict[tuple[Any, ...], dict[str, Any]]:
     for event in events:
         last[tuple(event.key.values())] = event.after
     return {k: v for k, v in last.items() if v is not None}
+
+
+class SinkProcess:
+    """One ``tidemark sink`` of a test in a process group of its own (the driver, its JVM and
+    Python workers), started through the stack (pid recorded)."""
+
+    def __init__(self, stack: DevStack, config: Config, name: str) -> None:
+        self.stack, self.name = stack, name
+        self.path = stack.run_dir / f"{name}.yaml"
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(dump_config(config))
+        self.pid = 0
+        self._log_from = 0
+
+    @property
+    def log(self) -> Path:
+        return self.stack.run_dir / f"{self.name}.log"
+
+    def start(self, *args: str, failpoint: str = "") -> SinkProcess:
+        """``tidemark sink <args>``; ``failpoint``: ``TIDEMARK_FAILPOINT`` for the driver and
+        its executors."""
+        cmd = [sys.executable, "-m", "tidemark.cli", "sink", *args, "--config", str(self.path)]
+        env = {"TIDEMARK_FAILPOINT": failpoint} if failpoint else {}
+        self._log_from = self.log.stat().st_size if self.log.exists() else 0
+        self.pid = self.stack.start_process(self.name, cmd, env)
+        return self
+
+    def alive(self) -> bool:
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self.pid, os.WNOHANG)
+        return pid_alive(self.pid)
+
+    def wait(self, timeout: float = 300) -> int:
+        """The exit code once the driver ended (negative: the signal that ended it); the rest
+        of its group is killed."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                done, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                done, status = self.pid, 0
+            if done:
+                break
+            assert time.monotonic() < deadline, f"{self.name} did not end: {self.log_tail()}"
+            time.sleep(0.02)
+        self._end_group()
+        return os.waitstatus_to_exitcode(status)
+
+    def kill(self) -> None:
+        """SIGKILL the whole group at once: driver, JVM and workers."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, signal.SIGKILL)
+        assert self.wait(30) == -signal.SIGKILL
+
+    def terminate(self) -> None:
+        os.kill(self.pid, signal.SIGTERM)
+
+    def _end_group(self) -> None:
+        # The group keeps the driver's pid as its id while any member lives: safe to signal.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)
+        self.stack.stop_process(self.name)  # forget the record (the pid is gone)
+
+    def output(self) -> str:
+        """What the last run wrote to the log."""
+        with open(self.log, "rb") as log:
+            log.seek(self._log_from)
+            return log.read().decode(errors="replace")
+
+    def log_tail(self) -> str:
+        return self.output()[-4000:]

@@ -16,6 +16,7 @@ import urllib.request
 
 import psycopg
 import pytest
+from pyspark.sql import SparkSession
 
 from tidemark.demo import apply_burst, fill, print_results, sink_and_compare
 from tidemark.devstack.stack import DevStack
@@ -50,7 +51,7 @@ def run_sink_once(stack: DevStack) -> None:
 
 
 def test_iceberg_tables_equal_the_source_after_changes_while_running(
-    sample: DevStack, processor: int
+    sample: DevStack, processor: int, spark: SparkSession
 ) -> None:
     config = sample.config
     rng = random.Random(2)
@@ -69,7 +70,9 @@ def test_iceberg_tables_equal_the_source_after_changes_while_running(
         conn.execute("DELETE FROM order_items WHERE order_id % 5 = 0")
         conn.execute("INSERT INTO customers VALUES (100000, 'late', NULL, true, NULL, now())")
     wait_caught_up(config)
-    results = sink_and_compare(config)  # drains the second round in-process, then compares
+    results = sink_and_compare(
+        config, spark=spark
+    )  # drains the second round in-process, then compares
     print_results(results)
     assert [r.table for r in results] == ["customers", "orders", "order_items"]
     assert all(r.source_rows > 0 for r in results)

@@ -44,6 +44,16 @@ def test_password_is_not_in_repr(tmp_path: Path) -> None:
     assert "hunter2" not in repr(config)
 
 
+def test_the_catalog_password_comes_from_the_environment_and_stays_out_of_repr(
+    tmp_path: Path,
+) -> None:
+    text = "sink:\n  catalog_type: jdbc\n  catalog_uri: jdbc:postgresql://db/iceberg\n"
+    environ = {"TIDEMARK_SINK__CATALOG_PASSWORD": "007"}
+    config = load_config(write(tmp_path, text), environ=environ)
+    assert config.sink.catalog_password == "007"
+    assert "007" not in repr(config)
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -61,6 +71,9 @@ def test_password_is_not_in_repr(tmp_path: Path) -> None:
         ("processor:\n  web_port: 70000\n", "processor.web_port: 70000 is not a port number"),
         ("sink:\n  topic_pattern: '('\n", "sink.topic_pattern: not a valid regular expression"),
         ("source:\n  topic_prefix: 'a.b'\n", "source.topic_prefix: use letters"),
+        ("sink:\n  catalog_type: jdbc\n", "sink.catalog_uri: a jdbc catalog needs its URI"),
+        ("sink:\n  catalog_type: glue\n", "sink.catalog_type: 'glue' is not one of"),
+        ("sink:\n  catalog_name: 'lake; DROP'\n", "sink.catalog_name: use letters"),
         ("kafka: {bootstrap_servers: [\n", "not valid YAML"),
         ("- just\n- a list\n", "the top level must be a mapping"),
     ],

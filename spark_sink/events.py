@@ -1,0 +1,228 @@
+"""Reconciled events decoded for the sink, from JSON or Avro, into rows of a planned table.
+
+The decoding is the processor's: JSON through its envelope splitter (a repeated
+schema is parsed once), Avro in the Confluent wire format through its registry
+cache and Avro reader. Runs in Spark executors.
+
+A batch is planned on the driver from a sample of its events' schemas
+(:mod:`spark_sink.reader`). An event whose schema has a column the plan lacks,
+or a type the planned column cannot hold, raises :class:`SchemaDrift`; the
+driver then plans from every schema in the batch and runs it again. An event
+that cannot be decoded at all raises :class:`TableStop`: the sink's input is
+the processor's output, so that is a bug or a foreign writer, and the table
+stops with the message's coordinates rather than skip it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+
+from processor.avro_codec import HEADER, MAGIC, read_avro, schema_id_of
+from processor.errors import InputError, RawMessage
+from processor.json_codec import EnvelopeSplitter
+from processor.registry import SchemaCache, UnknownSchemaError
+from spark_sink.schema import (
+    INFERRED_CONVERTERS,
+    Column,
+    SchemaError,
+    Spec,
+    column_from_connect,
+    columns_from_avro,
+    columns_from_envelope,
+    connect_field_from_avro,
+    specs_from_values,
+    widens,
+)
+
+#: Markers that carry an executor's verdict through Spark's exception text to the driver.
+DRIFT_MARKER = "tidemark-schema-drift"
+STOP_MARKER = "tidemark-table-stop"
+UTC = dt.UTC
+
+
+class SchemaDrift(Exception):  # noqa: N818 - a signal to re-plan, not a failure
+    """An event does not fit the batch's plan: plan again from every schema in the batch."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"{DRIFT_MARKER}: {reason}")
+
+
+class TableStop(Exception):  # noqa: N818 - named for what happens
+    """An event cannot be materialized; its table stops with this message."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"{STOP_MARKER}: {reason}")
+
+
+#: A decoded event: ``(deleted, key or row, the row's columns or None when schemaless)``.
+Decoded = tuple[bool, dict[str, Any], list[Column] | None]
+
+
+class EventDecoder:
+    """Decodes the reconciled events of one topic (any mix of JSON and Avro)."""
+
+    def __init__(self, schemas: SchemaCache | None) -> None:
+        self._schemas = schemas
+        self._values = EnvelopeSplitter()
+        self._keys = EnvelopeSplitter()
+        self._json_schema: dict[str, Any] | None = None
+        self._json_columns: list[Column] = []
+        self._by_schema: dict[Any, list[Column]] = {}
+
+    def decode(self, msg: RawMessage) -> Decoded:
+        """The event in ``msg``: a row to upsert, or the key of a row to delete."""
+        raw = msg.value
+        if raw is None:
+            return True, self.key(msg), None
+        columns: list[Column] | None
+        if raw[:1] == MAGIC:
+            payload, columns = self._avro(raw, msg)
+        else:
+            payload, schema = self._values.split(raw, msg, "value")
+            columns = None if schema is None else self._json(schema)
+        if not isinstance(payload, dict):
+            raise InputError("value is not a Debezium envelope", msg, "not-debezium")
+        after = payload.get("after")
+        if payload.get("op") == "d" or after is None:
+            return True, self.key(msg), None
+        if not isinstance(after, dict):
+            raise InputError("'after' is not a row", msg, "not-debezium")
+        return False, after, columns
+
+    def key(self, msg: RawMessage) -> dict[str, Any]:
+        """The key's primary-key columns, converted to their column types."""
+        raw = msg.key
+        if raw is None:
+            raise InputError("reconciled event without a key", msg, "no-key")
+        if raw[:1] == MAGIC:
+            document, parsed = self._schema(schema_id_of(raw, msg, "key"), msg)
+            key = read_avro(io.BytesIO(raw), HEADER.size, parsed, msg, "key")
+            converters = {
+                c.name: c.convert
+                for c in self._cached(("key", id(document)), lambda: _avro_key_columns(document))
+            }
+        else:
+            key, schema = self._keys.split(raw, msg, "key")
+            converters = {}
+            if isinstance(schema, dict):
+                converters = {
+                    c.name: c.convert
+                    for c in self._cached(
+                        orjson.dumps(schema),
+                        lambda: [column_from_connect(f) for f in schema.get("fields", [])],
+                    )
+                }
+        if not isinstance(key, dict) or not key:
+            raise InputError("key is not a struct of primary-key columns", msg, "key")
+        return {name: converters.get(name, _same)(value) for name, value in key.items()}
+
+    def _json(self, schema: dict[str, Any]) -> list[Column]:
+        if schema is not self._json_schema:
+            self._json_schema = schema
+            self._json_columns = self._cached(
+                orjson.dumps(schema), lambda: columns_from_envelope(schema)
+            )
+        return self._json_columns
+
+    def _avro(self, raw: bytes, msg: RawMessage) -> tuple[Any, list[Column]]:
+        schema_id = schema_id_of(raw, msg, "value")
+        document, parsed = self._schema(schema_id, msg)
+        payload = read_avro(io.BytesIO(raw), HEADER.size, parsed, msg, "value")
+        return payload, self._cached(("value", schema_id), lambda: columns_from_avro(document))
+
+    def _schema(self, schema_id: int, msg: RawMessage) -> tuple[dict[str, Any], Any]:
+        if self._schemas is None:
+            raise InputError("Avro event but no schema registry is configured", msg, "schema")
+        try:
+            return self._schemas.get(schema_id)
+        except UnknownSchemaError as exc:
+            raise InputError(str(exc), msg, "schema") from None
+
+    def _cached(self, key: Any, make: Callable[[], list[Column]]) -> list[Column]:
+        found = self._by_schema.get(key)
+        if found is None:
+            try:
+                found = self._by_schema[key] = make()
+            except (SchemaError, KeyError, StopIteration, TypeError) as exc:
+                raise SchemaError(f"event schema cannot be mapped to columns: {exc}") from None
+        return found
+
+
+def _avro_key_columns(document: dict[str, Any]) -> list[Column]:
+    return [column_from_connect(connect_field_from_avro(f)) for f in document.get("fields", [])]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def specs_of(decoded: Decoded) -> list[Spec]:
+    """The column specs an event brings (none for a delete)."""
+    deleted, row, columns = decoded
+    if deleted:
+        return []
+    if columns is not None:
+        return [c.spec for c in columns]
+    return specs_from_values(row)
+
+
+class RowBuilder:
+    """Rows ``(offset, deleted, time, *planned columns)`` of decoded events."""
+
+    def __init__(self, planned: list[Spec], key_names: list[str]) -> None:
+        self.planned = planned
+        self.index = {name: i for i, (name, _) in enumerate(planned)}
+        self.key_names = key_names
+        self._layouts: dict[int, list[tuple[int, str, Callable[[Any], Any]]]] = {}
+
+    def row(self, offset: int, timestamp_ms: int, decoded: Decoded) -> tuple[Any, ...]:
+        """The row of one decoded event; :class:`SchemaDrift` when it does not fit the plan."""
+        deleted, row, columns = decoded
+        values: list[Any] = [None] * len(self.planned)
+        if deleted:
+            for name in self.key_names:
+                if name not in row:
+                    raise TableStop(f"delete at offset {offset}: key has no column {name}")
+                values[self.index[name]] = row[name]
+        elif columns is not None:
+            for at, name, convert in self._layout(columns):
+                values[at] = convert(row.get(name))
+        else:
+            self._schemaless(row, values)
+        when = dt.datetime.fromtimestamp(timestamp_ms / 1000, UTC)
+        return (offset, deleted, when, *values)
+
+    def _layout(self, columns: list[Column]) -> list[tuple[int, str, Callable[[Any], Any]]]:
+        layout = self._layouts.get(id(columns))  # the decoder keeps every columns list alive
+        if layout is None:
+            layout = []
+            for column in columns:
+                at = self.index.get(column.name)
+                if at is None:
+                    raise SchemaDrift(f"column {column.name} is not in the batch's plan")
+                planned = self.planned[at].sql_type
+                if not widens(column.sql_type, planned):
+                    raise SchemaDrift(f"column {column.name} is {column.sql_type}, not {planned}")
+                layout.append((at, column.name, column.convert))
+            self._layouts[id(columns)] = layout
+        return layout
+
+    def _schemaless(self, row: dict[str, Any], values: list[Any]) -> None:
+        for name, value in row.items():
+            if value is None:
+                continue
+            at = self.index.get(name)
+            if at is None:
+                raise SchemaDrift(f"column {name} is not in the batch's plan")
+            convert = INFERRED_CONVERTERS.get(self.planned[at].sql_type)
+            try:
+                if convert is None:
+                    raise ValueError(f"a schemaless value cannot fill a {self.planned[at]} column")
+                values[at] = convert(value)
+            except ValueError as exc:
+                raise SchemaDrift(f"column {name}: {exc}") from None

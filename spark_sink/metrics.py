@@ -1,0 +1,33 @@
+"""Prometheus metrics of the sink's driver (served on ``sink.metrics_port``)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+BATCHES = Counter("tidemark_sink_batches_total", "Micro-batches merged into a table", ["table"])
+ROWS_MERGED = Counter(
+    "tidemark_sink_rows_merged_total",
+    "Rows merged into a table (the newest event per key of each batch)",
+    ["table"],
+)
+BATCH_SECONDS = Histogram(
+    "tidemark_sink_batch_seconds",
+    "Time to plan, read, merge and commit one table's micro-batch",
+    ["table"],
+    buckets=(0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320),
+)
+LAG = Gauge(
+    "tidemark_sink_lag",
+    "Records of a reconciled topic's partition not yet committed to its table",
+    ["topic", "partition"],
+)
+COMMITTED_OFFSET = Gauge(
+    "tidemark_sink_committed_offset",
+    "Next offset to read per partition, as committed with the table's data",
+    ["topic", "partition"],
+)
+TABLE_STOPPED = Gauge(
+    "tidemark_sink_table_stopped",
+    "1 while a table is stopped by an error (an incompatible schema change, an undecodable event)",
+    ["table"],
+)

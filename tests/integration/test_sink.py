@@ -1,0 +1,263 @@
+"""The Spark sink against real Debezium output: schema evolution, soft deletes, the JDBC
+catalog on PostgreSQL, and maintenance that keeps the committed offsets.
+
+A processor of its own reconciles the ``iso_sink_*`` tables; each test merges
+them into a catalog of its own through the session's Spark, with a
+:class:`~spark_sink.job.Sink` kept between batches (no restart) unless the test
+restarts it on purpose.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from prometheus_client import REGISTRY
+from psycopg import sql
+from pyspark.sql import SparkSession
+
+from spark_sink.job import Sink
+from spark_sink.session import create_session
+from tests.integration.processes import Processor, pipeline_config
+from tidemark.config import Config, dump_config
+from tidemark.demo import compare_table
+from tidemark.devstack.stack import DevStack
+from tidemark.verify import wait_caught_up
+
+pytestmark = pytest.mark.integration
+
+TABLES = {
+    "iso_sink_evo": "id int PRIMARY KEY, name text",
+    "iso_sink_bad": "id int PRIMARY KEY, label text",
+    "iso_sink_soft": "id int PRIMARY KEY, v text",
+    "iso_sink_keys": "region text, n int, amount numeric(10,2), at timestamptz, "
+    "PRIMARY KEY (region, n)",
+}
+
+
+@pytest.fixture(scope="module")
+def pipeline(stack: DevStack) -> Iterator[Config]:
+    config = pipeline_config(stack, "sink")
+    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        for table, columns in TABLES.items():
+            conn.execute(sql.SQL("CREATE TABLE {} (" + columns + ")").format(sql.Identifier(table)))
+    processor = Processor(stack, config, "sink-processor").start()
+    try:
+        yield config
+    finally:
+        processor.stop()
+
+
+def sink_config(config: Config, catalog: str, tables: list[str], **sink: Any) -> Config:
+    """``config`` with a sink of catalog ``catalog`` (its own warehouse) reading ``tables``."""
+    prefix = config.source.topic_prefix
+    settings: dict[str, Any] = {
+        "catalog_name": catalog,
+        "warehouse": str(config.processor.state_dir + f"-{catalog}-warehouse"),
+        "topics": [f"{prefix}.reconciled.public.{t}" for t in tables],
+        "topic_pattern": "",
+        "metrics_port": 0,
+    }
+    settings.update(sink)
+    return dataclasses.replace(config, sink=dataclasses.replace(config.sink, **settings))
+
+
+def drain(sink: Sink) -> None:
+    """Merge every table to the current ends of its topic."""
+    targets = sink.ends()
+    while sink.run_batch(targets):
+        pass
+
+
+def execute(config: Config, *statements: str) -> None:
+    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)  # type: ignore[arg-type] - the tests' own literals
+
+
+def assert_equal(config: Config, spark: SparkSession, table: str) -> None:
+    result = compare_table(config, spark, "public", table)
+    assert result.equal, result
+    assert result.source_rows > 0
+
+
+def test_a_new_column_appears_and_an_incompatible_change_stops_only_its_table(
+    pipeline: Config, spark: SparkSession
+) -> None:
+    config = sink_config(pipeline, "evo", ["iso_sink_evo", "iso_sink_bad"])
+    execute(
+        config,
+        "INSERT INTO iso_sink_evo SELECT i, 'name-' || i FROM generate_series(1, 30) i",
+        "INSERT INTO iso_sink_bad SELECT i, 'label-' || i FROM generate_series(1, 30) i",
+    )
+    wait_caught_up(config)
+    sink = Sink(config, create_session(config))
+    drain(sink)
+    assert_equal(config, spark, "iso_sink_evo")
+    assert_equal(config, spark, "iso_sink_bad")
+
+    execute(
+        config,
+        "ALTER TABLE iso_sink_evo ADD COLUMN email text",
+        "UPDATE iso_sink_evo SET email = 'e' || id || '@example.org' WHERE id % 2 = 0",
+        "INSERT INTO iso_sink_evo VALUES (31, 'late', 'late@example.org')",
+        "ALTER TABLE iso_sink_bad ALTER COLUMN label TYPE integer USING length(label)",
+        "UPDATE iso_sink_bad SET label = label + 1 WHERE id <= 3",
+        "DELETE FROM iso_sink_evo WHERE id = 1",
+    )
+    wait_caught_up(config)
+    drain(sink)  # the same sink: no restart
+
+    assert_equal(config, spark, "iso_sink_evo")
+    columns = [f.name for f in spark.table("evo.public.iso_sink_evo").schema.fields]
+    assert columns == ["id", "name", "email"]
+    bad = "tidemark.reconciled.public.iso_sink_bad"
+    assert list(sink.stopped) == [bad]
+    assert "column label changed from string to int" in sink.stopped[bad]
+    stopped = REGISTRY.get_sample_value(
+        "tidemark_sink_table_stopped", {"table": "evo.public.iso_sink_bad"}
+    )
+    assert stopped == 1
+    # the stopped table keeps what it had; its type never changed
+    assert spark.table("evo.public.iso_sink_bad").count() == 30
+    assert dict(spark.table("evo.public.iso_sink_bad").dtypes)["label"] == "string"
+
+    # and the running table keeps going
+    execute(config, "UPDATE iso_sink_evo SET email = NULL WHERE id = 2")
+    wait_caught_up(config)
+    drain(sink)
+    assert_equal(config, spark, "iso_sink_evo")
+
+
+def test_soft_deletes_mark_rows_and_a_reinsert_revives_them(
+    pipeline: Config, spark: SparkSession
+) -> None:
+    config = sink_config(pipeline, "soft", ["iso_sink_soft"], soft_delete=True)
+    execute(
+        config,
+        "INSERT INTO iso_sink_soft SELECT i, 'v' || i FROM generate_series(1, 6) i",
+        "DELETE FROM iso_sink_soft WHERE id = 6",
+    )
+    wait_caught_up(config)
+    sink = Sink(config, create_session(config))
+    drain(sink)
+    # created and deleted within one batch: the table never had it
+    assert sorted(r["id"] for r in spark.table("soft.public.iso_sink_soft").collect()) == [
+        1,
+        2,
+        3,
+        4,
+        5,
+    ]
+    execute(config, "DELETE FROM iso_sink_soft WHERE id IN (2, 4)")
+    wait_caught_up(config)
+    drain(sink)
+    rows = {r["id"]: r for r in spark.table("soft.public.iso_sink_soft").collect()}
+    assert sorted(rows) == [1, 2, 3, 4, 5]
+    assert {i for i, r in rows.items() if r["tidemark_deleted"]} == {2, 4}
+    assert all(rows[i]["tidemark_deleted_at"] is not None for i in (2, 4))
+    assert all(rows[i]["tidemark_deleted_at"] is None for i in (1, 3, 5))
+    assert rows[2]["v"] == "v2"  # a soft-deleted row keeps its last values
+
+    execute(config, "INSERT INTO iso_sink_soft VALUES (2, 'again')")
+    wait_caught_up(config)
+    drain(sink)
+    row = spark.table("soft.public.iso_sink_soft").where("id = 2").collect()[0]
+    assert (row["v"], row["tidemark_deleted"], row["tidemark_deleted_at"]) == ("again", False, None)
+
+
+def snapshots(spark: SparkSession, table: str) -> int:
+    return int(spark.sql(f"SELECT count(*) AS n FROM {table}.snapshots").collect()[0]["n"])
+
+
+def data_files(spark: SparkSession, table: str) -> int:
+    return int(spark.sql(f"SELECT count(*) AS n FROM {table}.data_files").collect()[0]["n"])
+
+
+def test_jdbc_catalog_on_postgresql_and_maintenance_that_keeps_the_offsets(
+    pipeline: Config, spark: SparkSession, stack: DevStack
+) -> None:
+    source = pipeline.source
+    execute(pipeline, "CREATE DATABASE iceberg_catalog")
+    config = sink_config(
+        pipeline,
+        "pgcat",
+        ["iso_sink_keys"],
+        catalog_type="jdbc",
+        catalog_uri=f"jdbc:postgresql://{source.host}:{source.port}/iceberg_catalog",
+        catalog_user=source.user,
+        catalog_password=source.password,
+        # small batches: many commits and small files for maintenance to work on
+        max_records_per_partition=40,
+        min_input_files=2,
+        snapshot_retention_hours=0.0,
+        retain_last_snapshots=1,
+        catalog_properties={"cache-enabled": "false"},
+    )
+    execute(
+        config,
+        "INSERT INTO iso_sink_keys SELECT r, n, n * 1.25, now() - n * interval '1 minute' "
+        "FROM unnest(ARRAY['eu', 'us', 'ap']) r, generate_series(1, 80) n",
+        "UPDATE iso_sink_keys SET amount = amount + 1 WHERE n % 3 = 0",
+        "DELETE FROM iso_sink_keys WHERE n % 7 = 0",
+    )
+    wait_caught_up(config)
+    sink = Sink(config, create_session(config))
+    drain(sink)
+    table = "pgcat.public.iso_sink_keys"
+    assert_equal(config, spark, "iso_sink_keys")
+    conninfo = dict(source.conninfo(), dbname="iceberg_catalog")
+    with psycopg.connect(**conninfo) as conn:
+        listed = conn.execute(
+            "SELECT table_namespace, table_name FROM iceberg_tables WHERE catalog_name = 'pgcat'"
+        ).fetchall()
+    assert listed == [("public", "iso_sink_keys")]
+
+    offsets = sink.table("tidemark.reconciled.public.iso_sink_keys").committed()[0]
+    files_before, snapshots_before = data_files(spark, table), snapshots(spark, table)
+    assert snapshots_before > 3 and files_before > 3
+
+    path = stack.run_dir / "pgcat-sink.yaml"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(
+            dump_config(
+                dataclasses.replace(
+                    config, sink=dataclasses.replace(config.sink, catalog_password="")
+                )
+            )
+        )
+    result = subprocess.run(
+        [sys.executable, "-m", "tidemark.cli", "sink", "maintain", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "TIDEMARK_SINK__CATALOG_PASSWORD": source.password},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert source.password not in result.stdout + result.stderr
+    report = re.search(r"(\d+) files compacted into (\d+), (\d+) snapshots expired", result.stdout)
+    assert report, result.stdout
+    compacted, written, expired = map(int, report.groups())
+    assert compacted == files_before and written < compacted and expired >= snapshots_before - 1
+
+    assert data_files(spark, table) == written
+    assert snapshots(spark, table) == 1
+    assert sink.table("tidemark.reconciled.public.iso_sink_keys").committed()[0] == offsets
+    assert_equal(config, spark, "iso_sink_keys")
+
+    # a restarted sink resumes from the offsets the compaction carried
+    execute(config, "UPDATE iso_sink_keys SET amount = 0 WHERE region = 'eu'")
+    wait_caught_up(config)
+    restarted = Sink(config, spark)
+    drain(restarted)
+    assert_equal(config, spark, "iso_sink_keys")
+    assert restarted.progress["tidemark.reconciled.public.iso_sink_keys"] != offsets

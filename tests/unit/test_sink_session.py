@@ -1,0 +1,38 @@
+"""The sink's catalog settings for each catalog type (no Spark started)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spark_sink.session import catalog_settings, postgres_jar
+from tidemark.config import SinkConfig
+
+
+def test_a_hadoop_catalog_on_a_folder_gets_an_absolute_warehouse() -> None:
+    settings = catalog_settings(SinkConfig(warehouse="wh"))
+    assert settings["spark.sql.catalog.lake"] == "org.apache.iceberg.spark.SparkCatalog"
+    assert settings["spark.sql.catalog.lake.type"] == "hadoop"
+    assert settings["spark.sql.catalog.lake.warehouse"] == str(Path("wh").resolve())
+
+
+def test_a_jdbc_catalog_carries_its_uri_and_credentials_and_keeps_a_uri_warehouse() -> None:
+    sink = SinkConfig(
+        catalog_type="jdbc",
+        catalog_name="pg",
+        catalog_uri="jdbc:postgresql://db:5432/iceberg",
+        catalog_user="iceberg",
+        catalog_password="secret",
+        warehouse="s3://bucket/warehouse",
+        catalog_properties={"io-impl": "org.apache.iceberg.aws.s3.S3FileIO"},
+    )
+    settings = catalog_settings(sink)
+    assert settings["spark.sql.catalog.pg.type"] == "jdbc"
+    assert settings["spark.sql.catalog.pg.uri"] == "jdbc:postgresql://db:5432/iceberg"
+    assert settings["spark.sql.catalog.pg.jdbc.user"] == "iceberg"
+    assert settings["spark.sql.catalog.pg.jdbc.password"] == "secret"
+    assert settings["spark.sql.catalog.pg.warehouse"] == "s3://bucket/warehouse"
+    assert settings["spark.sql.catalog.pg.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
+
+
+def test_the_postgresql_driver_ships_with_the_debezium_wheel() -> None:
+    assert postgres_jar().is_file()
