@@ -42,6 +42,7 @@ bench: setup $(QUIX)/.installed
 	$(BIN)/python bench/envelopes.py
 	$(BIN)/python bench/restore.py
 	$(BIN)/python bench/backfill.py
+	$(BIN)/python bench/sink.py
 
 $(QUIX)/.installed:
 	$(PYTHON) -m venv $(QUIX)
