@@ -15,7 +15,6 @@ stops with the message's coordinates rather than skip it.
 
 from __future__ import annotations
 
-import datetime as dt
 import io
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +34,7 @@ from spark_sink.schema import (
     columns_from_avro,
     columns_from_envelope,
     connect_field_from_avro,
+    identity,
     specs_from_values,
     widens,
 )
@@ -42,7 +42,6 @@ from spark_sink.schema import (
 #: Markers that carry an executor's verdict through Spark's exception text to the driver.
 DRIFT_MARKER = "tidemark-schema-drift"
 STOP_MARKER = "tidemark-table-stop"
-UTC = dt.UTC
 
 
 class SchemaDrift(Exception):  # noqa: N818 - a signal to re-plan, not a failure
@@ -171,14 +170,19 @@ def specs_of(decoded: Decoded) -> list[Spec]:
     return specs_from_values(row)
 
 
+#: Where a schema's columns go in a planned row: ``(direct, converted)``, the columns
+#: whose decoded value is the row's value apart from those that need a conversion.
+Layout = tuple[list[tuple[int, str]], list[tuple[int, str, Callable[[Any], Any]]]]
+
+
 class RowBuilder:
-    """Rows ``(offset, deleted, time, *planned columns)`` of decoded events."""
+    """Rows ``(offset, deleted, time in ms, *planned columns)`` of decoded events."""
 
     def __init__(self, planned: list[Spec], key_names: list[str]) -> None:
         self.planned = planned
         self.index = {name: i for i, (name, _) in enumerate(planned)}
         self.key_names = key_names
-        self._layouts: dict[int, list[tuple[int, str, Callable[[Any], Any]]]] = {}
+        self._layouts: dict[int, Layout] = {}
 
     def row(self, offset: int, timestamp_ms: int, decoded: Decoded) -> tuple[Any, ...]:
         """The row of one decoded event; :class:`SchemaDrift` when it does not fit the plan."""
@@ -190,17 +194,20 @@ class RowBuilder:
                     raise TableStop(f"delete at offset {offset}: key has no column {name}")
                 values[self.index[name]] = row[name]
         elif columns is not None:
-            for at, name, convert in self._layout(columns):
-                values[at] = convert(row.get(name))
+            direct, converted = self._layout(columns)
+            get = row.get
+            for at, name in direct:
+                values[at] = get(name)
+            for at, name, convert in converted:
+                values[at] = convert(get(name))
         else:
             self._schemaless(row, values)
-        when = dt.datetime.fromtimestamp(timestamp_ms / 1000, UTC)
-        return (offset, deleted, when, *values)
+        return (offset, deleted, timestamp_ms, *values)
 
-    def _layout(self, columns: list[Column]) -> list[tuple[int, str, Callable[[Any], Any]]]:
+    def _layout(self, columns: list[Column]) -> Layout:
         layout = self._layouts.get(id(columns))  # the decoder keeps every columns list alive
         if layout is None:
-            layout = []
+            layout = ([], [])
             for column in columns:
                 at = self.index.get(column.name)
                 if at is None:
@@ -208,7 +215,10 @@ class RowBuilder:
                 planned = self.planned[at].sql_type
                 if not widens(column.sql_type, planned):
                     raise SchemaDrift(f"column {column.name} is {column.sql_type}, not {planned}")
-                layout.append((at, column.name, column.convert))
+                if column.convert is identity:
+                    layout[0].append((at, column.name))
+                else:
+                    layout[1].append((at, column.name, column.convert))
             self._layouts[id(columns)] = layout
         return layout
 

@@ -45,6 +45,7 @@ from spark_sink.reader import (
     sample,
     scan,
     sink_topics,
+    split,
 )
 from spark_sink.schema import SchemaError, Spec, evolve, union
 from spark_sink.session import create_session
@@ -172,13 +173,14 @@ class Sink:
 
     def batch_frame(self, ranges: list[Range], planned: list[Spec], keys: list[str]) -> DataFrame:
         """The events of ``ranges`` as rows ``(offset, deleted, time, *planned)``, read and
-        decoded lazily by one Spark task per range."""
+        decoded lazily by Spark tasks: ranges are cut so each core gets about two."""
         ddl = ", ".join(
-            [f"{OFFSET} bigint", f"{DELETED} boolean", f"{TIME} timestamp"]
+            [f"{OFFSET} bigint", f"{DELETED} boolean", f"{TIME} bigint"]
             + [f"{quote(c.name)} {c.sql_type}" for c in planned]
         )
         context = self.context
-        rows = self.spark.sparkContext.parallelize(ranges, len(ranges)).flatMap(
+        pieces = split(ranges, 2 * self.spark.sparkContext.defaultParallelism)
+        rows = self.spark.sparkContext.parallelize(pieces, len(pieces)).flatMap(
             lambda r: decode_range(context, r, planned, keys)
         )
         return self.spark.createDataFrame(rows, schema=ddl)

@@ -62,6 +62,10 @@ def read_context(config: Config, driver_pid: int) -> ReadContext:
             "group.id": f"{config.processor.pipeline}-sink-reader",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
+            # Responses of librdkafka's default 50 MB, against its default 64 MB prefetch
+            # queue, leave no room to fetch ahead: reading ran at a quarter of the speed
+            # (21k against 99k records/s of 3.5 kB here).
+            "fetch.max.bytes": 4 << 20,
             "log_level": 3,
         },
     )
@@ -98,6 +102,22 @@ def plan(
         if end > start:
             ranges.append(Range(topic, partition, start, min(end, start + max_records)))
     return ranges
+
+
+def split(ranges: list[Range], tasks: int, smallest: int = 5000) -> list[Range]:
+    """``ranges`` cut into pieces of similar size, about ``tasks`` of them (none under
+    ``smallest`` records unless its range is), so that every core reads."""
+    total = sum(r.end - r.start for r in ranges)
+    size = max(smallest, -(-total // max(tasks, 1)))
+    pieces = []
+    for r in ranges:
+        count = -(-(r.end - r.start) // size)
+        step = -(-(r.end - r.start) // count)
+        pieces += [
+            Range(r.topic, r.partition, start, min(r.end, start + step))
+            for start in range(r.start, r.end, step)
+        ]
+    return pieces
 
 
 def read_messages(consumer_conf: dict[str, Any], r: Range) -> Iterator[Message]:

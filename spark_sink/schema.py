@@ -75,7 +75,8 @@ class Column:
 # -- value conversion (JSON and Avro forms alike) ---------------------------------
 
 
-def _identity(value: Any) -> Any:
+def identity(value: Any) -> Any:
+    """The converter of values that need none (the row builder copies them directly)."""
     return value
 
 
@@ -106,6 +107,13 @@ def _variable_decimal(value: Any) -> Any:
 
 
 def _epoch(divisor: int) -> Callable[[Any], Any]:
+    if divisor == 1_000_000:
+
+        def micros(value: Any) -> Any:
+            return None if value is None else EPOCH + dt.timedelta(microseconds=value)
+
+        return micros
+
     def convert(value: Any) -> Any:
         if value is None:
             return None
@@ -157,19 +165,19 @@ _LOGICAL: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "io.debezium.time.Time": ("string", _time(1_000)),
     "io.debezium.time.MicroTime": ("string", _time(1_000_000)),
     "io.debezium.time.NanoTime": ("string", _time(1_000_000_000)),
-    "io.debezium.data.Uuid": ("string", _identity),
-    "io.debezium.data.Json": ("string", _identity),
+    "io.debezium.data.Uuid": ("string", identity),
+    "io.debezium.data.Json": ("string", identity),
     "io.debezium.data.VariableScaleDecimal": ("string", _variable_decimal),
 }
 _PLAIN: dict[str, tuple[str, Callable[[Any], Any]]] = {
-    "int8": ("int", _identity),
-    "int16": ("int", _identity),
-    "int32": ("int", _identity),
-    "int64": ("bigint", _identity),
+    "int8": ("int", identity),
+    "int16": ("int", identity),
+    "int32": ("int", identity),
+    "int64": ("bigint", identity),
     "float": ("float", _float),
     "double": ("double", _float),
-    "boolean": ("boolean", _identity),
-    "string": ("string", _identity),
+    "boolean": ("boolean", identity),
+    "string": ("string", identity),
     "bytes": ("binary", _bytes),
     "struct": ("string", _json_text),
     "array": ("string", _json_text),

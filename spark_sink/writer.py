@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 OFFSETS_PROPERTY = "tidemark.offsets"
 KEY_PROPERTY = "tidemark.key"
-#: Columns of a batch that are not table columns.
+#: Columns of a batch that are not table columns (the time: the record's, in ms).
 OFFSET, DELETED, TIME = "__tidemark_offset", "__tidemark_deleted", "__tidemark_time"
 #: Soft-delete columns of a table (``sink.soft_delete``).
 SOFT_DELETED, SOFT_DELETED_AT = "tidemark_deleted", "tidemark_deleted_at"
@@ -164,7 +164,7 @@ class Table:
         return (
             f"MERGE INTO {self.name} t USING {source} s ON {on} "
             f"WHEN MATCHED AND s.{DELETED} AND NOT t.{flag} "
-            f"THEN UPDATE SET t.{flag} = true, t.{at} = s.{TIME} "
+            f"THEN UPDATE SET t.{flag} = true, t.{at} = timestamp_millis(s.{TIME}) "
             f"WHEN MATCHED AND NOT s.{DELETED} "
             f"THEN UPDATE SET {', '.join(sets)}, t.{flag} = false, t.{at} = NULL "
             f"WHEN NOT MATCHED AND NOT s.{DELETED} THEN INSERT ({', '.join(names + [flag, at])}) "

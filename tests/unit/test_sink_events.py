@@ -12,6 +12,7 @@ import pytest
 from processor.errors import InputError, RawMessage
 from processor.registry import MemoryRegistry, SchemaCache
 from spark_sink.events import EventDecoder, RowBuilder, SchemaDrift, TableStop, specs_of
+from spark_sink.reader import Range, split
 from spark_sink.schema import Spec
 from tests.unit.probe import SCHEMAS, TOPIC, frame, probe_event
 
@@ -110,3 +111,14 @@ def test_undecodable_events_are_input_errors_with_their_coordinates() -> None:
         RowBuilder([Spec("id", "int")], ["id"]).row(
             3, 0, decoder.decode(msg(None, b'{"other": 1}'))
         )
+
+
+def test_ranges_are_cut_evenly_so_every_core_reads() -> None:
+    ranges = [Range("t", 0, 0, 53_000), Range("t", 1, 100, 40_100), Range("t", 2, 7, 900)]
+    pieces = split(ranges, tasks=4)
+    for r in ranges:  # each range covered exactly, in order
+        mine = [p for p in pieces if p.partition == r.partition]
+        assert mine[0].start == r.start and mine[-1].end == r.end
+        assert all(a.end == b.start for a, b in zip(mine, mine[1:], strict=False))
+    assert [p.end - p.start for p in pieces] == [17_667, 17_667, 17_666, 20_000, 20_000, 893]
+    assert split(ranges[2:], tasks=4) == ranges[2:]  # small ranges stay whole
