@@ -29,7 +29,7 @@ import os
 import signal
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from confluent_kafka.admin import AdminClient
 
@@ -48,7 +48,7 @@ from spark_sink.reader import (
     split,
 )
 from spark_sink.schema import SchemaError, Spec, evolve, union
-from spark_sink.session import create_session
+from spark_sink.session import create_session, stop_session
 from spark_sink.writer import DELETED, OFFSET, TIME, Table, quote
 from tidemark.config import Config
 from tidemark.kafka import client_config
@@ -59,8 +59,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class Shape(NamedTuple):
+    """A table's columns and primary key, as the sink last saw or made them."""
+
+    columns: list[Spec]
+    keys: list[str]
+
+
 class Sink:
-    """The sink's state between batches: per topic, the next offset of each partition."""
+    """The sink's state between batches: per topic, the next offset of each partition and
+    the shape of its table."""
 
     def __init__(self, config: Config, spark: SparkSession) -> None:
         self.config = config
@@ -70,6 +78,7 @@ class Sink:
         self.progress: dict[str, dict[int, int]] = {}
         #: Stopped tables: topic to the reason.
         self.stopped: dict[str, str] = {}
+        self._shapes: dict[str, Shape] = {}
         self._committed = Failpoint("sink-committed")
 
     def ends(self) -> dict[str, dict[int, int]]:
@@ -120,20 +129,25 @@ class Sink:
 
     def _merge(self, topic: str, table: Table, ranges: list[Range]) -> None:
         started = time.monotonic()
-        specs, keys = sample(self.context, ranges)
-        if table.exists():
-            keys = table.key_names() or keys
+        known = self._shape(topic, table)
+        sampled: list[Spec] = []
+        if known is not None and known.keys:
+            # The table's columns are the plan: new ones show up as drift, rarely.
+            specs, keys = known.columns, known.keys
+        else:
+            sampled, keys = sample(self.context, ranges)
+            specs = sampled
         try:
             merged = self._apply(topic, table, ranges, union(specs, topic), keys)
         except Exception as exc:  # Spark wraps what the executors raised
             if DRIFT_MARKER not in str(exc):
                 raise _table_stop(exc) from None
-            log.info("%s: an event's schema is not in the sample; planning from all", topic)
+            log.info("%s: an event's schema is not in the plan; planning from all", topic)
             everything = self.spark.sparkContext.parallelize(ranges, len(ranges))
             context = self.context
             found = everything.flatMap(lambda r: scan(context, r)).distinct().collect()
             try:
-                merged = self._apply(topic, table, ranges, union(specs + found, topic), keys)
+                merged = self._apply(topic, table, ranges, union(sampled + found, topic), keys)
             except Exception as again:
                 raise _table_stop(again) from None
         self._committed.passed()
@@ -152,19 +166,30 @@ class Sink:
             time.monotonic() - started,
         )
 
+    def _shape(self, topic: str, table: Table) -> Shape | None:
+        """The table's columns and key, read once (this sink is the table's only writer)."""
+        known = self._shapes.get(topic)
+        if known is None and table.exists():
+            known = self._shapes[topic] = Shape(table.columns(), table.key_names())
+        return known
+
     def _apply(
         self, topic: str, table: Table, ranges: list[Range], specs: list[Spec], keys: list[str]
     ) -> int:
         """Create or evolve the table for ``specs``, then merge the ranges; rows merged."""
-        if not table.exists():
+        known = self._shape(topic, table)
+        if known is None:
             if not specs:  # only deletes of rows the table never had
                 return 0
             missing = [k for k in keys if k not in {s.name for s in specs}]
             if not keys or missing:
                 raise SchemaError(f"{topic}: the key columns {missing or keys} are not columns")
             table.create(specs, keys, self.config.sink.write_mode)
-        evolution = evolve(table.columns(), specs, topic)
-        table.evolve(evolution)
+            known = self._shapes[topic] = Shape(table.columns(), keys)
+        evolution = evolve(known.columns, specs, topic)
+        if evolution.add or evolution.widen:
+            table.evolve(evolution)
+            self._shapes[topic] = Shape(evolution.columns, known.keys or keys)
         planned = evolution.columns
         offsets = dict(self.progress[topic])
         offsets.update({r.partition: r.end for r in ranges})
@@ -221,11 +246,8 @@ def run_sink(config: Config, once: bool, *, spark: SparkSession | None = None) -
         return 1 if sink.stopped else 0
     finally:
         restore()
-        gateway = session.sparkContext._gateway
-        if gateway is not None:
-            gateway.shutdown_callback_server()
         if own:
-            session.stop()
+            stop_session(session)
 
 
 def _serve_metrics(config: Config) -> None:

@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient
 
 from spark_sink.job import Sink
 from spark_sink.reader import sink_topics
-from spark_sink.session import create_session
+from spark_sink.session import create_session, stop_session
 from spark_sink.writer import OFFSETS_PROPERTY, Table, format_offsets
 from tidemark.config import Config
 from tidemark.kafka import client_config
@@ -57,7 +57,7 @@ def maintain(config: Config, spark: SparkSession | None = None) -> list[Maintain
         return done
     finally:
         if own:
-            session.stop()
+            stop_session(session)
 
 
 def _maintain_table(config: Config, spark: SparkSession, table: Table) -> Maintained:

@@ -97,3 +97,12 @@ def create_session(config: Config) -> SparkSession:
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
+
+
+def stop_session(spark: SparkSession) -> None:
+    """Stop the session and py4j's callback server (a thread that would keep the process
+    alive after the MERGEs that started it)."""
+    gateway = spark.sparkContext._gateway
+    if gateway is not None:
+        gateway.shutdown_callback_server()
+    spark.stop()

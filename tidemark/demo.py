@@ -205,7 +205,7 @@ def sink_and_compare(
 ) -> list[TableComparison]:
     """Run the sink once, then compare each source table with its Iceberg table."""
     from spark_sink.job import run_sink
-    from spark_sink.session import create_session
+    from spark_sink.session import create_session, stop_session
 
     session = spark if spark is not None else create_session(config)
     try:
@@ -213,7 +213,7 @@ def sink_and_compare(
         return [compare_table(config, session, schema, table) for table in tables]
     finally:
         if spark is None:
-            session.stop()
+            stop_session(session)
 
 
 def compare_table(config: Config, spark: SparkSession, schema: str, table: str) -> TableComparison:

@@ -58,10 +58,10 @@ def processor(stack: DevStack) -> Iterator[int]:
 @pytest.fixture(scope="session")
 def spark(stack: DevStack) -> Iterator[SparkSession]:
     """One Spark session for the in-process sinks of every test (each adds its own catalog)."""
-    from spark_sink.session import create_session
+    from spark_sink.session import create_session, stop_session
 
     session = create_session(stack.config)
     try:
         yield session
     finally:
-        session.stop()
+        stop_session(session)
