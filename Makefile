@@ -42,7 +42,7 @@ bench: setup $(QUIX)/.installed
 	$(BIN)/python bench/envelopes.py
 	$(BIN)/python bench/restore.py
 	$(BIN)/python bench/backfill.py
-	$(BIN)/python bench/sink.py
+	$(BIN)/python bench/sink.py --spark-conf spark.driver.memory=4g
 
 $(QUIX)/.installed:
 	$(PYTHON) -m venv $(QUIX)

@@ -105,11 +105,13 @@ class Sink:
 
     def _stop(self, topic: str, reason: str) -> None:
         self.stopped[topic] = reason
-        metrics.TABLE_STOPPED.labels(self.table(topic).path).set(1)
+        namespace, name = topic.split(".")[-2:]
+        metrics.TABLE_STOPPED.labels(f"{self.config.sink.catalog_name}.{namespace}.{name}").set(1)
         log.error("%s: the table stops, the others go on: %s", topic, reason)
 
     def table(self, topic: str) -> Table:
-        """The table that ``topic`` (``<prefix>.reconciled.<schema>.<table>``) feeds."""
+        """The table that ``topic`` (``<prefix>.reconciled.<schema>.<table>``) feeds; a
+        :class:`SchemaError` for a name Spark SQL cannot take unquoted."""
         namespace, name = topic.split(".")[-2:]
         sink = self.config.sink
         return Table(self.spark, sink.catalog_name, namespace, name, sink.soft_delete)
