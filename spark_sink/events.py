@@ -118,7 +118,7 @@ class EventDecoder:
                 }
         if not isinstance(key, dict) or not key:
             raise InputError("key is not a struct of primary-key columns", msg, "key")
-        return {name: converters.get(name, _same)(value) for name, value in key.items()}
+        return {name: converters.get(name, identity)(value) for name, value in key.items()}
 
     def _json(self, schema: dict[str, Any]) -> list[Column]:
         if schema is not self._json_schema:
@@ -154,10 +154,6 @@ class EventDecoder:
 
 def _avro_key_columns(document: dict[str, Any]) -> list[Column]:
     return [column_from_connect(connect_field_from_avro(f)) for f in document.get("fields", [])]
-
-
-def _same(value: Any) -> Any:
-    return value
 
 
 def specs_of(decoded: Decoded) -> list[Spec]:
