@@ -379,7 +379,7 @@ def emitted_by_key(events: list[Event]) -> dict[tuple[Any, ...], list[dict[str, 
             marks=pytest.mark.xfail(
                 strict=False,
                 reason="known bug, issue 4: in signal-table mode a key's output went back in "
-                "history in 2 of about 8 CI runs (I2/I3); not yet found",
+                "history in two CI runs (I2/I3); not yet found",
             ),
         ),
     ],
