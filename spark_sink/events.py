@@ -71,6 +71,8 @@ class EventDecoder:
         self._keys = EnvelopeSplitter()
         self._json_schema: dict[str, Any] | None = None
         self._json_columns: list[Column] = []
+        self._json_key_schema: dict[str, Any] | None = None
+        self._json_key_columns: list[Column] = []
         self._by_schema: dict[Any, list[Column]] = {}
 
     def decode(self, msg: RawMessage) -> Decoded:
@@ -108,14 +110,14 @@ class EventDecoder:
         else:
             key, schema = self._keys.split(raw, msg, "key")
             converters = {}
-            if isinstance(schema, dict):
-                converters = {
-                    c.name: c.convert
-                    for c in self._cached(
+            if isinstance(schema, dict):  # the splitter hands a repeated schema back as is
+                if schema is not self._json_key_schema:
+                    self._json_key_schema = schema
+                    self._json_key_columns = self._cached(
                         orjson.dumps(schema),
                         lambda: [column_from_connect(f) for f in schema.get("fields", [])],
                     )
-                }
+                converters = {c.name: c.convert for c in self._json_key_columns}
         if not isinstance(key, dict) or not key:
             raise InputError("key is not a struct of primary-key columns", msg, "key")
         return {name: converters.get(name, identity)(value) for name, value in key.items()}

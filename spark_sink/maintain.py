@@ -16,14 +16,11 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from confluent_kafka.admin import AdminClient
-
 from spark_sink.job import Sink
 from spark_sink.reader import sink_topics
 from spark_sink.session import create_session, stop_session
 from spark_sink.writer import OFFSETS_PROPERTY, Table, format_offsets
 from tidemark.config import Config
-from tidemark.kafka import client_config
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -48,9 +45,8 @@ def maintain(config: Config, spark: SparkSession | None = None) -> list[Maintain
     session = spark if spark is not None else create_session(config)
     try:
         sink = Sink(config, session)
-        admin = AdminClient(client_config(config.kafka))
         done = []
-        for topic in sorted(sink_topics(admin, config.sink_pattern(), config.sink.topics)):
+        for topic in sorted(sink_topics(sink.admin, config.sink_pattern(), config.sink.topics)):
             table = sink.table(topic)
             if table.exists():
                 done.append(_maintain_table(config, session, table))
