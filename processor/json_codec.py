@@ -179,19 +179,35 @@ class JsonCodec:
     # -- output ----------------------------------------------------------------
 
     def encode(self, change: Change, emit: Emit, msg: RawMessage) -> tuple[bytes | None, bytes]:
-        """The output key and the reconciled event: Debezium's envelope plus ``tidemark``."""
-        payload: dict[str, Any] = dict(change.event or {})
+        """The output key and the reconciled event: Debezium's envelope plus ``tidemark``.
+
+        Rows already held as JSON bytes (the state's, or the input's own) go in as
+        they are; the ``tidemark`` block says where the event came from and why it
+        is emitted.
+        """
+        event = change.event
+        payload: dict[str, Any] = dict(event) if event else {}
         before = emit.before
         payload["before"] = orjson.Fragment(before) if isinstance(before, bytes) else before
-        if emit.after_stored is not None and self.owns(emit.after_stored):
-            payload["after"] = orjson.Fragment(emit.after_stored)
+        stored = emit.after_stored
+        if stored is not None and stored[:1] != b"\x00":
+            payload["after"] = orjson.Fragment(stored)
         else:
             payload["after"] = emit.after
         payload["op"] = emit.op
-        payload.setdefault("source", None)
+        if "source" not in payload:
+            payload["source"] = None
         if payload.get("ts_ms") is None:
             payload["ts_ms"] = int(time.time() * 1000)
-        payload["tidemark"] = metadata(change, emit, msg, self.envelope)
+        version = change.version
+        payload["tidemark"] = {
+            "topic": msg.topic,
+            "partition": msg.partition,
+            "offset": msg.offset,
+            "position": f"{version[0]},{version[1]}",
+            "envelope": self.envelope,
+            "reason": emit.reason,
+        }
         body = orjson.dumps(payload)
         schema = change.schema
         if schema is None:
@@ -201,18 +217,6 @@ class JsonCodec:
             head = _SCHEMA_HEAD + orjson.dumps(output_schema(schema, self.envelope)) + _PAYLOAD_HEAD
             self._out = (schema, head)
         return msg.key, head + body + b"}"
-
-
-def metadata(change: Change, emit: Emit, msg: RawMessage, envelope: str) -> dict[str, Any]:
-    """The ``tidemark`` block of an output event: where it came from and why it is emitted."""
-    return {
-        "topic": msg.topic,
-        "partition": msg.partition,
-        "offset": msg.offset,
-        "position": f"{change.version[0]},{change.version[1]}",
-        "envelope": envelope,
-        "reason": emit.reason,
-    }
 
 
 def _check_key(payload: dict[str, Any], schema: dict[str, Any], msg: RawMessage) -> None:

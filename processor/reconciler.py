@@ -208,6 +208,8 @@ class Reconciler:
         # offsets rewind that kept state, is not emitted again.
         flushed = -1 if backfill else state.flushed_offset()
         decoded: list[tuple[RawMessage, Change | InputError | None]] = []
+        dropped = 0
+        output = source.output
         for raw in group:
             if raw.value is None and raw.key is not None and not upsert:
                 decoded.append((raw, None))  # Debezium's tombstone after a delete event
@@ -253,20 +255,22 @@ class Reconciler:
                         batch.next_offsets[tp] = raw.offset
                 break
             if emit is None or (emit.reason == "replayed" and raw.offset < flushed):
-                metrics.EVENTS_DROPPED.labels(raw.topic).inc()
+                dropped += 1
                 continue
             key, value = codec.encode(change, emit, raw)
-            records.append((source.output, raw.partition, key, value))
+            records.append((output, raw.partition, key, value))
             if emit.after is None:
-                records.append((source.output, raw.partition, key, None))
+                records.append((output, raw.partition, key, None))
         else:
             if advance:
                 batch.next_offsets[tp] = group[-1].offset + 1
                 last = next((c for _, c in reversed(decoded) if isinstance(c, Change)), None)
                 if last is not None and not backfill:
                     batch.last_events[tp] = last.event
+        if dropped:
+            metrics.EVENTS_DROPPED.labels(tp[0]).inc(dropped)
         produced = len(records) - first_record
-        batch.produced[source.output] = batch.produced.get(source.output, 0) + produced
+        batch.produced[output] = batch.produced.get(output, 0) + produced
 
     def _refuse(self, topic: str, reason: str, raw: RawMessage) -> None:
         """Stop ``topic`` (its partitions stay paused at the offending message)."""
