@@ -244,7 +244,7 @@ class _Reader:
         if marks is not None and window is not None:
             change_topic = backfilled_topic(self._config.processor.pipeline, job.backfill)
             assert change_topic is not None
-            read_in = marks.close(window, job.chunk, change_topic)
+            read_in = marks.close(window, job.chunk, change_topic, chunk.snapshot)
         started = time.perf_counter()
         headers = ChunkTag(job.chunk, read_in, job.request).headers()
         produce, topic, on_delivery = self._producer.produce, job.backfill, self._acks.on_delivery

@@ -18,7 +18,11 @@ chunk number and the ``pg_snapshot`` it was read in). The decisions:
 A chunk row read inside a signal-table window ``(L, H)`` (DDD-3's watermarks)
 is decided only once its partition has seen every change below ``H``: it is
 applied if state holds no change of the key at or above ``L`` (a change inside
-the window, or after it, is at least as new as the row), else dropped. It is
+the window, or after it, is at least as new as the row), else dropped. Below
+``L``, where the window carries the chunk's PostgreSQL snapshot, the state's
+change must also be visible in it: a transaction that had written its commit
+record but was not yet visible when the chunk was read sits below ``L`` in the
+stream and is missing from the row (:mod:`processor.visibility`). The row is
 stored at version ``H``, so a later change wins and a replayed earlier one
 does not.
 
@@ -80,8 +84,14 @@ def decide_row(chunk: int, read_in: PgSnapshot | Window, stored: Entry | None) -
             return Action.REEMIT
         return Action.APPLY if chunk > stored.chunk else Action.DROP
     if isinstance(read_in, Window):
-        return Action.APPLY if stored.version < read_in.low else Action.DROP
-    snapshot = read_in
+        if stored.version >= read_in.low:
+            return Action.DROP  # the key changed inside the window, or after it
+        if read_in.snapshot is None or stored.txid is None:
+            return Action.APPLY
+        # Below the window, but possibly not yet visible when the chunk was read.
+        snapshot = read_in.snapshot
+    else:
+        snapshot = read_in
     if stored.txid is None:
         # A change without a transaction id (not from PostgreSQL) cannot be placed
         # against the snapshot: the row read from the source now is the newest.

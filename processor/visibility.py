@@ -15,8 +15,13 @@ more than 2^31 transactions away from a snapshot taken while it streams).
 
 Signal-table mode (:class:`Window`, DDD-3's watermarks), for sources without
 such snapshots: the chunk was read after its window-open row committed and
-before its window-close row did, so it contains every change below ``low`` and
-none above ``high``; a change between them may or may not be in it.
+before its window-close row did, so it contains no change above ``high``, a
+change between ``low`` and ``high`` may or may not be in it, and a change below
+``low`` is in it, with one exception. PostgreSQL writes a transaction's commit
+record before it makes the transaction visible, so a transaction caught between
+the two when the open row commits sits below ``low`` in the change stream yet
+is missing from the chunk. Where the source has snapshots (PostgreSQL), the
+window therefore also carries the chunk's own, which settles that case.
 """
 
 from __future__ import annotations
@@ -115,26 +120,33 @@ class Window:
     the end offset of the change topic's partition ``p`` once Debezium had
     confirmed the close row: every change below ``high`` lies below it, so a
     partition whose state reflects its input up to ``ends[p]`` has seen all of
-    them, even if it is idle (DESIGN.md's idle-partition rule).
+    them, even if it is idle (DESIGN.md's idle-partition rule). ``snapshot`` is
+    the snapshot the chunk was read in, where the source has one.
     """
 
     low: tuple[int, int]
     high: tuple[int, int]
     ends: tuple[int, ...]
+    snapshot: PgSnapshot | None = None
 
     def __str__(self) -> str:
         bounds = (*self.low, *self.high)
-        return f"{','.join(map(str, bounds))};{','.join(map(str, self.ends))}"
+        text = f"{','.join(map(str, bounds))};{','.join(map(str, self.ends))}"
+        return text if self.snapshot is None else f"{text};{self.snapshot}"
 
     @staticmethod
     def parse(text: str) -> Window:
-        """From :meth:`__str__`'s form ``low0,low1,high0,high1;end0,end1,...``."""
+        """From :meth:`__str__`'s form ``low0,low1,high0,high1;end0,end1,...[;pg_snapshot]``."""
         try:
-            bounds, ends = text.split(";")
+            bounds, ends, *rest = text.split(";")
             l0, l1, h0, h1 = (int(x) for x in bounds.split(","))
-            window = Window((l0, l1), (h0, h1), tuple(int(x) for x in ends.split(",") if x))
+            offsets = tuple(int(x) for x in ends.split(",") if x)
+            if len(rest) > 1:
+                raise ValueError(text)
+            snapshot = PgSnapshot.parse(rest[0]) if rest else None
         except ValueError:
             raise SnapshotFormatError(f"not a signal-table window: {text!r}") from None
+        window = Window((l0, l1), (h0, h1), offsets, snapshot)
         if not window.low < window.high or not window.ends or min(window.ends) < 0:
             raise SnapshotFormatError(f"inconsistent signal-table window: {text!r}")
         return window

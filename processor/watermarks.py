@@ -17,9 +17,12 @@ transaction of its own. Per chunk, :class:`SignalTableWatermarks`:
    and finds both rows' positions in the signal table's change topic;
 6. deletes the two rows (their delete events are no signals).
 
-The result is a :class:`processor.visibility.Window`. The rows are no signals
-to the coordinator (:data:`WINDOW_TYPES`), and they are written to Tidemark's
-signal table, never Debezium's, so Debezium's own snapshots never see them.
+The result is a :class:`processor.visibility.Window`, which also carries the
+chunk's own snapshot where the source has one (PostgreSQL: a transaction can
+sit below the open row in the stream and still be invisible to the chunk's
+read). The rows are no signals to the coordinator (:data:`WINDOW_TYPES`), and
+they are written to Tidemark's signal table, never Debezium's, so Debezium's
+own snapshots never see them.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from processor.chunks import ChunkError, SourceUnavailable, connection_errors
 from processor.codecs import SourceCodec
 from processor.errors import InputError, RawMessage
 from processor.registry import SchemaCache
-from processor.visibility import Window
+from processor.visibility import PgSnapshot, Window
 from tidemark.config import Config
 from tidemark.kafka import exact_end_offsets, read_range
 
@@ -103,8 +106,11 @@ class SignalTableWatermarks:
         self._write(window.open_id, OPEN, chunk)
         return window
 
-    def close(self, window: OpenWindow, chunk: int, change_topic: str) -> Window:
-        """Commit the window-close row; once Debezium has it in Kafka, the window's bounds."""
+    def close(
+        self, window: OpenWindow, chunk: int, change_topic: str, snapshot: PgSnapshot | None
+    ) -> Window:
+        """Commit the window-close row; once Debezium has it in Kafka, the window's bounds
+        (with ``snapshot``, the one the chunk was read in, where the source has one)."""
         self._write(window.close_id, CLOSE, chunk)
         with _source_errors("the WAL position"):
             row = self._conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
@@ -117,7 +123,7 @@ class SignalTableWatermarks:
         low, high = self._positions(window)
         with _source_errors("deleting the watermark rows"):
             self._conn.execute(self._delete, (window.open_id, window.close_id))
-        return Window(low, high, tuple(ends[(change_topic, p)] for p in partitions))
+        return Window(low, high, tuple(ends[(change_topic, p)] for p in partitions), snapshot)
 
     def close_connection(self) -> None:
         self._conn.close()

@@ -18,6 +18,9 @@ table's event layout from.
   transactions, deletes and re-inserts, a composite key with a text column,
   TOASTed values, NULLs) writes to the same tables and the processor is killed
   twice mid-snapshot; per key the output follows the source's own history.
+- A transaction is held between its commit record and its visibility while a
+  signal-table window opens: the window's snapshot drops the chunk's older row,
+  which positions alone would emit.
 """
 
 from __future__ import annotations
@@ -368,20 +371,84 @@ def emitted_by_key(events: list[Event]) -> dict[tuple[Any, ...], list[dict[str, 
     return out
 
 
+def test_a_window_row_loses_to_a_commit_its_chunk_could_not_see_yet(stack: DevStack) -> None:
+    """PostgreSQL writes a transaction's commit record before it makes the transaction
+    visible. A transaction caught between the two when a window opens lies below the
+    window's open row in the change stream, yet the chunk read inside the window does not
+    see it: by positions alone its (older) row would win. A synchronous standby that never
+    connects holds one such transaction there for as long as the test needs (only its own
+    session waits: the cluster commits with ``synchronous_commit = off``); the window's
+    snapshot must settle it."""
+    name = "iso_late_commit"
+    config = snapshot_config(
+        stack,
+        "late",
+        chunk_size=100,
+        min_chunk_size=100,
+        max_chunk_size=100,
+        watermarks="signal-table",
+    )
+    uncaptured_table(config, name, 20)
+    processor = Processor(stack, config, "late-processor").start()
+    conninfo = config.source.conninfo()
+    table = sql.Identifier("public", name)
+    admin = psycopg.connect(**conninfo, autocommit=True)
+    held = psycopg.connect(**conninfo, autocommit=True)
+    waiting = threading.Thread(
+        target=held.execute,
+        args=(sql.SQL("UPDATE {} SET name = 'late', v = 1 WHERE id = 5").format(table),),
+        daemon=True,
+    )
+    try:
+        wait_for("the coordinator", lambda: leading(processor))
+        admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'tidemark_test_no_standby'")
+        admin.execute("SELECT pg_reload_conf()")
+        held.execute("SET synchronous_commit = on")
+        waiting.start()
+        topic = f"{config.source.topic_prefix}.public.{name}"
+
+        def streamed() -> bool:
+            decode = decoder(config)
+            return any(
+                r.value is not None and (decode(r.value).get("after") or {}).get("name") == "late"
+                for r in read_topic(config, topic)
+            )
+
+        wait_for("the late commit in the change stream", streamed)
+        invisible = admin.execute(sql.SQL("SELECT name FROM {} WHERE id = 5").format(table))
+        assert invisible.fetchone() == ("row 5",)  # committed in the WAL, not visible yet
+        cli(processor, "snapshot", "start", f"public.{name}", "--id", "late-1")
+        wait_for("the snapshot", lambda: notified(config, "COMPLETED", "late-1"))
+    finally:
+        admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
+        admin.execute("SELECT pg_reload_conf()")
+        admin.execute(
+            "SELECT pg_cancel_backend(%s)", (held.info.backend_pid,)
+        )  # its wait ends; the transaction had committed
+        if waiting.ident is not None:
+            waiting.join(30)
+        held.close()
+        admin.close()
+    try:
+        wait_caught_up(config)
+        events = reconciled(config, name)
+        assert final_rows(events) == source_rows(config, name)  # I1
+        check_monotone(events)  # I3
+        history = [(e.after or {}).get("name") for e in events if e.key == {"id": 5} and e.value]
+        assert history == ["late"]  # the chunk's older row was dropped
+        snapshot_rows = [
+            e for e in events if e.value and e.value["tidemark"]["reason"] == "snapshot"
+        ]
+        assert len(snapshot_rows) == 20  # rows 0 to 20 but 5
+    finally:
+        processor.stop()
+
+
 @pytest.mark.parametrize(
     ("name", "watermarks", "readers"),
     [
         ("snapload", "read-only", 2),
-        pytest.param(
-            "snapwin",
-            "signal-table",
-            1,
-            marks=pytest.mark.xfail(
-                strict=False,
-                reason="known bug, issue 4: in signal-table mode a key's output went back in "
-                "history in two CI runs (I2/I3); not yet found",
-            ),
-        ),
+        ("snapwin", "signal-table", 1),
     ],
 )
 def test_tiny_chunks_under_a_random_workload_with_crashes(

@@ -67,6 +67,10 @@ def test_tags_round_trip_through_headers_and_refuse_broken_ones() -> None:
     assert tags.parse([("tidemark.chunk", b"1"), ("tidemark.snapshot", b"5:2:")]) is None
     window = ChunkTag(13, Window((5, 7), (9, 2), (40, 0, 12)), "req-2")
     assert tags.parse(window.headers()) == window
+    seen = ChunkTag(14, Window((5, 7), (9, 2), (40,), PgSnapshot(8, 12, frozenset({9}))), "r")
+    assert tags.parse(seen.headers()) == seen
+    assert tags.parse([("tidemark.chunk", b"1"), ("tidemark.window", b"5,7,9,2;4;8:7:")]) is None
+    assert tags.parse([("tidemark.chunk", b"1"), ("tidemark.window", b"5,7,9,2;4;1:2:;")]) is None
     assert tags.parse([("tidemark.chunk", b"1"), ("tidemark.window", b"9,2,5,7;1")]) is None
     assert tags.parse([("tidemark.chunk", b"1"), ("tidemark.window", b"5,7,9,2;")]) is None
 

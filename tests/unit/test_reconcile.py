@@ -72,3 +72,12 @@ def test_a_window_row_loses_to_any_change_from_its_window_open_on(
     assert action is (Action.APPLY if stored < low else Action.DROP)
     assert decide_row(7, window, Entry(stored, b"x", chunk=7)) is Action.REEMIT
     assert decide_row(7, window, Entry(stored, b"x", chunk=8)) is Action.DROP
+
+
+def test_below_its_window_a_row_loses_to_a_change_its_snapshot_did_not_see() -> None:
+    """A transaction past its commit record but not yet visible when the window opened."""
+    window = Window((100, 100), (200, 200), (0,), PgSnapshot(90, 150, frozenset({90})))
+    assert decide_row(7, window, Entry((95, 95), b"x", txid=90)) is Action.DROP
+    assert decide_row(7, window, Entry((95, 95), b"x", txid=91)) is Action.APPLY
+    assert decide_row(7, window, Entry((95, 95), b"x")) is Action.APPLY  # no txId: positions
+    assert decide_row(7, window, Entry((120, 120), b"x", txid=91)) is Action.DROP

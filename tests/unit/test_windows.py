@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from processor.backfill import ChunkTag, backfill_topic
 from processor.errors import RawMessage
 from processor.reconciler import Reconciler
-from processor.visibility import Window
+from processor.visibility import PgSnapshot, Window
 from state.store import Checkpoint, MemoryPartitionStore
 from tests.unit.probe import TOPIC, probe_event
 from tidemark.config import Config, ProcessorConfig
@@ -48,7 +48,7 @@ def change_message(offset: int, key: int, value: int | None, position: int) -> R
         op,
         row(key, value) if value is not None else None,
         f'["{position}","{position}"]',
-        1,
+        position,  # the transaction id grows with the position, as PostgreSQL's do
         position,
     )
     return RawMessage(TOPIC, 0, offset, orjson.dumps({"id": key}), orjson.dumps(event))
@@ -160,7 +160,12 @@ def test_a_window_without_an_end_for_the_partition_is_a_dead_letter() -> None:
 
 @dataclass
 class Source:
-    """Committed rows, the change log (one partition), and the chunks with their windows."""
+    """Committed rows, the change log (one partition), and the chunks with their windows.
+
+    A transaction's id is its position. A commit can be *late*: in the log (below
+    the next window's open row) but visible only after that window's chunk is read,
+    as PostgreSQL makes a transaction visible a moment after its commit record.
+    """
 
     rows: dict[int, int] = field(default_factory=dict)
     position: int = 0
@@ -168,12 +173,19 @@ class Source:
     chunks: list[list[tuple[int, int, int, Window]]] = field(default_factory=list)
 
     def commit(self, key: int, value: int | None) -> None:
+        self.log_only(key, value)
+        self.apply(key, value)
+
+    def log_only(self, key: int, value: int | None) -> int:
         self.position += 10
+        self.log.append((key, value, self.position))
+        return self.position
+
+    def apply(self, key: int, value: int | None) -> None:
         if value is None:
             self.rows.pop(key, None)
         else:
             self.rows[key] = value
-        self.log.append((key, value, self.position))
 
     def watermark(self) -> int:
         self.position += 10  # the signal table's row: in the stream, not in this topic
@@ -182,34 +194,41 @@ class Source:
 
 @st.composite
 def sources(draw: st.DrawFn) -> Source:
-    """Writes, and chunks read inside windows with writes before and after the read."""
+    """Writes, and chunks read inside windows with writes before and after the read; a
+    window with a late commit carries the chunk's snapshot, in which it is in progress."""
     keys = draw(st.integers(1, 5))
+    values = st.one_of(st.none(), st.integers(0, 99))
     source = Source()
     for _ in range(draw(st.integers(1, 12))):
         for _ in range(draw(st.integers(0, 4))):
-            source.commit(
-                draw(st.integers(0, keys - 1)), draw(st.one_of(st.none(), st.integers(0, 99)))
-            )
+            source.commit(draw(st.integers(0, keys - 1)), draw(values))
         if draw(st.booleans()):
             continue
+        late: tuple[int, int | None, int] | None = None
+        if draw(st.booleans()):
+            key, value = draw(st.integers(0, keys - 1)), draw(values)
+            late = (key, value, source.log_only(key, value))
         low = source.watermark()
         for _ in range(draw(st.integers(0, 3))):
-            source.commit(
-                draw(st.integers(0, keys - 1)), draw(st.one_of(st.none(), st.integers(0, 99)))
-            )
+            key = draw(st.integers(0, keys - 1))
+            if late is None or key != late[0]:  # the late commit still holds the row's lock
+                source.commit(key, draw(values))
         read = dict(source.rows)
+        xmax = source.position + 1
+        snapshot = None
+        if late is not None:
+            snapshot = PgSnapshot(late[2], xmax, frozenset({late[2]}))
+            source.apply(late[0], late[1])
+        elif draw(st.booleans()):
+            snapshot = PgSnapshot(xmax, xmax)
         for _ in range(draw(st.integers(0, 3))):
-            source.commit(
-                draw(st.integers(0, keys - 1)), draw(st.one_of(st.none(), st.integers(0, 99)))
-            )
+            source.commit(draw(st.integers(0, keys - 1)), draw(values))
         high = source.watermark()
-        window = Window((low, low), (high, high), (len(source.log),))
+        window = Window((low, low), (high, high), (len(source.log),), snapshot)
         number = len(source.chunks) + 1
         source.chunks.append([(k, v, number, window) for k, v in sorted(read.items())])
     for _ in range(draw(st.integers(0, 3))):
-        source.commit(
-            draw(st.integers(0, keys - 1)), draw(st.one_of(st.none(), st.integers(0, 99)))
-        )
+        source.commit(draw(st.integers(0, keys - 1)), draw(values))
     return source
 
 
