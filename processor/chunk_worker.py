@@ -22,6 +22,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import time
+from collections import deque
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -45,6 +46,9 @@ log = logging.getLogger(__name__)
 
 #: How much lower than the processor's the readers' CPU priority is (``nice``).
 READER_NICENESS = 10
+#: Jobs handed to a reader at once: the one it reads and the next, so that it never
+#: waits for the coordinator (a thread that shares the interpreter with the data plane).
+JOBS_PER_READER = 2
 
 
 @dataclass(frozen=True)
@@ -74,28 +78,34 @@ class ChunkDone:
 
 
 class ChunkWorkers:
-    """``count`` reader processes: hand each a job, collect what they finished."""
+    """``count`` reader processes, each with up to :data:`JOBS_PER_READER` jobs handed to it;
+    collect what they finished."""
 
     def __init__(self, config: Config, count: int) -> None:
         self._workers = [ChunkWorker(config) for _ in range(count)]
 
+    @property
+    def count(self) -> int:
+        """Reader processes."""
+        return len(self._workers)
+
     def free(self) -> bool:
-        """Whether a reader is idle."""
-        return any(w.job is None for w in self._workers)
+        """Whether a reader has room for another job."""
+        return any(len(w.jobs) < JOBS_PER_READER for w in self._workers)
 
     def busy(self) -> int:
-        """Jobs being read."""
-        return sum(w.job is not None for w in self._workers)
+        """Jobs being read or waiting for their reader."""
+        return sum(len(w.jobs) for w in self._workers)
 
     def submit(self, job: ChunkJob) -> None:
-        """Give ``job`` to an idle reader (:meth:`free` must be true)."""
-        worker = next(w for w in self._workers if w.job is None)
+        """Give ``job`` to the least loaded reader (:meth:`free` must be true)."""
+        worker = min(self._workers, key=lambda w: len(w.jobs))
         worker.submit(job)
 
     def finished(self, timeout: float) -> list[tuple[ChunkJob, ChunkDone | ChunkError]]:
         """The jobs that finished within ``timeout`` seconds, with their result or error."""
-        lost = [w.result() for w in self._workers if w.job is not None and w.connection is None]
-        busy = {w.connection: w for w in self._workers if w.connection and w.job is not None}
+        lost = [r for w in self._workers if w.jobs and w.connection is None for r in w.lost()]
+        busy = {w.connection: w for w in self._workers if w.connection and w.jobs}
         if lost or not busy:
             return lost
         ready = multiprocessing.connection.wait(list(busy), timeout)
@@ -107,40 +117,49 @@ class ChunkWorkers:
 
 
 class ChunkWorker:
-    """The parent's handle on one reader process (started on first use, again if it dies)."""
+    """The parent's handle on one reader process (started on first use, again if it dies).
+
+    The process reads its jobs in the order they were sent and answers each in that
+    order, so a second job waits in the pipe while the first is read: the reader
+    starts it the moment the first is done, without waiting for the coordinator.
+    """
 
     def __init__(self, config: Config) -> None:
         self._config = config
         self._context = multiprocessing.get_context("spawn")
         self._process: Any = None
         self.connection: Connection | None = None
-        #: The job being read, if any.
-        self.job: ChunkJob | None = None
+        #: The jobs sent and not answered yet, oldest first.
+        self.jobs: deque[ChunkJob] = deque()
 
     def submit(self, job: ChunkJob) -> None:
-        """Start reading ``job``; its result comes from :meth:`result`."""
+        """Queue ``job``; its result comes from :meth:`result`."""
         conn = self._started()
-        self.job = job
+        self.jobs.append(job)
         try:
             conn.send(job)
         except (OSError, BrokenPipeError):
-            self.close()  # result() reports the failure
+            self.close()  # lost() reports the failure
 
     def result(self) -> tuple[ChunkJob, ChunkDone | ChunkError]:
-        """The finished job and its result (or why it failed)."""
-        job, self.job = self.job, None
-        assert job is not None
+        """The oldest job and its result (or why it failed)."""
+        job = self.jobs.popleft()
         if self.connection is None:
-            return job, ChunkError("the chunk reader process ended; it is started again")
+            return job, _lost()
         try:
             status, result = self.connection.recv()
         except (EOFError, OSError):
             self.close()
-            return job, ChunkError("the chunk reader process ended; it is started again")
+            return job, _lost()
         if status != "ok":
             return job, ChunkError(str(result))
         assert isinstance(result, ChunkDone)
         return job, result
+
+    def lost(self) -> list[tuple[ChunkJob, ChunkDone | ChunkError]]:
+        """Every job of a reader process that ended, as failed (each is read again)."""
+        jobs, self.jobs = list(self.jobs), deque()
+        return [(job, _lost()) for job in jobs]
 
     def close(self) -> None:
         """Stop the reader process."""
@@ -168,6 +187,10 @@ class ChunkWorker:
             theirs.close()
             self.connection = mine
         return self.connection
+
+
+def _lost() -> ChunkError:
+    return ChunkError("the chunk reader process ended; it is started again")
 
 
 def _serve(conn: Connection, config: Config) -> None:

@@ -367,8 +367,8 @@ class Coordinator:
                 self._failed(entry, result)
                 continue
             self._failures = 0
-            # Time left is estimated from busy time: parallel reads share it.
-            busy = result.seconds / (1 + self._workers.busy())
+            # Time left is estimated from busy time: the readers, each kept busy, share it.
+            busy = result.seconds / self._workers.count
             self._persist(state.written(entry, job.chunk, result.rows, busy, time.time()))
             metrics.SNAPSHOT_ROWS.labels(entry.table).inc(result.rows)
             metrics.SNAPSHOT_CHUNKS.labels(entry.table).inc()
