@@ -12,7 +12,10 @@ is for). While a write workload updates random rows of the table being read:
 - ``tidemark-backfill``: ``tidemark snapshot start`` against a running
   ``tidemark process``, from the signal until every chunk row has been decided
   by the data plane and its reconciled event produced and committed (the data
-  plane's committed offsets reach the end of the backfill topic).
+  plane's committed offsets reach the end of the backfill topic);
+- ``tidemark-backfill-2-readers`` and ``tidemark-backfill-signal-table``: the
+  same backfill of the same table with two reader processes, and with DDD-3's
+  signal-table watermarks, each by a pipeline of its own (fresh state).
 
 Rows/s, seconds and the peak resident memory (VmHWM) of the process doing the
 work (Debezium's JVM, which also streams; Tidemark's processor, and its chunk
@@ -180,23 +183,32 @@ def run_debezium(stack: DevStack, table: str, rows: int, writes_per_s: float) ->
     }
 
 
-def run_tidemark(stack: DevStack, table: str, rows: int, writes_per_s: float) -> dict[str, Any]:
+def run_tidemark(
+    stack: DevStack,
+    table: str,
+    rows: int,
+    writes_per_s: float,
+    program: str = "tidemark-backfill",
+    snapshot: SnapshotConfig | None = None,
+) -> dict[str, Any]:
+    """One backfill of ``table`` by a processor of a pipeline of its own (fresh state)."""
     prefix = stack.config.source.topic_prefix
+    pipeline = program.replace("tidemark-backfill", "benchbf")
     config = dataclasses.replace(
         stack.config,
         processor=ProcessorConfig(
-            pipeline="benchbf",
+            pipeline=pipeline,
             input_pattern=rf"^{prefix}\.public\.{table}$",
-            state_dir=str(stack.run_dir / "benchbf-state"),
+            state_dir=str(stack.run_dir / f"{pipeline}-state"),
             web_port=free_port(),
         ),
-        snapshot=SnapshotConfig(),
+        snapshot=snapshot or SnapshotConfig(),
     )
-    path = stack.run_dir / "benchbf.yaml"
+    path = stack.run_dir / f"{pipeline}.yaml"
     path.write_text(dump_config(config))
     path.chmod(0o600)
     cmd = [sys.executable, "-m", "tidemark.cli", "process", "--config", str(path)]
-    pid = stack.start_process("benchbf", cmd)
+    pid = stack.start_process(pipeline, cmd)
     try:
         wait_leader(config)
         with Writes(config, table, rows, writes_per_s) as writes:
@@ -205,13 +217,15 @@ def run_tidemark(stack: DevStack, table: str, rows: int, writes_per_s: float) ->
                 config, "execute-snapshot", {"data-collections": [f"public.{table}"]}
             )
             read_done = wait_completed(config, request) - started
-            wait_backfill_committed(config, f"benchbf.backfill.{prefix}.public.{table}")
+            wait_backfill_committed(config, f"{pipeline}.backfill.{prefix}.public.{table}")
             seconds = time.perf_counter() - started
         state = read_state(config)
         assert state is not None
         entry = next(t for t in state.tables if t.request_id == request)
         return {
-            "program": "tidemark-backfill",
+            "program": program,
+            "watermarks": config.snapshot.watermarks,
+            "readers": config.snapshot.readers,
             "rows": entry.rows,
             "seconds": seconds,
             "read_seconds": read_done,
@@ -221,7 +235,7 @@ def run_tidemark(stack: DevStack, table: str, rows: int, writes_per_s: float) ->
             "reader_peak_rss_mb": sum(peak_rss_mb(child) for child in children(pid)),
         }
     finally:
-        stack.stop_process("benchbf")
+        stack.stop_process(pipeline)
 
 
 def wait_leader(config: Config) -> None:
@@ -243,10 +257,9 @@ def wait_leader(config: Config) -> None:
 def wait_backfill_committed(config: Config, topic: str) -> None:
     """Until the data plane has committed every record of ``topic`` (the change topic keeps
     receiving the write workload's changes, so its lag is never zero for long)."""
+    group = f"{config.processor.pipeline}-dataplane"
     consumer = Consumer(
-        client_config(
-            config.kafka, **{"group.id": "benchbf-dataplane", "enable.auto.commit": False}
-        )
+        client_config(config.kafka, **{"group.id": group, "enable.auto.commit": False})
     )
     try:
         count = len(consumer.list_topics(topic, timeout=10).topics[topic].partitions)
@@ -287,6 +300,26 @@ def main() -> None:
         results.append(run_copy(stack.config, "bench_tm", args.rows))
         results.append(run_debezium(stack, "bench_dbz", args.rows, args.writes_per_s))
         results.append(run_tidemark(stack, "bench_tm", args.rows, args.writes_per_s))
+        results.append(
+            run_tidemark(
+                stack,
+                "bench_tm",
+                args.rows,
+                args.writes_per_s,
+                "tidemark-backfill-2-readers",
+                SnapshotConfig(readers=2),
+            )
+        )
+        results.append(
+            run_tidemark(
+                stack,
+                "bench_tm",
+                args.rows,
+                args.writes_per_s,
+                "tidemark-backfill-signal-table",
+                SnapshotConfig(watermarks="signal-table"),
+            )
+        )
     finally:
         stack.down()
         subprocess.run(["rm", "-rf", str(run_dir)], check=False)

@@ -80,8 +80,12 @@ class PgSnapshot:
     def encode(self) -> bytes:
         """Bytes for state: ``xmin``, ``xmax``, the count of ``xip``, each ``xip``.
 
-        Every row of a chunk stores its chunk's snapshot, so the bytes are cached.
+        Every row of a chunk stores its chunk's snapshot, so the bytes are cached (and
+        the last snapshot's by identity: hashing a dataclass costs more than a row's rule).
         """
+        last, encoded = _LAST_ENCODED
+        if last is self:
+            return encoded
         encoded = _ENCODED.get(self)
         if encoded is None:
             ids = sorted(self.xip)
@@ -89,6 +93,7 @@ class PgSnapshot:
                 _XID.pack(x) for x in ids
             )
             _remember(_ENCODED, self, encoded)
+        _LAST_ENCODED[:] = [self, encoded]
         return encoded
 
     @staticmethod
@@ -153,6 +158,7 @@ class Window:
 
 
 _ENCODED: dict[PgSnapshot, bytes] = {}
+_LAST_ENCODED: list[Any] = [None, b""]
 _DECODED: dict[bytes, PgSnapshot] = {}
 _CACHED = 256
 
