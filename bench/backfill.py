@@ -13,9 +13,10 @@ is for). While a write workload updates random rows of the table being read:
   ``tidemark process``, from the signal until every chunk row has been decided
   by the data plane and its reconciled event produced and committed (the data
   plane's committed offsets reach the end of the backfill topic);
-- ``tidemark-backfill-2-readers`` and ``tidemark-backfill-signal-table``: the
-  same backfill of the same table with two reader processes, and with DDD-3's
-  signal-table watermarks, each by a pipeline of its own (fresh state).
+- ``tidemark-backfill-2-readers``, ``tidemark-backfill-signal-table`` and
+  ``tidemark-backfill-signal-table-2-readers``: the same backfill of the same
+  table with two reader processes, with DDD-3's signal-table watermarks, and
+  with both, each by a pipeline of its own (fresh state).
 
 Rows/s, seconds and the peak resident memory (VmHWM) of the process doing the
 work (Debezium's JVM, which also streams; Tidemark's processor, and its chunk
@@ -318,6 +319,16 @@ def main() -> None:
                 args.writes_per_s,
                 "tidemark-backfill-signal-table",
                 SnapshotConfig(watermarks="signal-table"),
+            )
+        )
+        results.append(
+            run_tidemark(
+                stack,
+                "bench_tm",
+                args.rows,
+                args.writes_per_s,
+                "tidemark-backfill-signal-table-2-readers",
+                SnapshotConfig(watermarks="signal-table", readers=2),
             )
         )
     finally:
