@@ -393,40 +393,53 @@ def test_a_window_row_loses_to_a_commit_its_chunk_could_not_see_yet(stack: DevSt
     processor = Processor(stack, config, "late-processor").start()
     conninfo = config.source.conninfo()
     table = sql.Identifier("public", name)
+    topic = f"{config.source.topic_prefix}.public.{name}"
     admin = psycopg.connect(**conninfo, autocommit=True)
     held = psycopg.connect(**conninfo, autocommit=True)
-    waiting = threading.Thread(
-        target=held.execute,
-        args=(sql.SQL("UPDATE {} SET name = 'late', v = 1 WHERE id = 5").format(table),),
-        daemon=True,
-    )
+    waiting: threading.Thread | None = None
+
+    def streamed(key: int) -> bool:
+        decode = decoder(config)
+        return any(
+            r.value is not None
+            and (decode(r.value).get("after") or {}).get("name") == f"late {key}"
+            for r in read_topic(config, topic)
+        )
+
+    def hold(key: int) -> threading.Thread:
+        update = sql.SQL("UPDATE {} SET name = %s, v = 1 WHERE id = %s").format(table)
+        thread = threading.Thread(
+            target=held.execute, args=(update, (f"late {key}", key)), daemon=True
+        )
+        thread.start()
+        wait_for("the late commit in the change stream", lambda: streamed(key))
+        return thread
+
     try:
         wait_for("the coordinator", lambda: leading(processor))
         admin.execute("ALTER SYSTEM SET synchronous_standby_names = 'tidemark_test_no_standby'")
         admin.execute("SELECT pg_reload_conf()")
         held.execute("SET synchronous_commit = on")
-        waiting.start()
-        topic = f"{config.source.topic_prefix}.public.{name}"
-
-        def streamed() -> bool:
-            decode = decoder(config)
-            return any(
-                r.value is not None and (decode(r.value).get("after") or {}).get("name") == "late"
-                for r in read_topic(config, topic)
-            )
-
-        wait_for("the late commit in the change stream", streamed)
-        invisible = admin.execute(sql.SQL("SELECT name FROM {} WHERE id = 5").format(table))
-        assert invisible.fetchone() == ("row 5",)  # committed in the WAL, not visible yet
+        # The reload reaches each server process in its own time (the checkpointer tells
+        # backends that a synchronous standby is wanted): until it has, a commit does not
+        # wait, so a key is tried again until one commit is held.
+        for key in (5, 6, 7, 8, 9):
+            waiting = hold(key)
+            select = sql.SQL("SELECT name FROM {} WHERE id = %s").format(table)
+            if admin.execute(select, (key,)).fetchone() == (f"row {key}",):
+                break  # committed in the WAL, not visible yet
+            waiting.join(30)
+            time.sleep(1)
+        else:
+            pytest.fail("no commit was held back by the synchronous standby setting")
         cli(processor, "snapshot", "start", f"public.{name}", "--id", "late-1")
         wait_for("the snapshot", lambda: notified(config, "COMPLETED", "late-1"))
     finally:
         admin.execute("ALTER SYSTEM RESET synchronous_standby_names")
         admin.execute("SELECT pg_reload_conf()")
-        admin.execute(
-            "SELECT pg_cancel_backend(%s)", (held.info.backend_pid,)
-        )  # its wait ends; the transaction had committed
-        if waiting.ident is not None:
+        # Its wait ends; the transaction had committed.
+        admin.execute("SELECT pg_cancel_backend(%s)", (held.info.backend_pid,))
+        if waiting is not None:
             waiting.join(30)
         held.close()
         admin.close()
@@ -435,12 +448,12 @@ def test_a_window_row_loses_to_a_commit_its_chunk_could_not_see_yet(stack: DevSt
         events = reconciled(config, name)
         assert final_rows(events) == source_rows(config, name)  # I1
         check_monotone(events)  # I3
-        history = [(e.after or {}).get("name") for e in events if e.key == {"id": 5} and e.value]
-        assert history == ["late"]  # the chunk's older row was dropped
+        history = [(e.after or {}).get("name") for e in events if e.key == {"id": key} and e.value]
+        assert history == [f"late {key}"]  # the chunk's older row was dropped
         snapshot_rows = [
             e for e in events if e.value and e.value["tidemark"]["reason"] == "snapshot"
         ]
-        assert len(snapshot_rows) == 20  # rows 0 to 20 but 5
+        assert len(snapshot_rows) == 20  # rows 0 to 20 but the held one
     finally:
         processor.stop()
 
