@@ -189,8 +189,8 @@ def run_tidemark(
     table: str,
     rows: int,
     writes_per_s: float,
-    program: str = "tidemark-backfill",
-    snapshot: SnapshotConfig | None = None,
+    program: str,
+    snapshot: SnapshotConfig,
 ) -> dict[str, Any]:
     """One backfill of ``table`` by a processor of a pipeline of its own (fresh state)."""
     prefix = stack.config.source.topic_prefix
@@ -203,7 +203,7 @@ def run_tidemark(
             state_dir=str(stack.run_dir / f"{pipeline}-state"),
             web_port=free_port(),
         ),
-        snapshot=snapshot or SnapshotConfig(),
+        snapshot=snapshot,
     )
     path = stack.run_dir / f"{pipeline}.yaml"
     path.write_text(dump_config(config))
@@ -300,47 +300,28 @@ def main() -> None:
         create_tables(stack.config, ["bench_dbz", "bench_tm"], args.rows)
         results.append(run_copy(stack.config, "bench_tm", args.rows))
         results.append(run_debezium(stack, "bench_dbz", args.rows, args.writes_per_s))
-        results.append(run_tidemark(stack, "bench_tm", args.rows, args.writes_per_s))
-        results.append(
-            run_tidemark(
-                stack,
-                "bench_tm",
-                args.rows,
-                args.writes_per_s,
-                "tidemark-backfill-2-readers",
-                SnapshotConfig(readers=2),
+        variants = {
+            "tidemark-backfill": SnapshotConfig(),
+            "tidemark-backfill-2-readers": SnapshotConfig(readers=2),
+            "tidemark-backfill-signal-table": SnapshotConfig(watermarks="signal-table"),
+            "tidemark-backfill-signal-table-2-readers": SnapshotConfig(
+                watermarks="signal-table", readers=2
+            ),
+        }
+        for program, snapshot in variants.items():
+            results.append(
+                run_tidemark(stack, "bench_tm", args.rows, args.writes_per_s, program, snapshot)
             )
-        )
-        results.append(
-            run_tidemark(
-                stack,
-                "bench_tm",
-                args.rows,
-                args.writes_per_s,
-                "tidemark-backfill-signal-table",
-                SnapshotConfig(watermarks="signal-table"),
-            )
-        )
-        results.append(
-            run_tidemark(
-                stack,
-                "bench_tm",
-                args.rows,
-                args.writes_per_s,
-                "tidemark-backfill-signal-table-2-readers",
-                SnapshotConfig(watermarks="signal-table", readers=2),
-            )
-        )
     finally:
         stack.down()
         subprocess.run(["rm", "-rf", str(run_dir)], check=False)
     for result in results:
         result["rows_per_s"] = round(result["rows"] / result["seconds"])
-    print(f"{'program':<24}{'rows':>10}{'seconds':>10}{'rows/s':>12}{'peak RSS MB':>14}")
+    print(f"{'program':<42}{'rows':>10}{'seconds':>10}{'rows/s':>12}{'peak RSS MB':>14}")
     for r in results:
         rss = r.get("peak_rss_mb")
         print(
-            f"{r['program']:<24}{r['rows']:>10}{r['seconds']:>10.1f}{r['rows_per_s']:>12,}"
+            f"{r['program']:<42}{r['rows']:>10}{r['seconds']:>10.1f}{r['rows_per_s']:>12,}"
             f"{(f'{rss:.0f}' if rss else '-'):>14}"
         )
     write_results("backfill", results, rows=args.rows, writes_per_s=args.writes_per_s)
