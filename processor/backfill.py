@@ -57,13 +57,23 @@ def backfilled_topic(pipeline: str, topic: str) -> str | None:
 
 
 class ChunkTags:
-    """Parses chunk tags from headers; a chunk's rows share one snapshot, parsed once."""
+    """Parses chunk tags from headers; a chunk's rows share one snapshot, parsed once,
+    and their headers: a row with the previous row's headers has its tag."""
 
     def __init__(self) -> None:
         self._seen: dict[tuple[str, bytes], PgSnapshot | Window] = {}
+        self._last: tuple[Any, ChunkTag | None] = (None, None)
 
     def parse(self, headers: Any) -> ChunkTag | None:
         """The tag in ``headers`` (a message's list of pairs); ``None`` if it lacks one."""
+        last_headers, last_tag = self._last
+        if headers == last_headers:
+            return last_tag
+        tag = self._parse(headers)
+        self._last = (headers, tag)
+        return tag
+
+    def _parse(self, headers: Any) -> ChunkTag | None:
         number = text = kind = None
         request = b""
         for name, value in headers or ():

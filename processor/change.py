@@ -160,12 +160,9 @@ def debezium_change(state_key: bytes, payload: Any, msg: RawMessage, toast: bool
         raise InputError("'before' is not a row", msg, "not-debezium")
     tag = msg.chunk
     if tag is not None:
-        # A chunk row of Tidemark's own snapshot: placed by its chunk and what it saw,
-        # not by a position (a window's row sits at its close: later changes win).
         if op != "r" or not isinstance(source, dict):
             raise InputError("a backfill record that is not a read event", msg, "not-debezium")
-        read_in = tag.read_in
-        version: Version = read_in.high if isinstance(read_in, Window) else (0, tag.number)
+        version = chunk_version(msg)
     else:
         try:
             version = source_version(source)
@@ -188,3 +185,15 @@ def debezium_change(state_key: bytes, payload: Any, msg: RawMessage, toast: bool
     if tag is not None:
         change.chunk, change.read_in = tag.number, tag.read_in
     return change
+
+
+def chunk_version(msg: RawMessage) -> Version:
+    """The version of a chunk row of Tidemark's own snapshot (``msg.chunk`` set).
+
+    A chunk row is placed by its chunk and what it saw, not by a position; a
+    signal-table window's row sits at the window's close, so later changes win.
+    """
+    tag = msg.chunk
+    assert tag is not None
+    read_in = tag.read_in
+    return read_in.high if isinstance(read_in, Window) else (0, tag.number)

@@ -40,7 +40,7 @@ from processor.visibility import PgSnapshot, Window
 from processor.watermarks import SignalTableWatermarks
 from tidemark.config import Config
 from tidemark.errors import TidemarkError
-from tidemark.kafka import Acknowledgements, client_config, consumer_config
+from tidemark.kafka import FAILURES_ONLY, Acknowledgements, client_config, consumer_config
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +243,7 @@ class _Reader:
                     # Kafka's default (Java) partitioner, as Debezium's producer: a chunk
                     # row goes to the partition of its key's changes.
                     "partitioner": "murmur2_random",
+                    **FAILURES_ONLY,
                 },
             )
         )

@@ -39,6 +39,7 @@ from state.changelog import Restorer
 from state.store import Checkpoint, PartitionStore, StateBackend
 from tidemark.config import Config
 from tidemark.kafka import (
+    FAILURES_ONLY,
     Acknowledgements,
     client_config,
     consumer_config,
@@ -78,21 +79,23 @@ class DataPlane:
         self.lifecycle = Lifecycle.STOPPED
         self.failure: BaseException | None = None
         self._admin = AdminClient(client_config(config.kafka))
-        self._producer = Producer(
-            client_config(
-                config.kafka,
-                **{
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    "linger.ms": 5,
-                    "compression.type": "lz4",
-                    "queue.buffering.max.messages": 500_000,
-                },
-            )
-        )
+        producer_settings = {
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "compression.type": "lz4",
+            "queue.buffering.max.messages": 500_000,
+        }
+        #: Outputs, dead letters and positions: only their failures are reported back.
+        self._producer = Producer(client_config(config.kafka, **producer_settings, **FAILURES_ONLY))
         self._acks = Acknowledgements(self._producer)
-        #: Bound once: the producer calls it for every record.
+        #: Changelog records, on a producer of their own: the last record of each
+        #: partition's batch reports its offset, where the changelog has reached.
+        self._changelog = Producer(client_config(config.kafka, **producer_settings))
+        self._changelog_acks = Acknowledgements(self._changelog)
+        #: Bound once: passed with every record.
         self._on_delivery = self._acks.on_delivery
+        self._on_changelog_delivery = self._changelog_acks.on_delivery
         #: The group's consumer while the data plane is a member (not STOPPED).
         self._consumer: Consumer | None = None
         self._restorer = Restorer(
@@ -267,6 +270,7 @@ class DataPlane:
         finally:
             self._restorer.close()
             self._producer.flush(10)
+            self._changelog.flush(10)
 
     # -- one batch: decide, then commit -------------------------------------
 
@@ -317,6 +321,7 @@ class DataPlane:
         for error in batch.dead_letters:
             self._produce_dead_letter(error)
         self._record_positions(batch)
+        produce, on_delivery = self._changelog.produce, self._on_changelog_delivery
         for (topic, partition), state in batch.states.items():
             # Records of one partition are acknowledged in order (idempotent producer),
             # so the last one's offset tells how far the changelog goes.
@@ -326,8 +331,9 @@ class DataPlane:
                 try:
                     produce(changelog, value, key, partition, callback)
                 except BufferError:
-                    self._produce(changelog, partition, key, value, on_delivery=callback)
+                    self._produce_changelog(changelog, partition, key, value, callback)
         self._acks.wait("batch's outputs")
+        self._changelog_acks.wait("batch's changelog records")
         self._after_flush.passed()
         if batch.released:
             self._window_release.passed()
@@ -358,7 +364,7 @@ class DataPlane:
 
     def _on_changelog(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
-            self._acks.failures.append(err)
+            self._changelog_acks.failures.append(err)
             return
         key = (msg.topic() or "", msg.partition() or 0)
         end = (msg.offset() or 0) + 1
@@ -372,8 +378,8 @@ class DataPlane:
         key: bytes | None,
         value: bytes | None,
         headers: Headers | None = None,
-        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
     ) -> None:
+        """Produce one output-side record, waiting while the producer's queue is full."""
         while True:
             try:
                 self._producer.produce(
@@ -382,11 +388,27 @@ class DataPlane:
                     key=key,
                     partition=partition,
                     headers=headers,
-                    on_delivery=on_delivery or self._on_delivery,
+                    on_delivery=self._on_delivery,
                 )
                 return
             except BufferError:
                 self._producer.poll(0.05)
+
+    def _produce_changelog(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes,
+        value: bytes | None,
+        on_delivery: Callable[[KafkaError | None, Message], None],
+    ) -> None:
+        """Produce one changelog record, waiting while the producer's queue is full."""
+        while True:
+            try:
+                self._changelog.produce(topic, value, key, partition, on_delivery)
+                return
+            except BufferError:
+                self._changelog.poll(0.05)
 
     def _produce_dead_letter(self, error: InputError) -> None:
         msg = error.message

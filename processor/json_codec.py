@@ -4,8 +4,10 @@ With schemas enabled every message repeats its schema (often five times the
 size of the row). A :class:`JsonCodec` remembers the byte prefix
 ``{"schema":...,"payload":`` of the last schema it saw, so a message with the
 same schema has only its payload parsed, and the output schema is serialized
-once per input schema. Rows stored in state are JSON bytes and are written to
-the output as they are (``orjson.Fragment``), never parsed again.
+once per input schema. The rows of one incremental-snapshot chunk share even
+more: every byte but the row's own (:class:`ChunkEnvelope`), so such a row has
+only its ``after`` parsed. Rows stored in state are JSON bytes and are written
+to the output as they are (``orjson.Fragment``), never parsed again.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from processor.change import (
     TOAST_PLACEHOLDER_BASE64,
     Change,
     Row,
+    chunk_version,
     debezium_change,
 )
 from processor.envelopes import Emit
@@ -42,6 +45,7 @@ TIDEMARK_FIELD: dict[str, Any] = {
 
 _SCHEMA_HEAD = b'{"schema":'
 _PAYLOAD_HEAD = b',"payload":'
+_READ_HEAD = b'{"before":null,"after":'
 _TOAST_TEXT = TOAST_PLACEHOLDER.encode()
 _TOAST_BASE64 = TOAST_PLACEHOLDER_BASE64.encode()
 
@@ -91,6 +95,75 @@ class EnvelopeSplitter:
         return doc["payload"], schema
 
 
+class ChunkEnvelope:
+    """The bytes around ``after`` that the rows of one chunk share, and their parsed event.
+
+    Tidemark's chunk reader writes each row of a chunk inside the same envelope
+    bytes (:meth:`processor.chunk_events.TableShape.encode_chunk`): schema, empty
+    ``before``, then the row, then ``source`` and the rest. Learned from one fully
+    decoded row, the envelope lets the next rows with the same bytes around
+    theirs be decoded by parsing the row alone: the bytes between are one JSON
+    value (or the message is decoded in full), so the event is the learned one
+    with that ``after``.
+    """
+
+    __slots__ = ("head", "tail", "event", "schema", "snapshot", "connector")
+
+    def __init__(self, head: bytes, tail: bytes, change: Change) -> None:
+        self.head, self.tail = head, tail
+        self.event = dict(change.event, after=None)
+        self.schema, self.snapshot, self.connector = (
+            change.schema,
+            change.snapshot,
+            change.connector,
+        )
+
+    @staticmethod
+    def learn(value: bytes, payload_at: int, change: Change) -> ChunkEnvelope | None:
+        """The envelope around ``change`` (a chunk row decoded in full from ``value``,
+        whose payload starts at ``payload_at``), if its row can be found in it."""
+        row_at = payload_at + len(_READ_HEAD)
+        if change.before is not None or not value.startswith(_READ_HEAD, payload_at):
+            return None
+        row = orjson.dumps(change.after)
+        if not value.startswith(row, row_at):
+            return None  # written by another serializer: no byte-exact row to find
+        return ChunkEnvelope(value[:row_at], value[row_at + len(row) :], change)
+
+    def decode(self, msg: RawMessage, value: bytes, state_key: bytes) -> Change | None:
+        """The chunk row in ``value`` if it has this envelope; ``None`` if not, or if
+        the bytes between are not one JSON object (a full decode then tells why)."""
+        head, tail = self.head, self.tail
+        end = len(value) - len(tail)
+        if end <= len(head) or not value.startswith(head) or not value.endswith(tail):
+            return None
+        raw = value[len(head) : end]
+        try:
+            after = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(after, dict):
+            return None
+        tag = msg.chunk
+        assert tag is not None
+        toast = raw.find(_TOAST_TEXT) >= 0 or raw.find(_TOAST_BASE64) >= 0
+        return Change(
+            state_key,
+            "r",
+            None,
+            after,
+            chunk_version(msg),
+            self.snapshot,
+            self.connector,
+            toast,
+            self.event,
+            self.schema,
+            chunk=tag.number,
+            read_in=tag.read_in,
+            raw_after=raw,
+        )
+
+
 def _loads(raw: bytes, msg: RawMessage, what: str) -> Any:
     try:
         return orjson.loads(raw)
@@ -106,6 +179,10 @@ class JsonCodec:
         self._values = EnvelopeSplitter()
         self._keys = EnvelopeSplitter()
         self._out: tuple[Any, bytes] = (None, b"")
+        #: The last key schema seen and its columns (name, optional, JSON types).
+        self._key_columns: tuple[Any, list[_KeyColumn]] = (None, [])
+        #: The envelope of the last chunk row decoded in full.
+        self._chunk: ChunkEnvelope | None = None
 
     # -- rows in state ---------------------------------------------------------
 
@@ -142,7 +219,11 @@ class JsonCodec:
         if not isinstance(payload, dict) or not payload:
             raise InputError("key is not a struct of primary-key columns", msg, "key")
         if schema is not None:
-            _check_key(payload, schema, msg)
+            checked, columns = self._key_columns
+            if checked is not schema:
+                columns = _key_columns(schema, msg)
+                self._key_columns = (schema, columns)
+            _check_key(payload, columns, msg)
             prefix = self._keys.prefix
             if prefix and msg.key.startswith(prefix):
                 return msg.key[len(prefix) : -1]
@@ -153,10 +234,15 @@ class JsonCodec:
         """The change in ``msg``."""
         if self.envelope == "upsert":
             return self._decode_flat(msg, state_key)
-        if msg.value is None:
-            raise InputError("null value where a Debezium event was expected", msg, "not-debezium")
-        payload, schema = self._values.split(msg.value, msg, "value")
         value = msg.value
+        if value is None:
+            raise InputError("null value where a Debezium event was expected", msg, "not-debezium")
+        chunk = self._chunk
+        if chunk is not None and msg.chunk is not None:
+            change = chunk.decode(msg, value, state_key)
+            if change is not None:
+                return change
+        payload, schema = self._values.split(value, msg, "value")
         # search the payload only: the schema before it is most of the bytes
         start = (
             len(self._values.prefix) if schema is not None and schema is self._values.schema else 0
@@ -164,6 +250,8 @@ class JsonCodec:
         toast = value.find(_TOAST_TEXT, start) >= 0 or value.find(_TOAST_BASE64, start) >= 0
         change = debezium_change(state_key, payload, msg, toast)
         change.schema = schema
+        if msg.chunk is not None and (schema is None or start):
+            self._chunk = ChunkEnvelope.learn(value, start, change)
         return change
 
     def _decode_flat(self, msg: RawMessage, state_key: bytes) -> Change:
@@ -219,28 +307,36 @@ class JsonCodec:
         return msg.key, head + body + b"}"
 
 
-def _check_key(payload: dict[str, Any], schema: dict[str, Any], msg: RawMessage) -> None:
+_KeyColumn = tuple[str, bool, str, tuple[type, ...]]
+
+
+def _key_columns(schema: dict[str, Any], msg: RawMessage) -> list[_KeyColumn]:
+    """Each column of a key schema: its name, whether it may be null, its type and the
+    JSON types its value may have (none: not checked)."""
     fields = schema.get("fields")
-    if not isinstance(fields, list):
+    if not isinstance(fields, list) or not all(isinstance(f, dict) for f in fields):
         raise InputError("key schema is not a struct", msg, "key")
-    if len(fields) != len(payload):
+    return [
+        (f.get("field"), bool(f.get("optional")), f.get("type"), _JSON_TYPES.get(f.get("type"), ()))
+        for f in fields
+    ]
+
+
+def _check_key(payload: dict[str, Any], columns: list[_KeyColumn], msg: RawMessage) -> None:
+    if len(columns) != len(payload):
         raise InputError("key does not match its schema: columns differ", msg, "key")
-    for spec in fields:
-        name = spec.get("field")
+    for name, optional, kind, allowed in columns:
         if name not in payload:
             raise InputError(f"key does not match its schema: no column {name!r}", msg, "key")
         value = payload[name]
         if value is None:
-            if not spec.get("optional"):
+            if not optional:
                 raise InputError(f"key does not match its schema: {name!r} is null", msg, "key")
             continue
-        allowed = _JSON_TYPES.get(spec.get("type", ""))
         if allowed and (
             not isinstance(value, allowed) or (bool not in allowed and isinstance(value, bool))
         ):
-            raise InputError(
-                f"key does not match its schema: {name!r} is not {spec.get('type')}", msg, "key"
-            )
+            raise InputError(f"key does not match its schema: {name!r} is not {kind}", msg, "key")
 
 
 def output_schema(schema: dict[str, Any], envelope: str) -> dict[str, Any]:

@@ -117,23 +117,18 @@ class Entry(NamedTuple):
     def encode(self) -> bytes:
         """Bytes for the store: format, version, flags, the optional parts, the value."""
         flags = _PRESENT if self.value is not None else 0
-        if self.txid is None and self.chunk is None:
-            return _HEAD.pack(_FORMAT, self.version[0], self.version[1], flags) + (
-                self.value or b""
-            )
-        parts = [b""]
+        optional = b""
         if self.txid is not None:
             flags |= _TXID_FLAG
-            parts.append(_TXID.pack(self.txid))
+            optional = _TXID.pack(self.txid)
         if self.snapshot is not None:
             flags |= _SNAPSHOT_FLAG
-            parts += [_CHUNK.pack(self.chunk or 0), self.snapshot.encode()]
+            optional += _CHUNK.pack(self.chunk or 0) + self.snapshot.encode()
         elif self.chunk is not None:
             flags |= _CHUNK_FLAG
-            parts.append(_CHUNK.pack(self.chunk))
-        parts[0] = _HEAD.pack(_FORMAT, self.version[0], self.version[1], flags)
-        parts.append(self.value or b"")
-        return b"".join(parts)
+            optional += _CHUNK.pack(self.chunk)
+        head = _HEAD.pack(_FORMAT, self.version[0], self.version[1], flags)
+        return head + optional + (self.value or b"")
 
     @staticmethod
     def decode(raw: bytes) -> Entry:

@@ -34,11 +34,19 @@ class DeliveryError(TidemarkError):
     """Kafka did not acknowledge every record a producer was given."""
 
 
+#: For a producer whose records need no offset back: its delivery callbacks run for
+#: failures only. confluent-kafka then skips building a message object and calling
+#: Python for each acknowledged record (about 1.8 CPU-µs per record here), and still
+#: frees each record's callback state.
+FAILURES_ONLY: dict[str, Any] = {"delivery.report.only.error": True}
+
+
 class Acknowledgements:
     """The delivery failures of one producer's records, and the wait until all are settled.
 
     Pass :meth:`on_delivery` with each record (bind it once on a hot path); then
     :meth:`wait` returns only when Kafka acknowledged every record since the last wait.
+    The producer may report :data:`FAILURES_ONLY`: a failure still reaches the callback.
     """
 
     def __init__(self, producer: Producer) -> None:

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from processor.backfill import ChunkTag
 from processor.change import Snapshot
+from processor.chunk_events import TableShape
 from processor.codecs import SourceCodec
+from processor.debezium_values import Column, same
 from processor.envelopes import Emit
 from processor.errors import InputError, RawMessage
 from processor.json_codec import TIDEMARK_FIELD
+from processor.visibility import PgSnapshot
 
-SCHEMA = {
+SCHEMA: dict[str, Any] = {
     "type": "struct",
     "name": "p.public.t.Envelope",
     "optional": False,
@@ -210,3 +218,120 @@ def test_a_message_without_a_key_is_an_input_error() -> None:
     with pytest.raises(InputError, match="without a key") as info:
         decode(RawMessage("p.public.t", 0, 1, None, orjson.dumps(event())))
     assert info.value.kind == "no-key"
+
+
+# -- rows of one incremental-snapshot chunk ---------------------------------------
+
+ROW_SCHEMA = {
+    "type": "struct",
+    "name": "p.public.t.Value",
+    "optional": True,
+    "fields": [
+        {"type": "int64", "optional": False, "field": "id"},
+        {"type": "string", "optional": True, "field": "v"},
+    ],
+}
+CHUNK_SCHEMA = dict(
+    SCHEMA,
+    fields=[dict(ROW_SCHEMA, field="before"), dict(ROW_SCHEMA, field="after"), SCHEMA["fields"][2]],
+)
+KEY_SCHEMA = {
+    "type": "struct",
+    "name": "p.public.t.Key",
+    "optional": False,
+    "fields": [{"type": "int64", "optional": False, "field": "id"}],
+}
+
+
+def chunk_messages(rows: list[tuple[int, str | None]], chunk: int = 3) -> list[RawMessage]:
+    """Rows of one chunk as Tidemark's chunk reader writes them (JSON with schemas)."""
+    debezium = event("c", {"id": 0, "v": "seed"})
+    debezium["source"] = dict(debezium["source"], snapshot="false")  # type: ignore[call-overload]
+    shape = TableShape.learn(
+        orjson.dumps({"schema": KEY_SCHEMA, "payload": {"id": 0}}),
+        orjson.dumps({"schema": CHUNK_SCHEMA, "payload": debezium}),
+        None,
+    )
+    columns = [Column("id", "int8", None, same), Column("v", "text", "text", same)]
+    tag = ChunkTag(chunk, PgSnapshot(100, 104, frozenset({101})), "req")
+    encoded = shape.encode_chunk(rows, columns)
+    return [
+        RawMessage("p.backfill.p.public.t", 0, offset, key, value, tag)
+        for offset, (key, value) in enumerate(encoded)
+    ]
+
+
+def full_decode(msg: RawMessage):  # type: ignore[no-untyped-def]
+    return codec().decode(msg)  # a fresh codec has learned no envelope
+
+
+def test_rows_of_one_chunk_decode_as_in_full_with_only_the_row_parsed() -> None:
+    rows = [(1, "a"), (2, None), (3, 'quote " and ,"source":{} inside'), (4, "é \u2028")]
+    msgs = chunk_messages(rows)
+    shared = codec()
+    decoded = [shared.decode(m) for m in msgs]
+    assert shared.json._chunk is not None  # learned from the first row
+    for msg, change in zip(msgs, decoded, strict=True):
+        full = full_decode(msg)
+        assert (change.key, change.op, change.before, change.after) == (
+            full.key,
+            full.op,
+            full.before,
+            full.after,
+        )
+        assert (change.version, change.chunk, change.read_in) == (full.version, 3, full.read_in)
+        assert (change.snapshot, change.connector, change.toast) == (
+            Snapshot.INCREMENTAL,
+            "postgresql",
+            False,
+        )
+        assert change.schema == full.schema and change.event["source"] == full.event["source"]
+    # after the first row, each row's own bytes go to state and the output as they are
+    for change in decoded[1:]:
+        assert change.raw_after is not None and orjson.loads(change.raw_after) == change.after
+    assert [(c.after or {}).get("v") for c in decoded] == [v for _, v in rows]
+
+
+def test_a_chunk_row_that_does_not_fit_the_envelope_is_decoded_in_full() -> None:
+    first, second = chunk_messages([(1, "a"), (2, "b")])
+    shared = codec()
+    shared.decode(first)
+    envelope = shared.json._chunk
+    assert envelope is not None
+    # bytes between the envelope's that are not one JSON object: decoded in full, and refused
+    for between, kind in ((b'{"id":2}}', "malformed"), (b"[2]", "not-debezium")):
+        with pytest.raises(InputError) as refused:
+            shared.decode(second._replace(value=envelope.head + between + envelope.tail))
+        assert refused.value.kind == kind
+    # a row of another chunk (its source block differs): decoded in full, its envelope learned
+    other = chunk_messages([(5, "e")], chunk=4)[0]
+    assert other.value is not None
+    other = other._replace(value=other.value.replace(b'"ts_ms":', b'"ts_ms":1', 1))
+    assert shared.decode(other).after == {"id": 5, "v": "e"}
+    assert shared.json._chunk is not envelope
+    # a change of the change topic (no chunk tag) never takes the envelope's shortcut
+    live = second._replace(topic="p.public.t", chunk=None)
+    with pytest.raises(InputError, match="position"):
+        shared.decode(live)
+
+
+def test_a_chunk_row_with_the_toast_placeholder_is_flagged() -> None:
+    msgs = chunk_messages([(1, "a"), (2, "__debezium_unavailable_value")])
+    shared = codec()
+    assert [shared.decode(m).toast for m in msgs] == [False, True]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(-(2**63), 2**63 - 1), st.none() | st.text()), min_size=1))
+def test_any_chunk_decodes_the_same_through_its_envelope(
+    rows: list[tuple[int, str | None]],
+) -> None:
+    shared = codec()
+    for msg in chunk_messages(rows):
+        change, full = shared.decode(msg), full_decode(msg)
+        assert (change.key, change.after, change.version, change.toast) == (
+            full.key,
+            full.after,
+            full.version,
+            full.toast,
+        )
