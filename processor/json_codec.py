@@ -316,10 +316,12 @@ def _key_columns(schema: dict[str, Any], msg: RawMessage) -> list[_KeyColumn]:
     fields = schema.get("fields")
     if not isinstance(fields, list) or not all(isinstance(f, dict) for f in fields):
         raise InputError("key schema is not a struct", msg, "key")
-    return [
-        (f.get("field"), bool(f.get("optional")), f.get("type"), _JSON_TYPES.get(f.get("type"), ()))
-        for f in fields
-    ]
+    columns = []
+    for spec in fields:
+        kind = spec.get("type")
+        allowed = _JSON_TYPES.get(kind, ()) if isinstance(kind, str) else ()
+        columns.append((spec.get("field"), bool(spec.get("optional")), str(kind), allowed))
+    return columns
 
 
 def _check_key(payload: dict[str, Any], columns: list[_KeyColumn], msg: RawMessage) -> None:

@@ -214,6 +214,29 @@ def test_the_state_key_is_the_key_payload_with_or_without_its_schema() -> None:
     assert decode(message(event())).key == b'{"id":1}'
 
 
+def test_a_key_that_does_not_match_its_schema_is_an_input_error() -> None:
+    def key(schema: object, payload: object) -> RawMessage:
+        wrapped = orjson.dumps({"schema": schema, "payload": payload})
+        return RawMessage("p.public.t", 1, 7, wrapped, orjson.dumps(event()))
+
+    source = codec()
+    for payload, reason in (
+        ({"id": "1"}, "'id' is not int64"),
+        ({"id": None}, "'id' is null"),
+        ({"id": 1, "x": 2}, "columns differ"),
+        ({"x": 1}, "no column 'id'"),
+        ({"id": True}, "'id' is not int64"),
+    ):
+        for _ in range(2):  # with the schema's columns read, and then remembered
+            with pytest.raises(InputError, match=reason) as info:
+                source.decode(key(KEY_SCHEMA, payload))
+            assert info.value.kind == "key"
+    odd = dict(KEY_SCHEMA, fields=[{"type": ["int64"], "optional": False, "field": "id"}])
+    assert source.decode(key(odd, {"id": 1})).key == b'{"id":1}'  # an unknown type: not checked
+    with pytest.raises(InputError, match="not a struct"):
+        source.decode(key(dict(KEY_SCHEMA, fields=["id"]), {"id": 1}))
+
+
 def test_a_message_without_a_key_is_an_input_error() -> None:
     with pytest.raises(InputError, match="without a key") as info:
         decode(RawMessage("p.public.t", 0, 1, None, orjson.dumps(event())))
