@@ -40,7 +40,13 @@ from processor.visibility import PgSnapshot, Window
 from processor.watermarks import SignalTableWatermarks
 from tidemark.config import Config
 from tidemark.errors import TidemarkError
-from tidemark.kafka import FAILURES_ONLY, Acknowledgements, client_config, consumer_config
+from tidemark.kafka import (
+    FAILURES_ONLY,
+    Acknowledgements,
+    client_config,
+    consumer_config,
+    produce_waiting,
+)
 
 log = logging.getLogger(__name__)
 
@@ -271,14 +277,9 @@ class _Reader:
             read_in = marks.close(window, job.chunk, change_topic, chunk.snapshot)
         started = time.perf_counter()
         headers = ChunkTag(job.chunk, read_in, job.request).headers()
-        produce, topic, on_delivery = self._producer.produce, job.backfill, self._acks.on_delivery
+        producer, topic, on_delivery = self._producer, job.backfill, self._acks.on_delivery
         for key, value in layout.shape.encode_chunk(chunk.rows, layout.columns):
-            while True:
-                try:
-                    produce(topic, value, key, on_delivery=on_delivery, headers=headers)
-                    break
-                except BufferError:
-                    self._producer.poll(0.05)
+            produce_waiting(producer, topic, value, key, on_delivery, headers=headers)
         self._acks.wait("chunk's rows")
         seconds = chunk.seconds + time.perf_counter() - started
         return ChunkDone(len(chunk.rows), seconds)

@@ -19,7 +19,6 @@ import re
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
 
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -46,6 +45,7 @@ from tidemark.kafka import (
     data_messages,
     ensure_topics,
     partition_counts,
+    produce_waiting,
 )
 
 log = logging.getLogger(__name__)
@@ -315,7 +315,9 @@ class DataPlane:
             try:
                 produce(record[0], record[3], record[2], record[1], on_delivery)
             except BufferError:
-                self._produce(record[0], record[1], record[2], record[3])
+                produce_waiting(
+                    self._producer, record[0], record[3], record[2], on_delivery, record[1]
+                )
         for topic, count in batch.produced.items():
             metrics.EVENTS_OUT.labels(topic).inc(count)
         for error in batch.dead_letters:
@@ -331,7 +333,7 @@ class DataPlane:
                 try:
                     produce(changelog, value, key, partition, callback)
                 except BufferError:
-                    self._produce_changelog(changelog, partition, key, value, callback)
+                    produce_waiting(self._changelog, changelog, value, key, callback, partition)
         self._acks.wait("batch's outputs")
         self._changelog_acks.wait("batch's changelog records")
         self._after_flush.passed()
@@ -360,7 +362,10 @@ class DataPlane:
             position = source_position(event)
             if position is not None and tp in batch.next_offsets:
                 record = orjson.dumps({"at_offset": batch.next_offsets[tp], **position})
-                self._produce(self.positions_topic, 0, f"{tp[0]}/{tp[1]}".encode(), record)
+                key = f"{tp[0]}/{tp[1]}".encode()
+                produce_waiting(
+                    self._producer, self.positions_topic, record, key, self._on_delivery, 0
+                )
 
     def _on_changelog(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None:
@@ -370,45 +375,6 @@ class DataPlane:
         end = (msg.offset() or 0) + 1
         if end > self._changelog_ends.get(key, 0):
             self._changelog_ends[key] = end
-
-    def _produce(
-        self,
-        topic: str,
-        partition: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Headers | None = None,
-    ) -> None:
-        """Produce one output-side record, waiting while the producer's queue is full."""
-        while True:
-            try:
-                self._producer.produce(
-                    topic,
-                    value=value,
-                    key=key,
-                    partition=partition,
-                    headers=headers,
-                    on_delivery=self._on_delivery,
-                )
-                return
-            except BufferError:
-                self._producer.poll(0.05)
-
-    def _produce_changelog(
-        self,
-        topic: str,
-        partition: int,
-        key: bytes,
-        value: bytes | None,
-        on_delivery: Callable[[KafkaError | None, Message], None],
-    ) -> None:
-        """Produce one changelog record, waiting while the producer's queue is full."""
-        while True:
-            try:
-                self._changelog.produce(topic, value, key, partition, on_delivery)
-                return
-            except BufferError:
-                self._changelog.poll(0.05)
 
     def _produce_dead_letter(self, error: InputError) -> None:
         msg = error.message
@@ -420,11 +386,13 @@ class DataPlane:
             ("tidemark.error", error.reason.encode()),
             ("tidemark.error.kind", error.kind.encode()),
         ]
-        self._produce(
+        produce_waiting(
+            self._producer,
             self.dead_letter_topic,
-            msg.partition % self.config.kafka.topic_partitions,
-            msg.key,
             msg.value,
+            msg.key,
+            self._on_delivery,
+            msg.partition % self.config.kafka.topic_partitions,
             headers,
         )
         metrics.DEAD_LETTERS.labels(msg.topic, error.kind).inc()

@@ -54,6 +54,7 @@ from tidemark.kafka import (
     consumer_config,
     data_messages,
     exact_end_offsets,
+    produce_waiting,
     read_range,
 )
 
@@ -400,12 +401,7 @@ def _delete_state(config: Config, topic: str, partition: int) -> None:
     )
     acks = Acknowledgements(producer)
     for key in live:
-        while True:
-            try:
-                producer.produce(topic, None, key, partition, acks.on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.05)
+        produce_waiting(producer, topic, None, key, acks.on_delivery, partition)
     acks.wait(f"tombstones of {topic}[{partition}]")
 
 

@@ -9,7 +9,7 @@ writes to a missing topic makes the broker create it with its own defaults.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -66,6 +66,25 @@ class Acknowledgements:
                 f"Kafka did not acknowledge the {what}: "
                 + (failures[0].str() if failures else f"{remaining} pending")
             )
+
+
+def produce_waiting(
+    producer: Producer,
+    topic: str,
+    value: bytes | None,
+    key: bytes | None,
+    on_delivery: Callable[[KafkaError | None, Message], None],
+    partition: int = -1,
+    headers: list[tuple[str, str | bytes | None]] | None = None,
+) -> None:
+    """Produce one record, serving delivery reports while the producer's queue is full
+    (``partition`` -1: the producer's partitioner chooses)."""
+    while True:
+        try:
+            producer.produce(topic, value, key, partition, on_delivery=on_delivery, headers=headers)
+            return
+        except BufferError:
+            producer.poll(0.05)
 
 
 def client_config(kafka: KafkaConfig, **extra: Any) -> dict[str, Any]:

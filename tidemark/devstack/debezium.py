@@ -32,7 +32,7 @@ from confluent_kafka.admin import AdminClient
 
 from tidemark.config import Config
 from tidemark.errors import DevStackError
-from tidemark.kafka import client_config, ensure_topics
+from tidemark.kafka import client_config, ensure_topics, produce_waiting
 
 log = logging.getLogger(__name__)
 
@@ -126,12 +126,7 @@ class KafkaBridge:
                 failures.append(err)
 
         for topic, key, value in records:
-            while True:
-                try:
-                    self._producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
-                    break
-                except BufferError:
-                    self._producer.poll(0.1)
+            produce_waiting(self._producer, topic, value, key, on_delivery)
         remaining = self._producer.flush(60)
         if remaining or failures:
             reason = failures[0].str() if failures else f"{remaining} records unacknowledged"
