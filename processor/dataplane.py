@@ -86,16 +86,16 @@ class DataPlane:
             "compression.type": "lz4",
             "queue.buffering.max.messages": 500_000,
         }
-        #: Outputs, dead letters and positions: only their failures are reported back.
+        #: Outputs, dead letters, positions and changelog records: only their
+        #: failures are reported back.
         self._producer = Producer(client_config(config.kafka, **producer_settings, **FAILURES_ONLY))
         self._acks = Acknowledgements(self._producer)
-        #: Changelog records, on a producer of their own: the last record of each
-        #: partition's batch reports its offset, where the changelog has reached.
+        #: The last changelog record of each partition's batch, on a producer that
+        #: reports its offset: where the store's changelog has reached.
         self._changelog = Producer(client_config(config.kafka, **producer_settings))
         self._changelog_acks = Acknowledgements(self._changelog)
         #: Bound once: passed with every record.
         self._on_delivery = self._acks.on_delivery
-        self._on_changelog_delivery = self._changelog_acks.on_delivery
         #: The group's consumer while the data plane is a member (not STOPPED).
         self._consumer: Consumer | None = None
         self._restorer = Restorer(
@@ -323,19 +323,24 @@ class DataPlane:
         for error in batch.dead_letters:
             self._produce_dead_letter(error)
         self._record_positions(batch)
-        produce, on_delivery = self._changelog.produce, self._on_changelog_delivery
         for (topic, partition), state in batch.states.items():
-            # Records of one partition are acknowledged in order (idempotent producer),
-            # so the last one's offset tells how far the changelog goes.
+            if not state.updates:
+                continue
+            # The last record's offset, reported by its own producer, is the changelog
+            # position of the checkpoint. The batch's other records may land after it:
+            # a restore from that position then applies them again, which changes
+            # nothing (one batch writes a key once, and the next batch's records follow
+            # all of this one's, which are acknowledged before it is decided).
             changelog, changes = self._source(topic).changelog, list(state.updates.items())
-            for index, (key, value) in enumerate(changes, 1 - len(changes)):
-                callback = on_delivery if index else self._on_changelog
+            for key, value in changes[:-1]:
                 try:
-                    produce(changelog, value, key, partition, callback)
+                    produce(changelog, value, key, partition, on_delivery)
                 except BufferError:
-                    produce_waiting(self._changelog, changelog, value, key, callback, partition)
-        self._acks.wait("batch's outputs")
-        self._changelog_acks.wait("batch's changelog records")
+                    produce_waiting(self._producer, changelog, value, key, on_delivery, partition)
+            key, value = changes[-1]
+            produce_waiting(self._changelog, changelog, value, key, self._on_changelog, partition)
+        self._acks.wait("batch's outputs and changelog records")
+        self._changelog_acks.wait("batch's last changelog records")
         self._after_flush.passed()
         if batch.released:
             self._window_release.passed()

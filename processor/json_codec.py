@@ -80,19 +80,28 @@ class EnvelopeSplitter:
 
     def split(self, raw: bytes, msg: RawMessage, what: str) -> tuple[Any, dict[str, Any] | None]:
         """``(payload, schema)`` of ``raw``; only the payload is parsed when the schema is known."""
+        payload, schema, _text = self.split_text(raw, msg, what)
+        return payload, schema
+
+    def split_text(
+        self, raw: bytes, msg: RawMessage, what: str
+    ) -> tuple[Any, dict[str, Any] | None, bytes | None]:
+        """:meth:`split`, with the payload's own bytes when they were found (``None``
+        when a new schema was parsed with it)."""
         prefix = self.prefix
         if prefix and raw.startswith(prefix) and raw.endswith(b"}"):
-            return _loads(raw[len(prefix) : -1], msg, what), self.schema
+            text = raw[len(prefix) : -1]
+            return _loads(text, msg, what), self.schema, text
         doc = _loads(raw, msg, what)
         if not (isinstance(doc, dict) and len(doc) == 2 and "schema" in doc and "payload" in doc):
-            return doc, None
+            return doc, None, raw
         schema = doc["schema"]
         if not isinstance(schema, dict):
             raise InputError(f"{what} schema is not a JSON object", msg, "schema")
         candidate = _SCHEMA_HEAD + orjson.dumps(schema) + _PAYLOAD_HEAD
         if raw.startswith(candidate):
             self.prefix, self.schema = candidate, schema
-        return doc["payload"], schema
+        return doc["payload"], schema, None
 
 
 class ChunkEnvelope:
@@ -176,7 +185,8 @@ class JsonCodec:
 
     def __init__(self, envelope: str) -> None:
         self.envelope = envelope
-        self._values = EnvelopeSplitter()
+        #: Values' schema envelope (shared with :mod:`processor.flat_upsert`).
+        self.values = EnvelopeSplitter()
         self._keys = EnvelopeSplitter()
         self._out: tuple[Any, bytes] = (None, b"")
         #: The last key schema seen and its columns (name, optional, JSON types).
@@ -242,10 +252,10 @@ class JsonCodec:
             change = chunk.decode(msg, value, state_key)
             if change is not None:
                 return change
-        payload, schema = self._values.split(value, msg, "value")
+        payload, schema = self.values.split(value, msg, "value")
         # search the payload only: the schema before it is most of the bytes
         start = (
-            len(self._values.prefix) if schema is not None and schema is self._values.schema else 0
+            len(self.values.prefix) if schema is not None and schema is self.values.schema else 0
         )
         toast = value.find(_TOAST_TEXT, start) >= 0 or value.find(_TOAST_BASE64, start) >= 0
         change = debezium_change(state_key, payload, msg, toast)
@@ -258,11 +268,10 @@ class JsonCodec:
         version = (0, msg.offset)
         if msg.value is None:
             return Change(state_key, "d", None, None, version)
-        row, schema = self._values.split(msg.value, msg, "value")
+        row, schema, text = self.values.split_text(msg.value, msg, "value")
         if not isinstance(row, dict):
             raise InputError("upsert value is not a JSON object", msg, "malformed")
-        raw = msg.value if schema is None else None
-        return Change(state_key, "u", None, row, version, schema=schema, raw_after=raw)
+        return Change(state_key, "u", None, row, version, schema=schema, raw_after=text)
 
     # -- output ----------------------------------------------------------------
 
@@ -300,11 +309,15 @@ class JsonCodec:
         schema = change.schema
         if schema is None:
             return msg.key, body
+        return msg.key, self.output_head(schema) + body + b"}"
+
+    def output_head(self, schema: dict[str, Any]) -> bytes:
+        """``{"schema":<output schema>,"payload":`` for events of an input with ``schema``."""
         cached_schema, head = self._out
         if cached_schema is not schema:
             head = _SCHEMA_HEAD + orjson.dumps(output_schema(schema, self.envelope)) + _PAYLOAD_HEAD
             self._out = (schema, head)
-        return msg.key, head + body + b"}"
+        return head
 
 
 _KeyColumn = tuple[str, bool, str, tuple[type, ...]]

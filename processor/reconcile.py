@@ -41,7 +41,8 @@ from processor.visibility import PgSnapshot, Window
 
 Version = tuple[int, int]
 
-_HEAD = struct.Struct(">BqqB")  # format, version, flags
+#: An entry's head: format, version, flags (``flags < 2``: a version and a value only).
+HEAD = struct.Struct(">BqqB")
 _TXID = struct.Struct(">q")
 _CHUNK = struct.Struct(">q")
 _FORMAT = 2
@@ -127,16 +128,23 @@ class Entry(NamedTuple):
         elif self.chunk is not None:
             flags |= _CHUNK_FLAG
             optional += _CHUNK.pack(self.chunk)
-        head = _HEAD.pack(_FORMAT, self.version[0], self.version[1], flags)
+        head = HEAD.pack(_FORMAT, self.version[0], self.version[1], flags)
         return head + optional + (self.value or b"")
+
+    @staticmethod
+    def encode_row(version: Version, value: bytes | None) -> bytes:
+        """``Entry(version, value).encode()`` without making the entry (a hot path's)."""
+        if value is None:
+            return HEAD.pack(_FORMAT, version[0], version[1], 0)
+        return HEAD.pack(_FORMAT, version[0], version[1], _PRESENT) + value
 
     @staticmethod
     def decode(raw: bytes) -> Entry:
         """Inverse of :meth:`encode`."""
-        _format, major, minor, flags = _HEAD.unpack_from(raw)
+        _format, major, minor, flags = HEAD.unpack_from(raw)
         if flags < _TXID_FLAG:  # the common case: a version and a value
-            return Entry((major, minor), raw[_HEAD.size :] if flags else None)
-        offset = _HEAD.size
+            return Entry((major, minor), raw[HEAD.size :] if flags else None)
+        offset = HEAD.size
         txid = chunk = snapshot = None
         if flags & _TXID_FLAG:
             txid = _TXID.unpack_from(raw, offset)[0]

@@ -26,6 +26,7 @@ Nothing here writes anywhere: state updates stay in each partition's
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -35,6 +36,7 @@ from processor.change import Change
 from processor.codecs import SourceCodec
 from processor.envelopes import ENTRY, STEPS, SourceRefused, Step, Unfillable
 from processor.errors import InputError, RawMessage
+from processor.flat_upsert import decide_flat
 from processor.registry import SchemaCache
 from processor.visibility import Window
 from processor.windows import Reached, WindowBuffers
@@ -210,7 +212,12 @@ class Reconciler:
         decoded: list[tuple[RawMessage, Change | InputError | None]] = []
         dropped = 0
         output = source.output
-        for raw in group:
+        rest = group
+        if upsert and not backfill:
+            now_ms = int(time.time() * 1000)
+            taken, dropped = decide_flat(codec.json, group, state, output, records, flushed, now_ms)
+            rest = group[taken:]
+        for raw in rest:
             if raw.value is None and raw.key is not None and not upsert:
                 decoded.append((raw, None))  # Debezium's tombstone after a delete event
                 continue
