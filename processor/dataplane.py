@@ -278,11 +278,12 @@ class DataPlane:
         """Reconcile ``messages`` against state, in memory (protocol step 1)."""
         groups: dict[TopicPartitionKey, list[RawMessage]] = defaultdict(list)
         backfill = f"{self.config.processor.pipeline}.backfill."
+        make = tuple.__new__  # RawMessage(...) without the named tuple's Python-level __new__
         for msg in data_messages(messages):
             topic, partition = msg.topic() or "", msg.partition() or 0
             chunk = self._chunk_tags.parse(msg.headers()) if topic.startswith(backfill) else None
-            raw = RawMessage(topic, partition, msg.offset() or 0, msg.key(), msg.value(), chunk)
-            groups[(topic, partition)].append(raw)
+            fields = (topic, partition, msg.offset() or 0, msg.key(), msg.value(), chunk)
+            groups[(topic, partition)].append(make(RawMessage, fields))
         return self.reconciler.decide(groups, self._stores, self._restoring, self._reached)
 
     @property

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,6 +78,44 @@ def test_rocksdb_state_survives_reopening(tmp_path: Path) -> None:
     assert again.get(b"k") == b"v"
     assert again.checkpoint() == Checkpoint(42, 7)
     again.close()
+
+
+_WRITER = """
+import sys
+from state.rocksdb import RocksDBBackend
+from state.store import Checkpoint
+store = RocksDBBackend(sys.argv[1]).open("orders", 0)
+commit = 0
+while True:
+    commit += 1
+    row = commit.to_bytes(4, "big") * 25_000  # 100 kB: the memtable fills every ~600 commits
+    store.commit({b"k%d" % key: row for key in range(10)}, Checkpoint(commit, commit))
+    if commit == 1500:
+        print("flushed some", flush=True)
+"""
+
+
+def test_rocksdb_state_after_a_kill_is_one_earlier_commit_whole(tmp_path: Path) -> None:
+    """Commits skip the write-ahead log: a killed writer loses its last commits, all
+    together, and the store reopens at an earlier commit with that commit's checkpoint."""
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).parents[2],
+    )
+    try:
+        assert writer.stdout is not None
+        assert writer.stdout.readline() == b"flushed some\n"
+    finally:
+        os.kill(writer.pid, signal.SIGKILL)
+        writer.wait()
+    store = RocksDBBackend(tmp_path).open("orders", 0)
+    commit = store.checkpoint().input_offset
+    assert commit is not None and commit >= 500
+    assert store.checkpoint().changelog_offset == commit
+    rows = store.get_many([b"k%d" % key for key in range(10)])
+    assert rows == [commit.to_bytes(4, "big") * 25_000] * 10
+    store.close()
 
 
 def test_rocksdb_refuses_a_topic_that_cannot_name_a_folder(tmp_path: Path) -> None:
