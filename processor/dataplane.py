@@ -18,7 +18,6 @@ import logging
 import re
 import threading
 import time
-from collections import defaultdict
 
 import orjson
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
@@ -276,14 +275,21 @@ class DataPlane:
 
     def decide(self, messages: list[Message]) -> Batch:
         """Reconcile ``messages`` against state, in memory (protocol step 1)."""
-        groups: dict[TopicPartitionKey, list[RawMessage]] = defaultdict(list)
+        groups: dict[TopicPartitionKey, list[RawMessage]] = {}
         backfill = f"{self.config.processor.pipeline}.backfill."
         make = tuple.__new__  # RawMessage(...) without the named tuple's Python-level __new__
+        tp: TopicPartitionKey = ("", -1)
+        group: list[RawMessage] = []
+        tagged = False
         for msg in data_messages(messages):
             topic, partition = msg.topic() or "", msg.partition() or 0
-            chunk = self._chunk_tags.parse(msg.headers()) if topic.startswith(backfill) else None
+            if partition != tp[1] or topic != tp[0]:  # a run of one partition's messages ends
+                tp = (topic, partition)
+                group = groups.setdefault(tp, [])
+                tagged = topic.startswith(backfill)
+            chunk = self._chunk_tags.parse(msg.headers()) if tagged else None
             fields = (topic, partition, msg.offset() or 0, msg.key(), msg.value(), chunk)
-            groups[(topic, partition)].append(make(RawMessage, fields))
+            group.append(make(RawMessage, fields))
         return self.reconciler.decide(groups, self._stores, self._restoring, self._reached)
 
     @property

@@ -79,7 +79,8 @@ def decide_flat(
                 break
             if type(row) is not dict or (not prefix and "schema" in row and "payload" in row):
                 break
-        stored = get(ENTRY + key)
+        state_key = ENTRY + key
+        stored = get(state_key)
         previous: bytes | None = None
         stored_version = None
         if stored is not None:
@@ -99,7 +100,7 @@ def decide_flat(
             dropped += 1
             continue
         if action is _APPLY:
-            put(ENTRY + key, Entry.encode_row(version, value))
+            put(state_key, Entry.encode_row(version, value))
         event = _EVENT % (
             previous if previous is not None else b"null",
             value if value is not None else b"null",
