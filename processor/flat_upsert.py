@@ -59,7 +59,8 @@ def decide_flat(
     head = codec.output_head(schema) if schema is not None else b""
     skip = len(prefix)
     topic = orjson.dumps(group[0].topic)
-    state.prefetch([ENTRY + m.key for m in group if m.key is not None])
+    # Avro keys are left out: their state keys are decoded on the general path.
+    state.prefetch([ENTRY + m.key for m in group if m.key is not None and m.key[:1] != MAGIC])
     get, put, append = state.get, state.put, records.append
     taken = dropped = 0
     for msg in group:

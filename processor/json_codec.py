@@ -78,16 +78,11 @@ class EnvelopeSplitter:
         self.prefix = b""
         self.schema: dict[str, Any] | None = None
 
-    def split(self, raw: bytes, msg: RawMessage, what: str) -> tuple[Any, dict[str, Any] | None]:
-        """``(payload, schema)`` of ``raw``; only the payload is parsed when the schema is known."""
-        payload, schema, _text = self.split_text(raw, msg, what)
-        return payload, schema
-
-    def split_text(
+    def split(
         self, raw: bytes, msg: RawMessage, what: str
     ) -> tuple[Any, dict[str, Any] | None, bytes | None]:
-        """:meth:`split`, with the payload's own bytes when they were found (``None``
-        when a new schema was parsed with it)."""
+        """``(payload, schema, payload bytes)`` of ``raw``; only the payload is parsed when the
+        schema is known. The payload's own bytes are ``None`` when a new schema was parsed."""
         prefix = self.prefix
         if prefix and raw.startswith(prefix) and raw.endswith(b"}"):
             text = raw[len(prefix) : -1]
@@ -225,7 +220,7 @@ class JsonCodec:
         assert msg.key is not None
         if self.envelope == "upsert":
             return msg.key
-        payload, schema = self._keys.split(msg.key, msg, "key")
+        payload, schema, _text = self._keys.split(msg.key, msg, "key")
         if not isinstance(payload, dict) or not payload:
             raise InputError("key is not a struct of primary-key columns", msg, "key")
         if schema is not None:
@@ -252,7 +247,7 @@ class JsonCodec:
             change = chunk.decode(msg, value, state_key)
             if change is not None:
                 return change
-        payload, schema = self.values.split(value, msg, "value")
+        payload, schema, _text = self.values.split(value, msg, "value")
         # search the payload only: the schema before it is most of the bytes
         start = (
             len(self.values.prefix) if schema is not None and schema is self.values.schema else 0
@@ -268,7 +263,7 @@ class JsonCodec:
         version = (0, msg.offset)
         if msg.value is None:
             return Change(state_key, "d", None, None, version)
-        row, schema, text = self.values.split_text(msg.value, msg, "value")
+        row, schema, text = self.values.split(msg.value, msg, "value")
         if not isinstance(row, dict):
             raise InputError("upsert value is not a JSON object", msg, "malformed")
         return Change(state_key, "u", None, row, version, schema=schema, raw_after=text)
@@ -373,8 +368,3 @@ def output_schema(schema: dict[str, Any], envelope: str) -> dict[str, Any]:
         }
     fields = [f for f in schema.get("fields", []) if f.get("field") != "tidemark"]
     return dict(schema, fields=fields + [TIDEMARK_FIELD])
-
-
-def split_envelope(raw: bytes, msg: RawMessage) -> tuple[Any, dict[str, Any] | None]:
-    """``(payload, schema)`` of one JSON message, with (``{schema, payload}``) or without schema."""
-    return EnvelopeSplitter().split(raw, msg, "value")

@@ -84,7 +84,7 @@ class EventDecoder:
         if raw[:1] == MAGIC:
             payload, columns = self._avro(raw, msg)
         else:
-            payload, schema = self._values.split(raw, msg, "value")
+            payload, schema, _text = self._values.split(raw, msg, "value")
             columns = None if schema is None else self._json(schema)
         if not isinstance(payload, dict):
             raise InputError("value is not a Debezium envelope", msg, "not-debezium")
@@ -108,7 +108,7 @@ class EventDecoder:
                 for c in self._cached(("key", id(document)), lambda: _avro_key_columns(document))
             }
         else:
-            key, schema = self._keys.split(raw, msg, "key")
+            key, schema, _text = self._keys.split(raw, msg, "key")
             converters = {}
             if isinstance(schema, dict):  # the splitter hands a repeated schema back as is
                 if schema is not self._json_key_schema:
