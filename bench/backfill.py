@@ -48,12 +48,13 @@ import psycopg  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 from psycopg import sql  # noqa: E402
 
-from processor.snapshot_control import read_state, send_signal  # noqa: E402
+from processor.snapshot.client import read_state, send_signal  # noqa: E402
+from tidemark.cli.devstack.stack import DevStack  # noqa: E402
+from tidemark.cli.verify import source_lsn, wait_debezium  # noqa: E402
 from tidemark.config import Config, ProcessorConfig, SnapshotConfig, dump_config  # noqa: E402
-from tidemark.devstack.stack import DevStack  # noqa: E402
 from tidemark.kafka import client_config, data_messages, exact_end_offsets  # noqa: E402
 from tidemark.ports import free_port  # noqa: E402
-from tidemark.verify import source_lsn, wait_debezium  # noqa: E402
+from tidemark.topics import backfill_topic, change_topic, dataplane_group  # noqa: E402
 
 COLUMNS = (
     "id bigint PRIMARY KEY, customer text, status text, amount numeric(12,2), "
@@ -218,7 +219,9 @@ def run_tidemark(
                 config, "execute-snapshot", {"data-collections": [f"public.{table}"]}
             )
             read_done = wait_completed(config, request) - started
-            wait_backfill_committed(config, f"{pipeline}.backfill.{prefix}.public.{table}")
+            wait_backfill_committed(
+                config, backfill_topic(pipeline, change_topic(prefix, f"public.{table}"))
+            )
             seconds = time.perf_counter() - started
         state = read_state(config)
         assert state is not None
@@ -258,7 +261,7 @@ def wait_leader(config: Config) -> None:
 def wait_backfill_committed(config: Config, topic: str) -> None:
     """Until the data plane has committed every record of ``topic`` (the change topic keeps
     receiving the write workload's changes, so its lag is never zero for long)."""
-    group = f"{config.processor.pipeline}-dataplane"
+    group = dataplane_group(config.processor.pipeline)
     consumer = Consumer(
         client_config(config.kafka, **{"group.id": group, "enable.auto.commit": False})
     )

@@ -231,7 +231,7 @@ def plain_loop(bootstrap: str, topic: str, events: int, registry: str) -> dict[s
     import orjson
     from confluent_kafka import Consumer, Producer
 
-    from processor.registry import HttpRegistry, SchemaCache
+    from tidemark.schema_registry import HttpRegistry, SchemaCache
 
     schemas = SchemaCache(HttpRegistry(registry))
     row = fastavro.parse_schema(ROW_SCHEMA, {})
@@ -315,7 +315,7 @@ def tidemark(
     from confluent_kafka import Consumer, TopicPartition
 
     from processor import metrics
-    from processor.dataplane import DataPlane
+    from processor.dataplane.loop import DataPlane
     from state.rocksdb import RocksDBBackend
     from tidemark.config import load_config
 
@@ -460,10 +460,10 @@ def main() -> None:
         child(args.child, args.bootstrap, args.topic, args.events, args.registry)
         return
 
-    from processor.registry import HttpRegistry
-    from tidemark.devstack import broker
-    from tidemark.devstack.procs import stop_pid
-    from tidemark.devstack.registry import make_server
+    from tidemark.cli.devstack import broker
+    from tidemark.cli.devstack.procs import stop_pid
+    from tidemark.cli.devstack.registry import make_server
+    from tidemark.schema_registry import HttpRegistry
 
     run_dir = Path(tempfile.mkdtemp(prefix="tidemark-bench-"))
     pid, port = broker.start_broker(run_dir)

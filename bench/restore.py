@@ -36,8 +36,8 @@ def fill(bootstrap: str, topic: str, keys: int, versions: int) -> int:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient
 
-    from processor.envelopes import ENTRY
-    from processor.reconcile import Entry
+    from processor.reconcile.envelopes import ENTRY
+    from processor.reconcile.versions import Entry
     from tidemark.kafka import ensure_topics
 
     ensure_topics(AdminClient({"bootstrap.servers": bootstrap}), {topic: PARTITIONS})
@@ -103,8 +103,8 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1_000_000)
     args = parser.parse_args()
 
-    from tidemark.devstack import broker
-    from tidemark.devstack.procs import stop_pid
+    from tidemark.cli.devstack import broker
+    from tidemark.cli.devstack.procs import stop_pid
 
     run_dir = Path(tempfile.mkdtemp(prefix="tidemark-bench-restore-"))
     pid, port = broker.start_broker(run_dir)

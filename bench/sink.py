@@ -83,18 +83,18 @@ import psycopg  # noqa: E402
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
-from processor.json_codec import output_schema  # noqa: E402
+from processor.events.json_codec import output_schema  # noqa: E402
 from spark_sink.job import Sink  # noqa: E402
 from spark_sink.reader import plan, sample  # noqa: E402
 from spark_sink.schema import Spec, union  # noqa: E402
 from spark_sink.session import create_session  # noqa: E402
 from spark_sink.writer import DELETED, OFFSET, OFFSETS_PROPERTY, TIME, Table  # noqa: E402
+from tidemark.cli.devstack.procs import pid_alive  # noqa: E402
+from tidemark.cli.devstack.stack import DevStack  # noqa: E402
+from tidemark.cli.verify import wait_caught_up  # noqa: E402
 from tidemark.config import Config, ProcessorConfig, SinkConfig  # noqa: E402
-from tidemark.devstack.procs import pid_alive  # noqa: E402
-from tidemark.devstack.stack import DevStack  # noqa: E402
 from tidemark.kafka import client_config, ensure_topics, exact_end_offsets  # noqa: E402
 from tidemark.ports import free_port  # noqa: E402
-from tidemark.verify import wait_caught_up  # noqa: E402
 
 PREFIX = "bench"
 TOPIC = f"{PREFIX}.reconciled.public.items"

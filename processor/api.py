@@ -26,14 +26,15 @@ from faust import App
 from faust.web import Request, Response, View
 from jsonschema import Draft202012Validator
 
-from processor.control import Lifecycle, set_lifecycle
-from processor.coordinator import Coordinator
-from processor.dataplane import DataPlane
-from processor.offsets import RESET_TARGETS, Offsets, PipelineActive
-from processor.offsets_schema import OFFSETS_SCHEMA, InvalidOffsets, schema_error
-from processor.signals import TABLE_PATTERN, SignalError, json_object
-from processor.snapshot_control import read_state, send_signal, status_document
-from tidemark.api_client import TOKEN_ENV
+from processor.dataplane.loop import DataPlane
+from processor.errors import BadRequestError, InvalidOffsetsError, PipelineActiveError, SignalError
+from processor.pipeline.control_topic import Lifecycle, set_lifecycle
+from processor.pipeline.offsets import RESET_TARGETS, Offsets
+from processor.pipeline.offsets_schema import OFFSETS_SCHEMA, schema_error
+from processor.snapshot.client import read_state, send_signal, status_document
+from processor.snapshot.coordinator import Coordinator
+from processor.snapshot.signals import TABLE_PATTERN, json_object
+from tidemark.cli.api_client import TOKEN_ENV
 from tidemark.config import Config
 from tidemark.errors import TidemarkError
 
@@ -57,19 +58,15 @@ def api_token() -> str | None:
     return os.environ.get(TOKEN_ENV) or None
 
 
-class BadRequest(TidemarkError):
-    """A request body the API refuses (400)."""
-
-
 async def body_of(request: Request, schema: str | None = None) -> dict[str, Any]:
     """The request's JSON object body, checked against the OpenAPI schema ``schema``."""
     try:
         given = json_object(await request.read(), "the body")
     except SignalError as exc:
-        raise BadRequest(str(exc)) from None
+        raise BadRequestError(str(exc)) from None
     wrong = schema_error(BODIES[schema], given) if schema else None
     if wrong is not None:
-        raise BadRequest(wrong)
+        raise BadRequestError(wrong)
     return given
 
 
@@ -104,9 +101,9 @@ def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Co
         a write to a running pipeline, 503 when Kafka could not do it."""
         try:
             return view.json(await work(), status=status)
-        except (BadRequest, SignalError, InvalidOffsets) as exc:
+        except (BadRequestError, SignalError, InvalidOffsetsError) as exc:
             return view.error(400, str(exc))
-        except PipelineActive as exc:
+        except PipelineActiveError as exc:
             return view.error(409, str(exc))
         except TidemarkError as exc:
             return view.error(503, str(exc))

@@ -2,7 +2,7 @@
 
 Faust is the frame: worker lifecycle, signal handling, the web server
 (``/health``, ``/metrics``, the management API of :mod:`processor.api`). The
-change-topic data plane runs beside it in a thread (:mod:`processor.dataplane`)
+change-topic data plane runs beside it in a thread (:mod:`processor.dataplane.loop`)
 because Faust's per-event stream path is far slower than a librdkafka batch
 loop. If the data plane fails, the worker stops with a non-zero exit code so
 that the orchestrator restarts it.
@@ -24,8 +24,8 @@ from mode import Service
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from processor.api import register_api
-from processor.coordinator import Coordinator
-from processor.dataplane import DataPlane
+from processor.dataplane.loop import DataPlane
+from processor.snapshot.coordinator import Coordinator
 from state.rocksdb import RocksDBBackend
 from tidemark.config import Config
 from tidemark.ports import claim_port

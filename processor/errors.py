@@ -1,37 +1,77 @@
-"""Errors of the processor. Input errors carry the raw Kafka message for the dead-letter topic."""
+"""Every error the processor raises on purpose, under :class:`tidemark.errors.TidemarkError`.
+
+Errors of one message (:class:`tidemark.errors.InputError`) are the ground's:
+the sink decodes with the same wire helpers and raises them too.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
-
 from tidemark.errors import TidemarkError
-
-if TYPE_CHECKING:
-    from processor.backfill import ChunkTag
 
 
 class ProcessorError(TidemarkError):
     """The processor cannot go on."""
 
 
-class RawMessage(NamedTuple):
-    """Where a message came from and its bytes, as read from Kafka (a tuple: cheap to make)."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    #: For a record of a backfill topic: its chunk, from the headers (``None`` if unreadable).
-    chunk: ChunkTag | None = None
+# -- the reconciliation rules -------------------------------------------------
 
 
-class InputError(ProcessorError):
-    """One input message cannot be processed; it goes to the dead-letter topic."""
+class SourceRefusedError(ProcessorError):
+    """The source breaks a constraint of its envelope; its topic stops, the others go on."""
 
-    def __init__(self, reason: str, message: RawMessage, kind: str = "invalid") -> None:
-        super().__init__(f"{message.topic}[{message.partition}]@{message.offset}: {reason}")
-        self.reason = reason
-        self.message = message
-        #: A short, stable name of the failure (the metric's ``reason`` label).
-        self.kind = kind
+
+class UnfillableError(ProcessorError):
+    """An unchanged-TOAST placeholder with no earlier value to fill it from."""
+
+
+# -- events ---------------------------------------------------------------------
+
+
+class PositionError(ProcessorError):
+    """A change's source block has no readable position."""
+
+
+class SnapshotFormatError(ProcessorError):
+    """Text that is not a ``pg_snapshot`` or a signal-table window."""
+
+
+# -- incremental snapshots --------------------------------------------------------
+
+
+class SignalError(ProcessorError):
+    """A signal that cannot be acted on; the message says why."""
+
+
+class ChunkError(ProcessorError):
+    """A table cannot be snapshotted (no key, unknown table) or a chunk read failed."""
+
+
+class SourceUnavailableError(ChunkError):
+    """The source cannot be reached or the connection broke: worth trying again."""
+
+
+class SnapshotRefusedError(ProcessorError):
+    """A table that this pipeline cannot backfill; the message says why."""
+
+
+class ShapeError(ProcessorError):
+    """A table's Debezium events cannot be learned or reproduced."""
+
+
+class UnsupportedTypeError(ProcessorError):
+    """A column type whose Debezium encoding Tidemark does not reproduce."""
+
+
+# -- offsets and the API ------------------------------------------------------------
+
+
+class InvalidOffsetsError(ProcessorError):
+    """An offsets document or request that the schema or the pipeline refuses (HTTP 400)."""
+
+
+class PipelineActiveError(ProcessorError):
+    """A write while instances of the pipeline run (HTTP 409)."""
+
+
+class BadRequestError(ProcessorError):
+    """A request body the API refuses (HTTP 400)."""

@@ -21,14 +21,10 @@ from typing import Any
 
 import orjson
 
-from processor.avro_codec import HEADER, MAGIC, read_avro, schema_id_of
-from processor.errors import InputError, RawMessage
-from processor.json_codec import EnvelopeSplitter
-from processor.registry import SchemaCache, UnknownSchemaError
+from spark_sink.errors import SchemaDrift, SchemaError, TableStop
 from spark_sink.schema import (
     INFERRED_CONVERTERS,
     Column,
-    SchemaError,
     Spec,
     column_from_connect,
     columns_from_avro,
@@ -38,25 +34,11 @@ from spark_sink.schema import (
     specs_from_values,
     widens,
 )
-
-#: Markers that carry an executor's verdict through Spark's exception text to the driver.
-DRIFT_MARKER = "tidemark-schema-drift"
-STOP_MARKER = "tidemark-table-stop"
-
-
-class SchemaDrift(Exception):  # noqa: N818 - a signal to re-plan, not a failure
-    """An event does not fit the batch's plan: plan again from every schema in the batch."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(f"{DRIFT_MARKER}: {reason}")
-
-
-class TableStop(Exception):  # noqa: N818 - named for what happens
-    """An event cannot be materialized; its table stops with this message."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(f"{STOP_MARKER}: {reason}")
-
+from tidemark.avro_wire import HEADER, MAGIC, read_avro, schema_id_of
+from tidemark.errors import InputError, UnknownSchemaError
+from tidemark.json_envelope import EnvelopeSplitter
+from tidemark.messages import RawMessage
+from tidemark.schema_registry import SchemaCache
 
 #: A decoded event: ``(deleted, key or row, the row's columns or None when schemaless)``.
 Decoded = tuple[bool, dict[str, Any], list[Column] | None]

@@ -33,9 +33,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from confluent_kafka.admin import AdminClient
 
-from processor.failpoints import Failpoint
 from spark_sink import metrics
-from spark_sink.events import DRIFT_MARKER, STOP_MARKER, TableStop
+from spark_sink.errors import DRIFT_MARKER, STOP_MARKER, SchemaError, TableStop
 from spark_sink.reader import (
     Range,
     decode_range,
@@ -47,10 +46,11 @@ from spark_sink.reader import (
     sink_topics,
     split,
 )
-from spark_sink.schema import SchemaError, Spec, evolve, union
+from spark_sink.schema import Spec, evolve, union
 from spark_sink.session import create_session, stop_session
 from spark_sink.writer import DELETED, OFFSET, TIME, Table, quote
 from tidemark.config import Config
+from tidemark.failpoints import Failpoint
 from tidemark.kafka import client_config
 
 if TYPE_CHECKING:

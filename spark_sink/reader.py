@@ -18,13 +18,16 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from processor.errors import InputError, RawMessage
-from processor.failpoints import Failpoint
-from processor.registry import SchemaCache, configured_schemas
-from spark_sink.events import Decoded, EventDecoder, RowBuilder, TableStop, specs_of
-from spark_sink.schema import SchemaError, Spec
+from spark_sink.errors import SchemaError, TableStop
+from spark_sink.events import Decoded, EventDecoder, RowBuilder, specs_of
+from spark_sink.schema import Spec
 from tidemark.config import Config, KafkaConfig
+from tidemark.errors import InputError
+from tidemark.failpoints import Failpoint
 from tidemark.kafka import client_config, exact_end_offsets
+from tidemark.messages import RawMessage
+from tidemark.schema_registry import SchemaCache, configured_schemas
+from tidemark.topics import reader_group
 
 #: Seconds a range's reader waits for a record before it gives up on the range.
 STALL_SECONDS = 60.0
@@ -59,7 +62,7 @@ def read_context(config: Config, driver_pid: int) -> ReadContext:
     consumer = client_config(
         config.kafka,
         **{
-            "group.id": f"{config.processor.pipeline}-sink-reader",
+            "group.id": reader_group(config.processor.pipeline, "sink-reader"),
             "enable.auto.commit": False,
             "enable.partition.eof": True,
             # Responses of librdkafka's default 50 MB, against its default 64 MB prefetch

@@ -41,14 +41,10 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from tidemark.errors import TidemarkError
+from spark_sink.errors import SchemaError
 
 EPOCH = dt.datetime(1970, 1, 1)  # noqa: DTZ001 - naive on purpose: timestamp without zone
 EPOCH_DATE = dt.date(1970, 1, 1)
-
-
-class SchemaError(TidemarkError):
-    """A reconciled topic's schema cannot be mapped to its table; the table stops."""
 
 
 class Spec(NamedTuple):

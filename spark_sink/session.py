@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from tidemark.binaries import java_home
 from tidemark.config import Config, SinkConfig
-from tidemark.runtime import java_home
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from spark_sink.schema import Evolution, SchemaError, Spec
+from spark_sink.errors import SchemaError
+from spark_sink.schema import Evolution, Spec
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

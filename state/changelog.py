@@ -28,11 +28,6 @@ from tidemark.kafka import data_messages, exact_end_offsets
 log = logging.getLogger(__name__)
 
 
-def changelog_topic(pipeline: str, input_topic: str) -> str:
-    """The changelog of the stores of ``input_topic``."""
-    return f"{pipeline}.changelog.{input_topic}"
-
-
 @dataclass
 class _Pending:
     store: PartitionStore

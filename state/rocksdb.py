@@ -26,7 +26,8 @@ from pathlib import Path
 
 from rocksdict import Options, Rdict, WriteBatch, WriteOptions
 
-from state.store import Checkpoint, PartitionStore, StateBackend, StateError
+from state.errors import StateError
+from state.store import Checkpoint, PartitionStore, StateBackend
 
 # Reserved keys. The envelopes prefix every user key with a letter (b"k", b"s"),
 # so keys that start with a NUL byte belong to the store and the rules' metadata.

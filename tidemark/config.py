@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import yaml
 
+from tidemark import topics
 from tidemark.errors import ConfigError
 
 ENV_PREFIX = "TIDEMARK_"
@@ -195,12 +196,7 @@ class Config:
         """The processor's input topics: ``<prefix>.<schema>.<table>``, never reconciled ones."""
         if self.processor.input_pattern:
             return self.processor.input_pattern
-        prefix = re.escape(self.source.topic_prefix)
-        # Not the reconciled topics, nor the signal and heartbeat tables' change topics.
-        return (
-            rf"^{prefix}\.(?!reconciled\.)[^.]+\."
-            r"(?!(?:debezium_signal|tidemark_signal|tidemark_heartbeat)$)[^.]+$"
-        )
+        return topics.input_pattern(self.source.topic_prefix)
 
     def envelope_of(self, topic: str) -> str:
         """The envelope of input ``topic`` (``<prefix>.<schema>.<table>``)."""
@@ -215,7 +211,7 @@ class Config:
         """The sink's input topics by pattern (``""``: only those of ``sink.topics``)."""
         if self.sink.topic_pattern or self.sink.topics:
             return self.sink.topic_pattern
-        return rf"^{re.escape(self.source.topic_prefix)}\.reconciled\.[^.]+\.[^.]+$"
+        return topics.output_pattern(self.source.topic_prefix)
 
 
 _POSITIVE = {

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tidemark.config import KafkaConfig
-from tidemark.errors import TidemarkError
+from tidemark.errors import DeliveryError, TopicError
 
 GROUP_SETTINGS = {
     "session.timeout.ms": 6000,
@@ -24,14 +24,6 @@ GROUP_SETTINGS = {
     "heartbeat.interval.ms": 1000,
     "topic.metadata.refresh.interval.ms": 5000,
 }
-
-
-class TopicError(TidemarkError):
-    """A topic could not be created or described."""
-
-
-class DeliveryError(TidemarkError):
-    """Kafka did not acknowledge every record a producer was given."""
 
 
 #: For a producer whose records need no offset back: its delivery callbacks run for

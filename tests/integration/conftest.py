@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.integration.processes import Processor
+from tidemark.cli.devstack.stack import DevStack
 from tidemark.config import Config, ProcessorConfig, SinkConfig
-from tidemark.devstack.stack import DevStack
 from tidemark.ports import free_port
 
 if TYPE_CHECKING:

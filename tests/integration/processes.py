@@ -29,12 +29,12 @@ import fastavro
 import orjson
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from processor.registry import HttpRegistry
+from tidemark.cli.devstack.procs import pid_alive
+from tidemark.cli.devstack.stack import DevStack
 from tidemark.config import Config, dump_config
-from tidemark.devstack.procs import pid_alive
-from tidemark.devstack.stack import DevStack
 from tidemark.kafka import client_config, exact_end_offsets
 from tidemark.ports import free_port
+from tidemark.schema_registry import HttpRegistry
 
 
 def without_table(config: Config, table: str) -> Config:

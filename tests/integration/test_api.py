@@ -21,8 +21,8 @@ from tests.integration.test_snapshots import (
     source_rows,
     uncaptured_table,
 )
-from tidemark.devstack.stack import DevStack
-from tidemark.verify import wait_caught_up
+from tidemark.cli.devstack.stack import DevStack
+from tidemark.cli.verify import wait_caught_up
 
 pytestmark = pytest.mark.integration
 

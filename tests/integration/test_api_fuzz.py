@@ -18,8 +18,8 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from processor.api import OPENAPI
 from tests.integration.processes import Processor, pipeline_config
 from tests.integration.test_api import TOKEN
-from tidemark.api_client import TOKEN_ENV
-from tidemark.devstack.stack import DevStack
+from tidemark.cli.api_client import TOKEN_ENV
+from tidemark.cli.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,7 @@ import pytest
 from confluent_kafka import Producer
 from pyspark.sql import SparkSession
 
-from processor.snapshot_control import read_state, send_signal
+from processor.snapshot.client import read_state, send_signal
 from spark_sink.job import Sink
 from spark_sink.session import create_session
 from tests.integration.processes import (
@@ -37,12 +37,12 @@ from tests.integration.processes import (
     read_topic,
     reconciled,
 )
+from tidemark.cli.demo import compare_table
+from tidemark.cli.devstack.stack import DevStack
+from tidemark.cli.verify import wait_caught_up
 from tidemark.config import Config, DevConfig, ProcessorConfig
-from tidemark.demo import compare_table
-from tidemark.devstack.stack import DevStack
 from tidemark.kafka import client_config
 from tidemark.ports import free_port
-from tidemark.verify import wait_caught_up
 
 pytestmark = pytest.mark.integration
 

@@ -16,13 +16,14 @@ import orjson
 import psycopg
 import pytest
 
-from processor.chunk_events import TableShape
-from processor.chunks import PostgresChunkReader
-from processor.debezium_values import UnsupportedTypeError, column
+from processor.errors import UnsupportedTypeError
+from processor.snapshot.chunk_events import TableShape
+from processor.snapshot.chunk_reader import PostgresChunkReader
+from processor.snapshot.postgres.values import column
 from tests.integration.processes import read_topic
+from tidemark.cli.devstack.stack import DevStack
+from tidemark.cli.verify import source_lsn, wait_debezium
 from tidemark.config import Config
-from tidemark.devstack.stack import DevStack
-from tidemark.verify import source_lsn, wait_debezium
 
 pytestmark = pytest.mark.integration
 

@@ -7,8 +7,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from processor.chunks import ChunkError, PostgresChunkReader, TableInfo
-from tidemark.devstack.stack import DevStack
+from processor.errors import ChunkError
+from processor.snapshot.chunk_reader import PostgresChunkReader, TableInfo
+from tidemark.cli.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tidemark.devstack.procs import pid_alive
+from tidemark.cli.devstack.procs import pid_alive
 from tidemark.ports import port_is_open
 
 

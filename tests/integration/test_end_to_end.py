@@ -18,9 +18,9 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
-from tidemark.demo import apply_burst, fill, print_results, sink_and_compare
-from tidemark.devstack.stack import DevStack
-from tidemark.verify import wait_caught_up
+from tidemark.cli.demo import apply_burst, fill, print_results, sink_and_compare
+from tidemark.cli.devstack.stack import DevStack
+from tidemark.cli.verify import wait_caught_up
 
 CUSTOMERS = 150
 

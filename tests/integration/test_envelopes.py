@@ -25,7 +25,7 @@ import psycopg
 import pytest
 from confluent_kafka import Producer
 
-from processor.change import TOAST_PLACEHOLDER
+from processor.events.change import TOAST_PLACEHOLDER
 from tests.integration.processes import (
     Processor,
     metric,
@@ -34,9 +34,9 @@ from tests.integration.processes import (
     reconciled,
     without_table,
 )
-from tidemark.devstack.stack import DevStack
+from tidemark.cli.devstack.stack import DevStack
+from tidemark.cli.verify import wait_caught_up
 from tidemark.kafka import client_config
-from tidemark.verify import wait_caught_up
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from processor.control import read_control
-from processor.offsets import dataplane_group
+from processor.pipeline.control_topic import read_control
 from tests.integration.processes import (
     Processor,
     metric,
@@ -31,10 +30,11 @@ from tests.integration.test_api import TOKEN, call
 from tests.integration.test_recovery import check_table, position
 from tests.integration.test_snapshots import cli
 from tests.integration.workload import Table, Workload
-from tidemark.api_client import TOKEN_ENV
+from tidemark.cli.api_client import TOKEN_ENV
+from tidemark.cli.devstack.stack import DevStack
+from tidemark.cli.verify import wait_caught_up
 from tidemark.config import Config
-from tidemark.devstack.stack import DevStack
-from tidemark.verify import wait_caught_up
+from tidemark.topics import dataplane_group
 
 pytestmark = pytest.mark.integration
 

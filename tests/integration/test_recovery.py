@@ -31,10 +31,10 @@ from tests.integration.processes import (
     reconciled,
 )
 from tests.integration.workload import Table, Workload, source_rows
+from tidemark.cli.devstack.stack import DevStack
+from tidemark.cli.verify import wait_caught_up
 from tidemark.config import Config
-from tidemark.devstack.stack import DevStack
 from tidemark.ports import free_port
-from tidemark.verify import wait_caught_up
 
 pytestmark = pytest.mark.integration
 

@@ -26,10 +26,10 @@ from pyspark.sql import SparkSession
 from spark_sink.job import Sink
 from spark_sink.session import create_session
 from tests.integration.processes import Processor, pipeline_config
+from tidemark.cli.demo import compare_table
+from tidemark.cli.devstack.stack import DevStack
+from tidemark.cli.verify import wait_caught_up
 from tidemark.config import Config, dump_config
-from tidemark.demo import compare_table
-from tidemark.devstack.stack import DevStack
-from tidemark.verify import wait_caught_up
 
 pytestmark = pytest.mark.integration
 

@@ -36,9 +36,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from processor.change import TOAST_PLACEHOLDER
-from processor.snapshot_control import read_state
-from processor.snapshot_state import TableProgress
+from processor.events.change import TOAST_PLACEHOLDER
+from processor.snapshot.client import read_state
+from processor.snapshot.progress import TableProgress
 from tests.integration.processes import (
     Event,
     Processor,
@@ -53,9 +53,9 @@ from tests.integration.processes import (
 )
 from tests.integration.workload import Table, Workload
 from tests.integration.workload import source_rows as source_rows_of
+from tidemark.cli.devstack.stack import DevStack
+from tidemark.cli.verify import wait_caught_up
 from tidemark.config import Config, SnapshotConfig
-from tidemark.devstack.stack import DevStack
-from tidemark.verify import wait_caught_up
 
 pytestmark = pytest.mark.integration
 

@@ -24,12 +24,13 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from processor.backfill import ChunkTag, backfill_topic
-from processor.visibility import Window
+from processor.events.chunk_tag import ChunkTag
+from processor.events.visibility import Window
 from tests.integration.processes import Processor, metric, pipeline_config, reconciled, wait_for
-from tidemark.devstack.stack import DevStack
+from tidemark.cli.devstack.stack import DevStack
+from tidemark.cli.verify import processor_lag
 from tidemark.kafka import Acknowledgements, client_config, ensure_topics
-from tidemark.verify import processor_lag
+from tidemark.topics import backfill_topic
 
 pytestmark = pytest.mark.integration
 

@@ -18,14 +18,16 @@ from typing import Any
 import fastavro
 import pytest
 
-from processor.avro_schemas import row_schema
-from processor.change import TOAST_PLACEHOLDER, Snapshot
-from processor.codecs import SourceCodec
-from processor.envelopes import Emit, debezium_upsert
-from processor.errors import InputError, RawMessage
-from processor.registry import MemoryRegistry, SchemaCache
-from state.store import BatchState, MemoryPartitionStore
+from processor.events.avro_schemas import row_schema
+from processor.events.change import TOAST_PLACEHOLDER, Emit, Snapshot
+from processor.events.source_codec import SourceCodec
+from processor.reconcile.envelopes import debezium_upsert
+from state.batch import BatchState
+from state.memory import MemoryPartitionStore
 from tests.unit.probe import SCHEMAS, TOPIC, frame, probe_event
+from tidemark.errors import InputError
+from tidemark.messages import RawMessage
+from tidemark.schema_registry import MemoryRegistry, SchemaCache
 
 OUTPUT = "tidemark.reconciled.public.probe"
 

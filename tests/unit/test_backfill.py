@@ -6,13 +6,14 @@ from typing import Any
 
 import orjson
 
-from processor.backfill import ChunkTag, ChunkTags, backfill_topic, backfilled_topic
-from processor.errors import RawMessage
-from processor.reconciler import Reconciler
-from processor.visibility import PgSnapshot, Window
-from state.store import MemoryPartitionStore
+from processor.events.chunk_tag import ChunkTag, ChunkTags
+from processor.events.visibility import PgSnapshot, Window
+from processor.reconcile.batch import Reconciler
+from state.memory import MemoryPartitionStore
 from tests.unit.probe import TOPIC, probe_event
 from tidemark.config import Config, ProcessorConfig
+from tidemark.messages import RawMessage
+from tidemark.topics import backfill_topic, backfilled_topic
 
 CONFIG = Config(processor=ProcessorConfig(pipeline="p"))
 BACKFILL = backfill_topic("p", TOPIC)

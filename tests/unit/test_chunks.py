@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from processor.chunks import PostgresChunkReader, SourceUnavailable, next_chunk_size
+from processor.errors import SourceUnavailableError
+from processor.snapshot.chunk_reader import PostgresChunkReader, next_chunk_size
 from tidemark.ports import free_port
 
 
@@ -20,6 +21,6 @@ def test_chunk_size_adapts_within_bounds() -> None:
 
 
 def test_a_source_that_cannot_be_reached_is_worth_retrying() -> None:
-    """Not a refusal of the table: the coordinator retries :class:`SourceUnavailable`."""
-    with pytest.raises(SourceUnavailable, match="cannot connect"):
+    """Not a refusal of the table: the coordinator retries :class:`SourceUnavailableError`."""
+    with pytest.raises(SourceUnavailableError, match="cannot connect"):
         PostgresChunkReader({"host": "127.0.0.1", "port": free_port(), "connect_timeout": 2})

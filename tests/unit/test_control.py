@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from processor.control import LIFECYCLE, OFFSETS_WRITE, ControlView, Lifecycle
+from processor.pipeline.control_topic import LIFECYCLE, OFFSETS_WRITE, ControlView, Lifecycle
 
 
 def test_lifecycle_is_the_last_record_and_running_without_one() -> None:

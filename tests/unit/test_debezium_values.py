@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processor.debezium_values import UnsupportedTypeError, column, to_avro, to_json
+from processor.errors import UnsupportedTypeError
+from processor.snapshot.postgres.values import column, to_avro, to_json
 
 
 def convert(type_name: str, value: object, typmod: int = -1) -> object:

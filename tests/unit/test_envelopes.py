@@ -16,19 +16,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor.change import TOAST_PLACEHOLDER, Change, Snapshot
-from processor.envelopes import (
-    HIGH_WATER,
-    STEPS,
-    Emit,
-    SourceRefused,
-    Unfillable,
-    debezium,
-    debezium_upsert,
-    upsert,
-)
-from processor.json_codec import JsonCodec
-from state.store import BatchState, Checkpoint, MemoryPartitionStore
+from processor.errors import SourceRefusedError, UnfillableError
+from processor.events.change import TOAST_PLACEHOLDER, Change, Snapshot
+from processor.events.json_codec import JsonCodec
+from processor.reconcile.envelopes import HIGH_WATER, STEPS, Emit, debezium, debezium_upsert, upsert
+from state.batch import BatchState
+from state.memory import MemoryPartitionStore
+from state.store import Checkpoint
 
 ROWS = JsonCodec("debezium-upsert")
 
@@ -229,7 +223,7 @@ def test_toast_placeholder_is_filled_from_a_full_before() -> None:
 
 
 def test_toast_placeholder_without_a_source_is_refused_not_written() -> None:
-    with pytest.raises(Unfillable, match="doc"):
+    with pytest.raises(UnfillableError, match="doc"):
         debezium_upsert(toast_change("u", None), BatchState(MemoryPartitionStore()), ROWS)
 
 
@@ -245,7 +239,7 @@ def test_toast_placeholder_without_a_source_is_refused_not_written() -> None:
     ],
 )
 def test_debezium_refuses_sources_that_break_its_constraints(change: Change, reason: str) -> None:
-    with pytest.raises(SourceRefused, match=reason):
+    with pytest.raises(SourceRefusedError, match=reason):
         debezium(change, BatchState(MemoryPartitionStore()), ROWS)
 
 

@@ -18,11 +18,12 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from processor.errors import RawMessage
-from processor.reconciler import Batch, Reconciler
-from processor.registry import MemoryRegistry, SchemaCache
-from state.store import Checkpoint, MemoryPartitionStore
+from processor.reconcile.batch import Batch, Reconciler
+from state.memory import MemoryPartitionStore
+from state.store import Checkpoint
 from tidemark.config import Config, ProcessorConfig
+from tidemark.messages import RawMessage
+from tidemark.schema_registry import MemoryRegistry, SchemaCache
 
 TOPIC = "tidemark.public.items"
 TP = (TOPIC, 0)
@@ -97,7 +98,7 @@ def test_the_fast_path_decides_as_the_general_path(data: st.DataObject) -> None:
             start = data.draw(st.integers(0, start - 1))
         group = stream[start : start + size]
         decided = fast.decide({TP: group}, {TP: fast_store})
-        with mock.patch("processor.reconciler.decide_flat", lambda *_args: (0, 0)):
+        with mock.patch("processor.reconcile.batch.decide_flat", lambda *_args: (0, 0)):
             expected = general.decide({TP: group}, {TP: general_store})
         assert seen(decided) == seen(expected)
         # The state is written; the checkpoint says the outputs were flushed, or not yet

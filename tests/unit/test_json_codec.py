@@ -9,15 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor.backfill import ChunkTag
-from processor.change import Snapshot
-from processor.chunk_events import TableShape
-from processor.codecs import SourceCodec
-from processor.debezium_values import Column, same
-from processor.envelopes import Emit
-from processor.errors import InputError, RawMessage
-from processor.json_codec import TIDEMARK_FIELD
-from processor.visibility import PgSnapshot
+from processor.events.change import Emit, Snapshot
+from processor.events.chunk_tag import ChunkTag
+from processor.events.json_codec import TIDEMARK_FIELD
+from processor.events.source_codec import SourceCodec
+from processor.events.visibility import PgSnapshot
+from processor.snapshot.chunk_events import TableShape
+from processor.snapshot.postgres.values import Column, same
+from tidemark.errors import InputError
+from tidemark.messages import RawMessage
 
 SCHEMA: dict[str, Any] = {
     "type": "struct",

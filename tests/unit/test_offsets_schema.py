@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from processor.offsets_schema import InvalidOffsets, validate
+from processor.errors import InvalidOffsetsError
+from processor.pipeline.offsets_schema import validate
 
 POSTGRESQL: dict[str, Any] = {
     "version": 1,
@@ -134,6 +135,6 @@ def changed(document: dict[str, Any], path: list[Any], value: Any) -> dict[str, 
     ],
 )
 def test_a_wrong_field_is_named_by_its_json_pointer(document: Any, pointer: str) -> None:
-    with pytest.raises(InvalidOffsets) as caught:
+    with pytest.raises(InvalidOffsetsError) as caught:
         validate(document)
     assert str(caught.value).split(":", 1)[0] == pointer, caught.value

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from processor.positions import source_position
+from processor.dataplane.positions import source_position
 
 
 def test_postgresql_position_has_lsn_txid_commit_lsn_and_microseconds() -> None:

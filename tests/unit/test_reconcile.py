@@ -5,8 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processor.reconcile import Action, Entry, decide, decide_row
-from processor.visibility import PgSnapshot, Window
+from processor.events.visibility import PgSnapshot, Window
+from processor.reconcile.versions import Action, Entry, decide, decide_row
 
 versions = st.tuples(st.integers(0, 2**40), st.integers(0, 2**40))
 values = st.one_of(st.none(), st.binary(max_size=64))

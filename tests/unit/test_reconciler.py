@@ -21,12 +21,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from processor.errors import RawMessage
-from processor.reconciler import Reconciler
-from processor.registry import MemoryRegistry, SchemaCache
-from state.store import Checkpoint, MemoryPartitionStore
+from processor.reconcile.batch import Reconciler
+from state.memory import MemoryPartitionStore
+from state.store import Checkpoint
 from tests.unit.probe import SCHEMAS, TOPIC, frame, probe_event
 from tidemark.config import Config, ProcessorConfig
+from tidemark.messages import RawMessage
+from tidemark.schema_registry import MemoryRegistry, SchemaCache
 
 TP = (TOPIC, 0)
 JSON_SCHEMA = {

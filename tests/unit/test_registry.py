@@ -9,15 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from processor.registry import (
-    HttpRegistry,
-    MemoryRegistry,
-    RegistryError,
-    SchemaCache,
-    UnknownSchemaError,
-)
-from tidemark.devstack.registry import make_server
+from tidemark.cli.devstack.registry import make_server
+from tidemark.errors import RegistryError, UnknownSchemaError
 from tidemark.ports import free_port
+from tidemark.schema_registry import HttpRegistry, MemoryRegistry, SchemaCache
 
 RECORD = {"type": "record", "name": "Row", "fields": [{"name": "id", "type": "int"}]}
 OTHER = {"type": "record", "name": "Row", "fields": [{"name": "id", "type": "long"}]}

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from processor.signals import (
+from processor.errors import SignalError
+from processor.snapshot.signals import (
     ExecuteSnapshot,
     PauseSnapshot,
     ResumeSnapshot,
-    SignalError,
     StopSnapshot,
     parse_signal,
 )

@@ -9,12 +9,14 @@ from typing import Any
 import orjson
 import pytest
 
-from processor.errors import InputError, RawMessage
-from processor.registry import MemoryRegistry, SchemaCache
-from spark_sink.events import EventDecoder, RowBuilder, SchemaDrift, TableStop, specs_of
+from spark_sink.errors import SchemaDrift, TableStop
+from spark_sink.events import EventDecoder, RowBuilder, specs_of
 from spark_sink.reader import Range, split
 from spark_sink.schema import Spec
 from tests.unit.probe import SCHEMAS, TOPIC, frame, probe_event
+from tidemark.errors import InputError
+from tidemark.messages import RawMessage
+from tidemark.schema_registry import MemoryRegistry, SchemaCache
 
 ROW = {
     "id": 1,

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from spark_sink.errors import SchemaError
 from spark_sink.schema import (
-    SchemaError,
     Spec,
     column_from_connect,
     columns_from_avro,

@@ -18,11 +18,13 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor.change import Change
-from processor.envelopes import debezium_upsert
-from processor.json_codec import JsonCodec
-from processor.visibility import PgSnapshot
-from state.store import BatchState, Checkpoint, MemoryPartitionStore
+from processor.events.change import Change
+from processor.events.json_codec import JsonCodec
+from processor.events.visibility import PgSnapshot
+from processor.reconcile.envelopes import debezium_upsert
+from state.batch import BatchState
+from state.memory import MemoryPartitionStore
+from state.store import Checkpoint
 
 ROWS = JsonCodec("debezium-upsert")
 START_XID = (1 << 32) - 6  # the ids cross an epoch while the test runs

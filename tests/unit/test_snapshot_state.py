@@ -10,9 +10,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor.signals import ExecuteSnapshot, PauseSnapshot, ResumeSnapshot, StopSnapshot
-from processor.snapshot_control import render_status
-from processor.snapshot_state import (
+from processor.snapshot.client import render_status
+from processor.snapshot.progress import (
     ABORTED,
     COMPLETED,
     PENDING,
@@ -22,6 +21,7 @@ from processor.snapshot_state import (
     key_from_json,
     key_to_json,
 )
+from processor.snapshot.signals import ExecuteSnapshot, PauseSnapshot, ResumeSnapshot, StopSnapshot
 
 
 def types(notes: list) -> list[tuple[str, str]]:  # type: ignore[type-arg]

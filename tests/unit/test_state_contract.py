@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from state.batch import BatchState
+from state.errors import StateError
+from state.memory import MemoryBackend
 from state.rocksdb import RocksDBBackend
-from state.store import BatchState, Checkpoint, MemoryBackend, StateBackend, StateError
+from state.store import Checkpoint, StateBackend
 
 
 @pytest.fixture(params=["memory", "rocksdb"])

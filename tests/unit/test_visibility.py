@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processor.visibility import PgSnapshot, SnapshotFormatError
+from processor.errors import SnapshotFormatError
+from processor.events.visibility import PgSnapshot
 
 EPOCH = 1 << 32
 

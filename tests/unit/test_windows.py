@@ -17,13 +17,15 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor.backfill import ChunkTag, backfill_topic
-from processor.errors import RawMessage
-from processor.reconciler import Reconciler
-from processor.visibility import PgSnapshot, Window
-from state.store import Checkpoint, MemoryPartitionStore
+from processor.events.chunk_tag import ChunkTag
+from processor.events.visibility import PgSnapshot, Window
+from processor.reconcile.batch import Reconciler
+from state.memory import MemoryPartitionStore
+from state.store import Checkpoint
 from tests.unit.probe import TOPIC, probe_event
 from tidemark.config import Config, ProcessorConfig
+from tidemark.messages import RawMessage
+from tidemark.topics import backfill_topic
 
 CONFIG = Config(processor=ProcessorConfig(pipeline="p"))
 BACKFILL = backfill_topic("p", TOPIC)

@@ -1,0 +1,212 @@
+"""The format-independent form of one input change, and where it sits in the source's order.
+
+Codecs (:mod:`processor.events.json_codec`, :mod:`processor.events.avro_codec`) turn input
+bytes into a :class:`Change`; the envelopes (:mod:`processor.reconcile.envelopes`) decide
+on changes without knowing the bytes they came from.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from processor.errors import PositionError
+from processor.events.visibility import Window
+from tidemark.errors import InputError
+from tidemark.messages import RawMessage
+
+Version = tuple[int, int]
+Row = dict[str, Any]
+
+#: What Debezium writes for a PostgreSQL column whose unchanged TOASTed value
+#: was not sent by logical decoding (text form; bytea carries it base64-encoded).
+TOAST_PLACEHOLDER = "__debezium_unavailable_value"
+TOAST_PLACEHOLDER_BYTES = TOAST_PLACEHOLDER.encode()
+TOAST_PLACEHOLDER_BASE64 = "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="
+
+OPS = frozenset({"c", "u", "d", "r"})
+#: Connectors whose positions the classic ``debezium`` envelope knows how to order.
+ORDERED_CONNECTORS = frozenset({"postgresql", "mysql"})
+
+
+class Snapshot(enum.Enum):
+    """Whether a change was read by a snapshot, and by which kind."""
+
+    NONE = "none"
+    #: Debezium's initial snapshot (``source.snapshot`` true, first, ..., last).
+    INITIAL = "initial"
+    #: A chunk row of an incremental snapshot (``source.snapshot`` incremental).
+    INCREMENTAL = "incremental"
+
+
+_SNAPSHOT_VALUES = {
+    None: Snapshot.NONE,
+    "false": Snapshot.NONE,
+    "true": Snapshot.INITIAL,
+    "first": Snapshot.INITIAL,
+    "first_in_data_collection": Snapshot.INITIAL,
+    "last_in_data_collection": Snapshot.INITIAL,
+    "last": Snapshot.INITIAL,
+    "incremental": Snapshot.INCREMENTAL,
+}
+
+
+@dataclass(slots=True)
+class Change:
+    """One decoded input change: ``before``/``after`` are rows as dicts (``None`` where absent)."""
+
+    key: bytes
+    op: str
+    before: Row | None
+    after: Row | None
+    version: Version
+    snapshot: Snapshot = Snapshot.NONE
+    #: ``source.connector`` (``postgresql``, ``mysql``, ...); ``None`` for flat upserts.
+    connector: str | None = None
+    #: True when ``after`` holds the unchanged-TOAST placeholder somewhere.
+    toast: bool = False
+    #: The codec's parsed event and its schema: the template of the output event.
+    event: Any = None
+    schema: Any = None
+    #: The codec that decoded the change; it encodes the output and stores the row.
+    codec: Any = None
+    #: Debezium's ``source.txId`` (PostgreSQL's 32-bit transaction id), when given.
+    txid: int | None = None
+    #: For a chunk row of Tidemark's incremental snapshot: its chunk number and the
+    #: ``pg_snapshot`` it was read in or its signal-table window
+    #: (:mod:`processor.events.visibility`).
+    chunk: int | None = None
+    read_in: Any = None
+    #: ``after`` exactly as the input holds it (JSON text), when it could be taken
+    #: from the message without serializing it again.
+    raw_after: bytes | None = None
+
+
+@dataclass(slots=True)
+class Emit:
+    """A reconciled event to produce."""
+
+    op: str
+    #: The retraction: a row, the state's stored bytes of it, or ``None``.
+    before: Row | bytes | None
+    after: Row | None
+    #: Why it is emitted: ``applied``, ``replayed`` (equal version after a crash) or ``snapshot``.
+    reason: str
+    #: ``after`` as stored in state, when the rules serialized it anyway.
+    after_stored: bytes | None = None
+
+
+def snapshot_kind(source: dict[str, Any]) -> Snapshot:
+    """The snapshot kind of a Debezium ``source`` block (unknown values count as none)."""
+    return _SNAPSHOT_VALUES.get(source.get("snapshot"), Snapshot.NONE)
+
+
+def source_version(source: Any) -> Version:
+    """The change's position in the source's commit order.
+
+    PostgreSQL: ``source.sequence`` is ``[last commit LSN, change LSN]`` as a JSON
+    string; the pair follows commit order even where plain LSNs interleave (a null
+    element counts as 0). Without ``sequence``, the LSN. MySQL: binlog file number
+    and position, then the row within the event.
+    """
+    if not isinstance(source, dict):
+        raise PositionError("Debezium event without a 'source' block")
+    sequence = source.get("sequence")
+    try:
+        if sequence:
+            commit, change = orjson.loads(sequence)
+            return int(commit or 0), int(change or 0)
+        if source.get("lsn") is not None:
+            lsn = int(source["lsn"])
+            return lsn, lsn
+        if source.get("file") and source.get("pos") is not None:
+            number = int(str(source["file"]).rsplit(".", 1)[-1])
+            return (number << 40) | int(source["pos"]), int(source.get("row") or 0)
+    except (orjson.JSONDecodeError, TypeError, ValueError):
+        raise PositionError(
+            f"unreadable source position {sequence or source.get('lsn')!r}"
+        ) from None
+    raise PositionError("Debezium event without a source position (sequence, lsn or binlog)")
+
+
+def is_placeholder(value: Any) -> bool:
+    """True for the unchanged-TOAST placeholder in any of the forms Debezium writes."""
+    if isinstance(value, list):
+        return bool(value) and is_placeholder(value[0])
+    return value in _PLACEHOLDERS
+
+
+_PLACEHOLDERS = (TOAST_PLACEHOLDER, TOAST_PLACEHOLDER_BASE64, TOAST_PLACEHOLDER_BYTES)
+
+
+def fill_placeholders(after: Row, previous: Row | None) -> list[str]:
+    """Fill ``after``'s placeholders from ``previous``; return the columns left unfilled."""
+    missing = []
+    for column, value in after.items():
+        if not is_placeholder(value):
+            continue
+        old = previous.get(column, TOAST_PLACEHOLDER) if previous is not None else TOAST_PLACEHOLDER
+        if is_placeholder(old):
+            missing.append(column)
+        else:
+            after[column] = old
+    return missing
+
+
+def debezium_change(state_key: bytes, payload: Any, msg: RawMessage, toast: bool) -> Change:
+    """Validate a decoded Debezium envelope (any format) and make it a :class:`Change`."""
+    if not isinstance(payload, dict) or "op" not in payload:
+        raise InputError("not a Debezium change event (no 'op' field)", msg, "not-debezium")
+    op = payload["op"]
+    if op not in OPS:
+        raise InputError(f"unknown op {op!r} (expected one of c, u, d, r)", msg, "unknown-op")
+    before, after, source = payload.get("before"), payload.get("after"), payload.get("source")
+    if op == "d":
+        if after is not None:
+            raise InputError("a delete with an 'after' row", msg, "not-debezium")
+    elif not isinstance(after, dict):
+        raise InputError(f"op {op!r} without an 'after' row", msg, "not-debezium")
+    if before is not None and not isinstance(before, dict):
+        raise InputError("'before' is not a row", msg, "not-debezium")
+    tag = msg.chunk
+    if tag is not None:
+        if op != "r" or not isinstance(source, dict):
+            raise InputError("a backfill record that is not a read event", msg, "not-debezium")
+        version = chunk_version(msg)
+    else:
+        try:
+            version = source_version(source)
+        except PositionError as exc:
+            raise InputError(str(exc), msg, "position") from None
+    assert isinstance(source, dict)
+    txid = source.get("txId")
+    change = Change(
+        state_key,
+        op,
+        before,
+        after,
+        version,
+        snapshot_kind(source),
+        source.get("connector"),
+        toast and after is not None,
+        payload,
+        txid=txid if isinstance(txid, int) and not isinstance(txid, bool) else None,
+    )
+    if tag is not None:
+        change.chunk, change.read_in = tag.number, tag.read_in
+    return change
+
+
+def chunk_version(msg: RawMessage) -> Version:
+    """The version of a chunk row of Tidemark's own snapshot (``msg.chunk`` set).
+
+    A chunk row is placed by its chunk and what it saw, not by a position; a
+    signal-table window's row sits at the window's close, so later changes win.
+    """
+    tag = msg.chunk
+    assert tag is not None
+    read_in = tag.read_in
+    return read_in.high if isinstance(read_in, Window) else (0, tag.number)

@@ -1,0 +1,329 @@
+"""Debezium JSON in (JsonConverter, schemas enabled or not), reconciled JSON out.
+
+With schemas enabled every message repeats its schema (often five times the
+size of the row). A :class:`JsonCodec` remembers the byte prefix
+``{"schema":...,"payload":`` of the last schema it saw, so a message with the
+same schema has only its payload parsed, and the output schema is serialized
+once per input schema. The rows of one incremental-snapshot chunk share even
+more: every byte but the row's own (:class:`ChunkEnvelope`), so such a row has
+only its ``after`` parsed. Rows stored in state are JSON bytes and are written
+to the output as they are (``orjson.Fragment``), never parsed again.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from processor.events.change import (
+    TOAST_PLACEHOLDER,
+    TOAST_PLACEHOLDER_BASE64,
+    Change,
+    Emit,
+    Row,
+    chunk_version,
+    debezium_change,
+)
+from tidemark.errors import InputError
+from tidemark.json_envelope import PAYLOAD_HEAD, SCHEMA_HEAD, EnvelopeSplitter
+from tidemark.messages import RawMessage
+
+TIDEMARK_FIELD: dict[str, Any] = {
+    "type": "struct",
+    "optional": True,
+    "field": "tidemark",
+    "name": "io.tidemark.Metadata",
+    "fields": [
+        {"type": "string", "optional": False, "field": "topic"},
+        {"type": "int32", "optional": False, "field": "partition"},
+        {"type": "int64", "optional": False, "field": "offset"},
+        {"type": "string", "optional": False, "field": "position"},
+        {"type": "string", "optional": False, "field": "envelope"},
+        {"type": "string", "optional": False, "field": "reason"},
+    ],
+}
+
+_READ_HEAD = b'{"before":null,"after":'
+_TOAST_TEXT = TOAST_PLACEHOLDER.encode()
+_TOAST_BASE64 = TOAST_PLACEHOLDER_BASE64.encode()
+
+# Connect schema types and the JSON values they allow (keys are validated against them).
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "int8": (int,),
+    "int16": (int,),
+    "int32": (int,),
+    "int64": (int,),
+    "float": (int, float),
+    "float32": (int, float),
+    "double": (int, float),
+    "float64": (int, float),
+    "boolean": (bool,),
+    "string": (str,),
+    "bytes": (str,),
+}
+
+
+class ChunkEnvelope:
+    """The bytes around ``after`` that the rows of one chunk share, and their parsed event.
+
+    Tidemark's chunk reader writes each row of a chunk inside the same envelope
+    bytes (:meth:`processor.snapshot.chunk_events.TableShape.encode_chunk`): schema, empty
+    ``before``, then the row, then ``source`` and the rest. Learned from one fully
+    decoded row, the envelope lets the next rows with the same bytes around
+    theirs be decoded by parsing the row alone: the bytes between are one JSON
+    value (or the message is decoded in full), so the event is the learned one
+    with that ``after``.
+    """
+
+    __slots__ = ("head", "tail", "event", "schema", "snapshot", "connector")
+
+    def __init__(self, head: bytes, tail: bytes, change: Change) -> None:
+        self.head, self.tail = head, tail
+        self.event = dict(change.event, after=None)
+        self.schema, self.snapshot, self.connector = (
+            change.schema,
+            change.snapshot,
+            change.connector,
+        )
+
+    @staticmethod
+    def learn(value: bytes, payload_at: int, change: Change) -> ChunkEnvelope | None:
+        """The envelope around ``change`` (a chunk row decoded in full from ``value``,
+        whose payload starts at ``payload_at``), if its row can be found in it."""
+        row_at = payload_at + len(_READ_HEAD)
+        if change.before is not None or not value.startswith(_READ_HEAD, payload_at):
+            return None
+        row = orjson.dumps(change.after)
+        if not value.startswith(row, row_at):
+            return None  # written by another serializer: no byte-exact row to find
+        return ChunkEnvelope(value[:row_at], value[row_at + len(row) :], change)
+
+    def decode(self, msg: RawMessage, value: bytes, state_key: bytes) -> Change | None:
+        """The chunk row in ``value`` if it has this envelope; ``None`` if not, or if
+        the bytes between are not one JSON object (a full decode then tells why)."""
+        head, tail = self.head, self.tail
+        end = len(value) - len(tail)
+        if end <= len(head) or not value.startswith(head) or not value.endswith(tail):
+            return None
+        raw = value[len(head) : end]
+        try:
+            after = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return None
+        if not isinstance(after, dict):
+            return None
+        tag = msg.chunk
+        assert tag is not None
+        toast = raw.find(_TOAST_TEXT) >= 0 or raw.find(_TOAST_BASE64) >= 0
+        return Change(
+            state_key,
+            "r",
+            None,
+            after,
+            chunk_version(msg),
+            self.snapshot,
+            self.connector,
+            toast,
+            self.event,
+            self.schema,
+            chunk=tag.number,
+            read_in=tag.read_in,
+            raw_after=raw,
+        )
+
+
+class JsonCodec:
+    """Decodes the JSON messages of one input topic and encodes its reconciled events."""
+
+    def __init__(self, envelope: str) -> None:
+        self.envelope = envelope
+        #: Values' schema envelope (shared with :mod:`processor.reconcile.upsert_fast_path`).
+        self.values = EnvelopeSplitter()
+        self._keys = EnvelopeSplitter()
+        self._out: tuple[Any, bytes] = (None, b"")
+        #: The last key schema seen and its columns (name, optional, JSON types).
+        self._key_columns: tuple[Any, list[_KeyColumn]] = (None, [])
+        #: The envelope of the last chunk row decoded in full.
+        self._chunk: ChunkEnvelope | None = None
+
+    # -- rows in state ---------------------------------------------------------
+
+    @staticmethod
+    def owns(raw: bytes) -> bool:
+        """True for a row this codec stored (JSON text, never the Avro magic byte)."""
+        return raw[:1] != b"\x00"
+
+    @staticmethod
+    def dump(change: Change) -> bytes:
+        """``change.after``'s bytes in state (the input's own bytes when unchanged)."""
+        if change.raw_after is not None and not change.toast:
+            return change.raw_after
+        return orjson.dumps(change.after)
+
+    @staticmethod
+    def load(raw: bytes) -> Row:
+        """A row from state."""
+        row: Row = orjson.loads(raw)
+        return row
+
+    # -- input -----------------------------------------------------------------
+
+    def decode_key(self, msg: RawMessage) -> bytes:
+        """The key's bytes in state: the key's JSON payload (a schema is not part of it).
+
+        A Debezium key is a struct of the primary-key columns; with a schema it
+        must match it. An ``upsert`` key is taken as it is.
+        """
+        assert msg.key is not None
+        if self.envelope == "upsert":
+            return msg.key
+        payload, schema, _text = self._keys.split(msg.key, msg, "key")
+        if not isinstance(payload, dict) or not payload:
+            raise InputError("key is not a struct of primary-key columns", msg, "key")
+        if schema is not None:
+            checked, columns = self._key_columns
+            if checked is not schema:
+                columns = _key_columns(schema, msg)
+                self._key_columns = (schema, columns)
+            _check_key(payload, columns, msg)
+            prefix = self._keys.prefix
+            if prefix and msg.key.startswith(prefix):
+                return msg.key[len(prefix) : -1]
+            return orjson.dumps(payload)
+        return msg.key
+
+    def decode(self, msg: RawMessage, state_key: bytes) -> Change:
+        """The change in ``msg``."""
+        if self.envelope == "upsert":
+            return self._decode_flat(msg, state_key)
+        value = msg.value
+        if value is None:
+            raise InputError("null value where a Debezium event was expected", msg, "not-debezium")
+        chunk = self._chunk
+        if chunk is not None and msg.chunk is not None:
+            change = chunk.decode(msg, value, state_key)
+            if change is not None:
+                return change
+        payload, schema, _text = self.values.split(value, msg, "value")
+        # search the payload only: the schema before it is most of the bytes
+        start = (
+            len(self.values.prefix) if schema is not None and schema is self.values.schema else 0
+        )
+        toast = value.find(_TOAST_TEXT, start) >= 0 or value.find(_TOAST_BASE64, start) >= 0
+        change = debezium_change(state_key, payload, msg, toast)
+        change.schema = schema
+        if msg.chunk is not None and (schema is None or start):
+            self._chunk = ChunkEnvelope.learn(value, start, change)
+        return change
+
+    def _decode_flat(self, msg: RawMessage, state_key: bytes) -> Change:
+        version = (0, msg.offset)
+        if msg.value is None:
+            return Change(state_key, "d", None, None, version)
+        row, schema, text = self.values.split(msg.value, msg, "value")
+        if not isinstance(row, dict):
+            raise InputError("upsert value is not a JSON object", msg, "malformed")
+        return Change(state_key, "u", None, row, version, schema=schema, raw_after=text)
+
+    # -- output ----------------------------------------------------------------
+
+    def encode(self, change: Change, emit: Emit, msg: RawMessage) -> tuple[bytes | None, bytes]:
+        """The output key and the reconciled event: Debezium's envelope plus ``tidemark``.
+
+        Rows already held as JSON bytes (the state's, or the input's own) go in as
+        they are; the ``tidemark`` block says where the event came from and why it
+        is emitted.
+        """
+        event = change.event
+        payload: dict[str, Any] = dict(event) if event else {}
+        before = emit.before
+        payload["before"] = orjson.Fragment(before) if isinstance(before, bytes) else before
+        stored = emit.after_stored
+        if stored is not None and stored[:1] != b"\x00":
+            payload["after"] = orjson.Fragment(stored)
+        else:
+            payload["after"] = emit.after
+        payload["op"] = emit.op
+        if "source" not in payload:
+            payload["source"] = None
+        if payload.get("ts_ms") is None:
+            payload["ts_ms"] = int(time.time() * 1000)
+        version = change.version
+        payload["tidemark"] = {
+            "topic": msg.topic,
+            "partition": msg.partition,
+            "offset": msg.offset,
+            "position": f"{version[0]},{version[1]}",
+            "envelope": self.envelope,
+            "reason": emit.reason,
+        }
+        body = orjson.dumps(payload)
+        schema = change.schema
+        if schema is None:
+            return msg.key, body
+        return msg.key, self.output_head(schema) + body + b"}"
+
+    def output_head(self, schema: dict[str, Any]) -> bytes:
+        """``{"schema":<output schema>,"payload":`` for events of an input with ``schema``."""
+        cached_schema, head = self._out
+        if cached_schema is not schema:
+            head = SCHEMA_HEAD + orjson.dumps(output_schema(schema, self.envelope)) + PAYLOAD_HEAD
+            self._out = (schema, head)
+        return head
+
+
+_KeyColumn = tuple[str, bool, str, tuple[type, ...]]
+
+
+def _key_columns(schema: dict[str, Any], msg: RawMessage) -> list[_KeyColumn]:
+    """Each column of a key schema: its name, whether it may be null, its type and the
+    JSON types its value may have (none: not checked)."""
+    fields = schema.get("fields")
+    if not isinstance(fields, list) or not all(isinstance(f, dict) for f in fields):
+        raise InputError("key schema is not a struct", msg, "key")
+    columns = []
+    for spec in fields:
+        kind = spec.get("type")
+        allowed = _JSON_TYPES.get(kind, ()) if isinstance(kind, str) else ()
+        columns.append((spec.get("field"), bool(spec.get("optional")), str(kind), allowed))
+    return columns
+
+
+def _check_key(payload: dict[str, Any], columns: list[_KeyColumn], msg: RawMessage) -> None:
+    if len(columns) != len(payload):
+        raise InputError("key does not match its schema: columns differ", msg, "key")
+    for name, optional, kind, allowed in columns:
+        if name not in payload:
+            raise InputError(f"key does not match its schema: no column {name!r}", msg, "key")
+        value = payload[name]
+        if value is None:
+            if not optional:
+                raise InputError(f"key does not match its schema: {name!r} is null", msg, "key")
+            continue
+        if allowed and (
+            not isinstance(value, allowed) or (bool not in allowed and isinstance(value, bool))
+        ):
+            raise InputError(f"key does not match its schema: {name!r} is not {kind}", msg, "key")
+
+
+def output_schema(schema: dict[str, Any], envelope: str) -> dict[str, Any]:
+    """The input schema with the ``tidemark`` field (an upsert row wrapped in an envelope)."""
+    if envelope == "upsert":
+        row = dict(schema, optional=True)
+        fields = [
+            dict(row, field="before"),
+            dict(row, field="after"),
+            {"type": "string", "optional": False, "field": "op"},
+            {"type": "struct", "optional": True, "field": "source", "fields": []},
+            {"type": "int64", "optional": True, "field": "ts_ms"},
+        ]
+        return {
+            "type": "struct",
+            "optional": False,
+            "fields": fields + [TIDEMARK_FIELD],
+            "name": f"{schema.get('name', 'row')}.Envelope",
+        }
+    fields = [f for f in schema.get("fields", []) if f.get("field") != "tidemark"]
+    return dict(schema, fields=fields + [TIDEMARK_FIELD])

@@ -1,0 +1,56 @@
+"""The formats of one input topic: Confluent Avro or JSON, told apart per message.
+
+A Confluent wire-format message starts with the magic byte ``0x00``, which no
+JSON text does, so each key and value is decoded by the codec its first byte
+names, and its reconciled event is written in the same format. Rows in state
+are told apart the same way (an Avro row is framed like a message).
+"""
+
+from __future__ import annotations
+
+from processor.events.avro_codec import AvroCodec
+from processor.events.change import Change, Emit, Row
+from processor.events.json_codec import JsonCodec
+from tidemark.avro_wire import MAGIC
+from tidemark.errors import InputError
+from tidemark.messages import RawMessage
+from tidemark.schema_registry import SchemaCache
+
+
+class SourceCodec:
+    """Decodes one topic's messages and encodes its output; the rules' row codec."""
+
+    def __init__(self, envelope: str, output_topic: str, schemas: SchemaCache | None) -> None:
+        self.json = JsonCodec(envelope)
+        self.avro = AvroCodec(envelope, output_topic, schemas)
+
+    def decode(self, msg: RawMessage) -> Change:
+        """The change in ``msg`` (its key present), keyed by the key's bytes in state."""
+        key = msg.key
+        if key is None:
+            raise InputError("message without a key (the primary key is required)", msg, "no-key")
+        state_key = (self.avro if key[:1] == MAGIC else self.json).decode_key(msg)
+        value = msg.value
+        codec: JsonCodec | AvroCodec = self.json
+        if (value[:1] if value is not None else key[:1]) == MAGIC:
+            codec = self.avro
+        change = codec.decode(msg, state_key)
+        change.codec = codec
+        return change
+
+    def encode(self, change: Change, emit: Emit, msg: RawMessage) -> tuple[bytes | None, bytes]:
+        """The output key and value, in the format of the input."""
+        codec: JsonCodec | AvroCodec = change.codec
+        before = emit.before
+        if isinstance(before, bytes) and not codec.owns(before):
+            emit.before = self.load(before)
+        return codec.encode(change, emit, msg)
+
+    def dump(self, change: Change) -> bytes:
+        """``change.after``'s bytes in state."""
+        codec: JsonCodec | AvroCodec = change.codec
+        return codec.dump(change)
+
+    def load(self, raw: bytes) -> Row:
+        """A row from state, in whichever format it was stored."""
+        return self.avro.load(raw) if self.avro.owns(raw) else self.json.load(raw)

@@ -1,0 +1,167 @@
+"""What a chunk row saw: a PostgreSQL snapshot (read-only mode) or a signal-table window.
+
+Read-only mode (:class:`PgSnapshot`), exact:
+
+A chunk of an incremental snapshot is read in a ``REPEATABLE READ`` transaction
+whose first statement takes ``pg_current_snapshot()``: ``xmin:xmax:xip``, 64-bit
+transaction ids (``xid8``, never wrapping). A change committed by transaction
+``t`` is visible in that snapshot, that is already in the chunk's rows, iff
+``t < xmin``, or ``t < xmax`` and ``t`` is not in ``xip`` (DESIGN.md).
+
+Debezium reports ``source.txId`` as PostgreSQL's 32-bit ``xid``; it is extended
+to 64 bits by taking the value congruent to it modulo 2^32 that lies within
+2^31 of the snapshot's ``xmax`` (a transaction that Debezium reports is never
+more than 2^31 transactions away from a snapshot taken while it streams).
+
+Signal-table mode (:class:`Window`, DDD-3's watermarks), for sources without
+such snapshots: the chunk was read after its window-open row committed and
+before its window-close row did, so it contains no change above ``high``, a
+change between ``low`` and ``high`` may or may not be in it, and a change below
+``low`` is in it, with one exception. PostgreSQL writes a transaction's commit
+record before it makes the transaction visible, so a transaction caught between
+the two when the open row commits sits below ``low`` in the change stream yet
+is missing from the chunk. Where the source has snapshots (PostgreSQL), the
+window therefore also carries the chunk's own, which settles that case.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from processor.errors import SnapshotFormatError
+
+_EPOCH = 1 << 32
+_HALF = 1 << 31
+_HEAD = struct.Struct(">QQI")
+_XID = struct.Struct(">Q")
+
+
+@dataclass(frozen=True, slots=True)
+class PgSnapshot:
+    """A PostgreSQL MVCC snapshot: ``xmin``, ``xmax`` and the in-progress ``xip``."""
+
+    xmin: int
+    xmax: int
+    xip: frozenset[int] = frozenset()
+
+    @staticmethod
+    def parse(text: str) -> PgSnapshot:
+        """From ``pg_current_snapshot()``'s text form ``xmin:xmax:xip1,xip2``."""
+        try:
+            xmin, xmax, xip = text.strip().split(":")
+            ids = frozenset(int(x) for x in xip.split(",") if x)
+            snapshot = PgSnapshot(int(xmin), int(xmax), ids)
+        except ValueError:
+            raise SnapshotFormatError(f"not a pg_snapshot: {text!r}") from None
+        if not snapshot.xmin <= snapshot.xmax or any(
+            not snapshot.xmin <= x < snapshot.xmax for x in snapshot.xip
+        ):
+            raise SnapshotFormatError(f"inconsistent pg_snapshot: {text!r}")
+        return snapshot
+
+    def extend(self, xid32: int) -> int:
+        """The 64-bit id of a 32-bit ``xid`` seen while this snapshot was current."""
+        candidate = (self.xmax & ~(_EPOCH - 1)) | (xid32 & (_EPOCH - 1))
+        if candidate > self.xmax + _HALF:
+            candidate -= _EPOCH
+        elif candidate < self.xmax - _HALF:
+            candidate += _EPOCH
+        return candidate
+
+    def visible(self, xid32: int) -> bool:
+        """Whether transaction ``xid32`` (Debezium's ``txId``) committed before this snapshot."""
+        xid = self.extend(xid32)
+        return xid < self.xmin or (xid < self.xmax and xid not in self.xip)
+
+    def encode(self) -> bytes:
+        """Bytes for state: ``xmin``, ``xmax``, the count of ``xip``, each ``xip``.
+
+        Every row of a chunk stores its chunk's snapshot, so the bytes are cached (and
+        the last snapshot's by identity: hashing a dataclass costs more than a row's rule).
+        """
+        last, encoded = _LAST_ENCODED
+        if last is self:
+            return encoded
+        encoded = _ENCODED.get(self)
+        if encoded is None:
+            ids = sorted(self.xip)
+            encoded = _HEAD.pack(self.xmin, self.xmax, len(ids)) + b"".join(
+                _XID.pack(x) for x in ids
+            )
+            _remember(_ENCODED, self, encoded)
+        _LAST_ENCODED[:] = [self, encoded]
+        return encoded
+
+    @staticmethod
+    def decode(raw: bytes, offset: int = 0) -> tuple[PgSnapshot, int]:
+        """A snapshot from :meth:`encode`'s bytes at ``offset``; and the offset after it."""
+        count = _HEAD.unpack_from(raw, offset)[2]
+        end = offset + _HEAD.size + count * _XID.size
+        encoded = raw[offset:end]
+        snapshot = _DECODED.get(encoded)
+        if snapshot is None:
+            xmin, xmax, _count = _HEAD.unpack_from(encoded)
+            ids = frozenset(
+                _XID.unpack_from(encoded, _HEAD.size + i * _XID.size)[0] for i in range(count)
+            )
+            snapshot = PgSnapshot(xmin, xmax, ids)
+            _remember(_DECODED, encoded, snapshot)
+        return snapshot, end
+
+    def __str__(self) -> str:
+        return f"{self.xmin}:{self.xmax}:{','.join(map(str, sorted(self.xip)))}"
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A chunk's signal-table window and where each change-topic partition passes it.
+
+    ``low`` and ``high`` are the positions (:func:`processor.events.change.source_version`)
+    of the window-open and window-close rows in the change stream. ``ends[p]`` is
+    the end offset of the change topic's partition ``p`` once Debezium had
+    confirmed the close row: every change below ``high`` lies below it, so a
+    partition whose state reflects its input up to ``ends[p]`` has seen all of
+    them, even if it is idle (DESIGN.md's idle-partition rule). ``snapshot`` is
+    the snapshot the chunk was read in, where the source has one.
+    """
+
+    low: tuple[int, int]
+    high: tuple[int, int]
+    ends: tuple[int, ...]
+    snapshot: PgSnapshot | None = None
+
+    def __str__(self) -> str:
+        bounds = (*self.low, *self.high)
+        text = f"{','.join(map(str, bounds))};{','.join(map(str, self.ends))}"
+        return text if self.snapshot is None else f"{text};{self.snapshot}"
+
+    @staticmethod
+    def parse(text: str) -> Window:
+        """From :meth:`__str__`'s form ``low0,low1,high0,high1;end0,end1,...[;pg_snapshot]``."""
+        try:
+            bounds, ends, *rest = text.split(";")
+            l0, l1, h0, h1 = (int(x) for x in bounds.split(","))
+            offsets = tuple(int(x) for x in ends.split(",") if x)
+            if len(rest) > 1:
+                raise ValueError(text)
+            snapshot = PgSnapshot.parse(rest[0]) if rest else None
+        except ValueError:
+            raise SnapshotFormatError(f"not a signal-table window: {text!r}") from None
+        window = Window((l0, l1), (h0, h1), offsets, snapshot)
+        if not window.low < window.high or not window.ends or min(window.ends) < 0:
+            raise SnapshotFormatError(f"inconsistent signal-table window: {text!r}")
+        return window
+
+
+_ENCODED: dict[PgSnapshot, bytes] = {}
+_LAST_ENCODED: list[Any] = [None, b""]
+_DECODED: dict[bytes, PgSnapshot] = {}
+_CACHED = 256
+
+
+def _remember(cache: dict[Any, Any], key: Any, value: Any) -> None:
+    if len(cache) >= _CACHED:
+        cache.clear()
+    cache[key] = value

@@ -1,0 +1,154 @@
+"""The pipeline's control topic: its lifecycle, and the offsets write in progress.
+
+``<pipeline>.control`` has one partition and compacted keys. Every instance
+reads it in full (assigned, never shared through a consumer group), so a
+change reaches every replica:
+
+- ``lifecycle``: ``RUNNING``, ``PAUSED`` (the data plane keeps its partitions
+  and reads nothing) or ``STOPPED`` (the data plane leaves its consumer group;
+  the web API stays up). A pipeline without the record runs.
+- ``offsets-write``: an offsets write being applied (:mod:`processor.pipeline.offsets`).
+  While it exists no data plane joins the group, so a write is seen whole or
+  not at all; whoever finds one that its writer left behind completes it.
+
+Writers (the API, the CLI) need no running processor: a pipeline stopped
+before its processor starts stays stopped.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from typing import Any
+
+import orjson
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from processor.errors import ProcessorError
+from tidemark.config import Config
+from tidemark.kafka import (
+    client_config,
+    consumer_config,
+    data_messages,
+    ensure_topics,
+    exact_end_offsets,
+    read_range,
+)
+from tidemark.topics import control_topic, reader_group
+
+LIFECYCLE = b"lifecycle"
+OFFSETS_WRITE = b"offsets-write"
+
+
+class Lifecycle(enum.Enum):
+    """What the pipeline's data planes are asked to do."""
+
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+    STOPPED = "STOPPED"
+
+
+def write_control(config: Config, key: bytes, value: dict[str, Any] | None) -> None:
+    """Write one control record (``None``: delete the key) and wait for Kafka to keep it."""
+    topic = _ensure_control_topic(config)
+    producer = Producer(client_config(config.kafka, **{"enable.idempotence": True, "acks": "all"}))
+    errors: list[str] = []
+    body = None if value is None else orjson.dumps({**value, "at_ms": int(time.time() * 1000)})
+    producer.produce(
+        topic,
+        body,
+        key,
+        0,
+        lambda err, _msg: errors.append(err.str()) if err is not None else None,
+    )
+    if producer.flush(30) or errors:
+        raise ProcessorError(
+            f"the control record was not written to {topic}: {errors or 'timeout'}"
+        )
+
+
+def set_lifecycle(config: Config, state: Lifecycle, by: str) -> None:
+    """Ask every instance of the pipeline to go to ``state``."""
+    write_control(config, LIFECYCLE, {"state": state.value, "by": by})
+
+
+class ControlView:
+    """The control topic's current records, and how to read them."""
+
+    def __init__(self) -> None:
+        self.records: dict[bytes, dict[str, Any]] = {}
+
+    def apply(self, key: bytes | None, value: bytes | None) -> None:
+        if key is None:
+            return
+        if value is None:
+            self.records.pop(key, None)
+        else:
+            self.records[key] = orjson.loads(value)
+
+    def read_to_end(self, consumer: Consumer, topic: str) -> int:
+        """Apply every record of ``topic`` up to its end; the end offset."""
+        end = exact_end_offsets(consumer, [TopicPartition(topic, 0)])[(topic, 0)]
+        for msg in read_range(consumer, topic, 0, 0, end):
+            self.apply(msg.key(), msg.value())
+        return end
+
+    @property
+    def lifecycle(self) -> Lifecycle:
+        record = self.records.get(LIFECYCLE)
+        return Lifecycle(record["state"]) if record else Lifecycle.RUNNING
+
+    @property
+    def offsets_write(self) -> dict[str, Any] | None:
+        return self.records.get(OFFSETS_WRITE)
+
+
+def read_control(config: Config) -> ControlView:
+    """The control topic read once to its end (no records: a running pipeline)."""
+    view = ControlView()
+    topic = control_topic(config.processor.pipeline)
+    if topic not in AdminClient(client_config(config.kafka)).list_topics(timeout=10).topics:
+        return view
+    consumer = Consumer(_reader_config(config))
+    try:
+        view.read_to_end(consumer, topic)
+    finally:
+        consumer.close()
+    return view
+
+
+class ControlReader(ControlView):
+    """Follows the control topic from its beginning, for one instance's data plane."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__()
+        topic = _ensure_control_topic(config)
+        self._consumer = Consumer(_reader_config(config))
+        end = self.read_to_end(self._consumer, topic)
+        self._consumer.assign([TopicPartition(topic, 0, end or OFFSET_BEGINNING)])
+
+    def poll(self) -> None:
+        """Apply the records written since the last call (does not wait)."""
+        for msg in data_messages(self._consumer.consume(100, 0)):
+            self.apply(msg.key(), msg.value())
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def _ensure_control_topic(config: Config) -> str:
+    """Create the pipeline's control topic if it is missing; its name."""
+    topic = control_topic(config.processor.pipeline)
+    ensure_topics(
+        AdminClient(client_config(config.kafka)),
+        {topic: 1},
+        config.kafka.replication_factor,
+        config={"cleanup.policy": "compact"},
+    )
+    return topic
+
+
+def _reader_config(config: Config) -> dict[str, Any]:
+    # A group id is required by librdkafka; the reader only assigns and never commits.
+    return consumer_config(config.kafka, reader_group(config.processor.pipeline, "control"))

@@ -1,0 +1,296 @@
+"""Deciding one batch: input messages and partition state in; outputs and state updates out.
+
+This is protocol step 1 of :meth:`processor.dataplane.loop.DataPlane.commit_batch`,
+kept apart from Kafka so it can be tested (and fuzzed) on its own. Per input
+partition, in offset order, each message is decoded, then the envelope's rule
+(:mod:`processor.reconcile.envelopes`) decides against the partition's state:
+
+- a message that cannot be decoded, or a change the rules cannot complete (an
+  unfillable TOAST placeholder), becomes a dead letter; the partition goes on;
+- a change that breaks its envelope's constraints (the ``debezium`` envelope
+  without ``before`` or without a key) refuses its whole source: the batch
+  stops at that message and the topic's partitions stay paused there, while
+  every other source goes on;
+- a Debezium tombstone (null value after a delete) is skipped: the delete
+  event itself produced the output and the output tombstone;
+- a record of a backfill topic (:mod:`processor.events.chunk_tag`), a chunk row of an
+  incremental snapshot, is decided against the state of the input partition it
+  belongs to, in the same batch state as that partition's changes, after them;
+  a row of a signal-table window waits in the partition's window buffer
+  (:mod:`processor.reconcile.window_buffer`) until that state has passed the window.
+
+Nothing here writes anywhere: state updates stay in each partition's
+:class:`~state.store.BatchState` until the commit protocol applies them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from processor import metrics
+from processor.errors import SourceRefusedError, UnfillableError
+from processor.events.change import Change
+from processor.events.source_codec import SourceCodec
+from processor.events.visibility import Window
+from processor.reconcile.envelopes import ENTRY, STEPS, Step
+from processor.reconcile.upsert_fast_path import decide_flat
+from processor.reconcile.window_buffer import Reached, WindowBuffers
+from state.batch import BatchState
+from state.store import PartitionStore
+from tidemark.config import Config
+from tidemark.errors import InputError
+from tidemark.messages import RawMessage
+from tidemark.schema_registry import SchemaCache
+from tidemark.topics import backfilled_topic, changelog_topic, output_topic
+
+log = logging.getLogger(__name__)
+
+TopicPartitionKey = tuple[str, int]
+Record = tuple[str, int, bytes | None, bytes | None]
+
+
+@dataclass
+class Source:
+    """One input topic: its envelope, codec and the topics it writes."""
+
+    topic: str
+    envelope: str
+    step: Step
+    codec: SourceCodec
+    output: str
+    changelog: str
+
+
+@dataclass
+class Batch:
+    """What one batch decided: records to produce, state to write, offsets to commit."""
+
+    records: list[Record] = field(default_factory=list)
+    dead_letters: list[InputError] = field(default_factory=list)
+    states: dict[TopicPartitionKey, BatchState] = field(default_factory=dict)
+    next_offsets: dict[TopicPartitionKey, int] = field(default_factory=dict)
+    #: Partitions to read again from an offset (paused for restore or a refused source).
+    rewinds: dict[TopicPartitionKey, int] = field(default_factory=dict)
+    #: Records per output topic, for the metrics.
+    produced: dict[str, int] = field(default_factory=dict)
+    #: Window-buffered rows decided in this batch.
+    released: int = 0
+    #: Per input partition, the decoded event of its last change (its source position).
+    last_events: dict[TopicPartitionKey, object] = field(default_factory=dict)
+
+
+class Reconciler:
+    """The sources of one pipeline and the decisions on their batches."""
+
+    def __init__(self, config: Config, schemas: SchemaCache | None = None) -> None:
+        self.config = config
+        self.schemas = schemas
+        self.sources: dict[str, Source] = {}
+        #: Input topics stopped because they break their envelope's constraints.
+        self.refused: dict[str, str] = {}
+        self.windows = WindowBuffers(config.processor.pipeline)
+
+    def source(self, topic: str) -> Source:
+        """The :class:`Source` of input ``topic`` (made on first use)."""
+        source = self.sources.get(topic)
+        if source is None:
+            envelope = self.config.envelope_of(topic)
+            output = output_topic(self.config.source.topic_prefix, topic)
+            source = self.sources[topic] = Source(
+                topic,
+                envelope,
+                STEPS[envelope],
+                SourceCodec(envelope, output, self.schemas),
+                output,
+                changelog_topic(self.config.processor.pipeline, topic),
+            )
+        return source
+
+    def decide(
+        self,
+        groups: Mapping[TopicPartitionKey, list[RawMessage]],
+        stores: Mapping[TopicPartitionKey, PartitionStore],
+        waiting: Callable[[TopicPartitionKey], bool] = lambda _tp: False,
+        reached: Reached = lambda _tp: 0,
+    ) -> Batch:
+        """Reconcile each partition's messages (in offset order) against its store.
+
+        A partition without a store (revoked while the batch was in flight) is
+        skipped; one that is ``waiting`` (its state being restored) or whose
+        source is refused is rewound to its first message. Input partitions go
+        before backfill partitions, so a chunk row meets state that holds every
+        change of the batch; ``reached`` says how far an input partition's state
+        (this batch included) reflects its input, which releases window buffers.
+        """
+        batch = Batch()
+        for owned, owned_store in stores.items():
+            if not waiting(owned):
+                self.windows.load(owned, owned_store)
+        ordered = sorted(groups.items(), key=lambda item: self.state_partition(item[0]) != item[0])
+        for tp, group in ordered:
+            if not group:
+                continue
+            state_tp = self.state_partition(tp)
+            store = stores.get(state_tp)
+            if store is None:
+                if state_tp != tp:  # a backfill partition whose input partition is not here yet
+                    batch.rewinds[tp] = group[0].offset
+                continue
+            if state_tp[0] in self.refused or waiting(state_tp):
+                batch.rewinds[tp] = group[0].offset
+                continue
+            metrics.EVENTS_IN.labels(tp[0]).inc(len(group))
+            state = batch.states.get(state_tp)
+            if state is None:
+                state = batch.states[state_tp] = BatchState(store)
+            self._decide_partition(
+                self.source(state_tp[0]), group, state, batch, reached if state_tp != tp else None
+            )
+        self._release_windows(batch, stores, waiting, reached)
+        return batch
+
+    def _release_windows(
+        self,
+        batch: Batch,
+        stores: Mapping[TopicPartitionKey, PartitionStore],
+        waiting: Callable[[TopicPartitionKey], bool],
+        reached: Reached,
+    ) -> None:
+        """Decide the buffered rows of partitions whose state has now passed their window."""
+        for tp in self.windows.pending():
+            store = stores.get(tp)
+            if store is None or waiting(tp) or tp[0] in self.refused:
+                continue
+            position = reached(tp)
+            if not self.windows.due(tp, position):
+                continue
+            state = batch.states.get(tp)
+            if state is None:
+                state = batch.states[tp] = BatchState(store)
+            released = self.windows.release(tp, state, position)
+            batch.released += len(released)
+            self._decide_partition(self.source(tp[0]), released, state, batch, None, False)
+
+    def state_partition(self, tp: TopicPartitionKey) -> TopicPartitionKey:
+        """The input partition whose state decides ``tp``'s records (itself, or a backfill's)."""
+        input_topic = backfilled_topic(self.config.processor.pipeline, tp[0])
+        return tp if input_topic is None else (input_topic, tp[1])
+
+    def _decide_partition(
+        self,
+        source: Source,
+        group: list[RawMessage],
+        state: BatchState,
+        batch: Batch,
+        reached: Reached | None = None,
+        advance: bool = True,
+    ) -> None:
+        """Decide ``group`` in order. A window's chunk row whose partition's state has
+        not ``reached`` the row's end offset waits in the window buffer;
+        ``advance=False`` for rows released from it, read in an earlier batch."""
+        if not group:
+            return
+        tp = (group[0].topic, group[0].partition)
+        state_tp = (source.topic, tp[1])
+        hold_below: int | None = None
+        codec, step, records = source.codec, source.step, batch.records
+        first_record = len(records)
+        upsert = source.envelope == "upsert"
+        backfill = tp[0] != source.topic
+        # Outputs of every input offset below the checkpoint are in Kafka already
+        # (protocol step 3 precedes step 4): a replay of them, after a crash or an
+        # offsets rewind that kept state, is not emitted again.
+        flushed = -1 if backfill else state.flushed_offset()
+        decoded: list[tuple[RawMessage, Change | InputError | None]] = []
+        dropped = 0
+        output = source.output
+        rest = group
+        if upsert and not backfill:
+            now_ms = int(time.time() * 1000)
+            taken, dropped = decide_flat(codec.json, group, state, output, records, flushed, now_ms)
+            rest = group[taken:]
+        for raw in rest:
+            if raw.value is None and raw.key is not None and not upsert:
+                decoded.append((raw, None))  # Debezium's tombstone after a delete event
+                continue
+            if backfill and not _tag_fits(raw):
+                reason = "backfill record without readable tidemark.chunk/snapshot/window headers"
+                decoded.append((raw, InputError(reason, raw, "backfill-headers")))
+                continue
+            try:
+                decoded.append((raw, codec.decode(raw)))
+            except InputError as exc:
+                decoded.append((raw, exc))
+        if source.envelope != "debezium":
+            state.prefetch([ENTRY + c.key for _, c in decoded if isinstance(c, Change)])
+        for raw, change in decoded:
+            if change is None:
+                continue
+            try:
+                if isinstance(change, InputError):
+                    if change.kind == "no-key" and source.envelope == "debezium":
+                        raise SourceRefusedError(
+                            "a change without a key: the debezium envelope needs tables "
+                            "with primary keys"
+                        )
+                    batch.dead_letters.append(change)
+                    continue
+                if reached is not None and isinstance(change.read_in, Window):
+                    if hold_below is None:
+                        hold_below = reached(state_tp)
+                    if change.read_in.ends[raw.partition] > hold_below:
+                        self.windows.hold(state_tp, state, change.key, raw)
+                        continue
+                try:
+                    emit = step(change, state, codec)
+                except UnfillableError as exc:
+                    batch.dead_letters.append(InputError(str(exc), raw, "toast"))
+                    continue
+            except SourceRefusedError as exc:
+                self._refuse(source.topic, str(exc), raw)
+                if advance:
+                    batch.rewinds[tp] = raw.offset
+                    if raw.offset > group[0].offset:
+                        batch.next_offsets[tp] = raw.offset
+                break
+            if emit is None or (emit.reason == "replayed" and raw.offset < flushed):
+                dropped += 1
+                continue
+            key, value = codec.encode(change, emit, raw)
+            records.append((output, raw.partition, key, value))
+            if emit.after is None:
+                records.append((output, raw.partition, key, None))
+        else:
+            if advance:
+                batch.next_offsets[tp] = group[-1].offset + 1
+                last = next((c for _, c in reversed(decoded) if isinstance(c, Change)), None)
+                if last is not None and not backfill:
+                    batch.last_events[tp] = last.event
+        if dropped:
+            metrics.EVENTS_DROPPED.labels(tp[0]).inc(dropped)
+        produced = len(records) - first_record
+        batch.produced[output] = batch.produced.get(output, 0) + produced
+
+    def _refuse(self, topic: str, reason: str, raw: RawMessage) -> None:
+        """Stop ``topic`` (its partitions stay paused at the offending message)."""
+        if topic not in self.refused:
+            log.error(
+                "input topic %s stopped at partition %d offset %d: %s",
+                topic,
+                raw.partition,
+                raw.offset,
+                reason,
+            )
+        self.refused[topic] = reason
+        metrics.SOURCE_REFUSED.labels(topic).set(1)
+
+
+def _tag_fits(raw: RawMessage) -> bool:
+    """Whether a backfill record has a chunk tag (with a window end for its partition)."""
+    tag = raw.chunk
+    if tag is None:
+        return False
+    return not isinstance(tag.read_in, Window) or raw.partition < len(tag.read_in.ends)

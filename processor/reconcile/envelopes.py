@@ -1,0 +1,202 @@
+"""The three envelopes: ``upsert``, ``debezium-upsert`` and ``debezium``, as pure rules.
+
+Each envelope decides, for one change and the state of its input partition,
+whether to emit a reconciled event and how the state changes. The rules touch
+state only through :class:`KeyState`, so they run the same over RocksDB in the
+data plane and over a dict in the unit and property tests.
+
+State layout (one keyspace per input partition):
+
+- ``b"k" + key``: an :class:`~processor.reconcile.versions.Entry` (version and last row)
+  for ``upsert`` and ``debezium-upsert``;
+- ``HIGH_WATER``: the classic ``debezium`` envelope's high-water mark;
+- ``b"s" + key``: keys already emitted at the high-water mark's version while a
+  snapshot group (rows sharing one position) is being read;
+- ``WINDOW_BUFFER + key``: a chunk row of a signal-table window waiting until
+  its partition has passed the window (:mod:`processor.reconcile.window_buffer`).
+
+Guarantees, given the commit protocol of :mod:`processor.dataplane.loop`:
+
+- ``upsert`` / ``debezium-upsert``: the output's ``before`` is the state's
+  previous row (a correct retraction even when the input's ``before`` is empty);
+  a change older than the state's version is dropped, an equal one re-emitted
+  (a replay after a crash), so at-least-once never loses an event.
+- ``debezium``: O(1) state per partition outside snapshots (the highest
+  position emitted), O(keys) only while a snapshot group is read; a contiguous
+  replayed range (Debezium's duplicates after a connector restart) is dropped.
+  The retraction is the input's own ``before``, so the source must send it.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import Protocol
+
+from processor.errors import SourceRefusedError, UnfillableError
+from processor.events.change import (
+    ORDERED_CONNECTORS,
+    Change,
+    Emit,
+    Row,
+    Snapshot,
+    Version,
+    fill_placeholders,
+)
+from processor.events.visibility import PgSnapshot
+from processor.reconcile.versions import Action, Entry, decide, decide_change, decide_row
+
+ENTRY = b"k"
+SEEN = b"s"
+WINDOW_BUFFER = b"w"
+HIGH_WATER = b"\x00tidemark:high-water"
+_MARK = struct.Struct(">qqB")
+
+
+class KeyState(Protocol):
+    """The state of one input partition as the rules see it."""
+
+    def get(self, key: bytes) -> bytes | None:
+        """The stored value, or ``None``."""
+
+    def put(self, key: bytes, value: bytes | None) -> None:
+        """Set (``None``: delete) a value."""
+
+    def clear(self, prefix: bytes) -> None:
+        """Delete every key that starts with ``prefix``."""
+
+
+class RowCodec(Protocol):
+    """How a format stores rows in state."""
+
+    def dump(self, change: Change) -> bytes:
+        """Bytes of ``change.after``."""
+
+    def load(self, raw: bytes) -> Row:
+        """A row from bytes :meth:`dump` wrote."""
+
+
+Step = Callable[[Change, KeyState, RowCodec], Emit | None]
+
+
+def upsert(change: Change, state: KeyState, rows: RowCodec) -> Emit | None:
+    """``upsert``: a flat value replaces the key's row, a null value deletes it."""
+    key = ENTRY + change.key
+    raw = state.get(key)
+    stored = Entry.decode(raw) if raw is not None else None
+    action = decide(change.version, stored.version if stored else None)
+    if action is Action.DROP:
+        return None
+    # On a replay (REEMIT) the state already holds this change and its previous
+    # row is gone: the event carries the row itself, which downstream applies
+    # idempotently.
+    previous = stored.value if stored else None
+    after_stored = rows.dump(change) if change.after is not None else None
+    if action is Action.APPLY:
+        state.put(key, Entry(change.version, after_stored).encode())
+    if change.after is None:
+        op = "d"
+    else:
+        op = "u" if previous is not None else "c"
+    return Emit(op, previous, change.after, action.value, after_stored)
+
+
+def debezium_upsert(change: Change, state: KeyState, rows: RowCodec) -> Emit | None:
+    """``debezium-upsert``: the Debezium ``after`` replaces the key's row in state.
+
+    The retraction comes from state, not from the input's ``before`` (which is
+    empty without ``REPLICA IDENTITY FULL``). Unchanged-TOAST placeholders are
+    filled from the state's row, else from the input's own ``before``. A chunk
+    row of Tidemark's incremental snapshot (``change.chunk``) is decided against
+    state by the snapshot it was read in (:func:`processor.reconcile.versions.decide_row`).
+    """
+    key = ENTRY + change.key
+    raw = state.get(key)
+    stored = Entry.decode(raw) if raw is not None else None
+    if change.chunk is not None:
+        action = decide_row(change.chunk, change.read_in, stored)
+    else:
+        action = decide_change(change.version, change.txid, stored)
+    if action is Action.DROP:
+        return None
+    previous = stored.value if stored else None
+    if change.toast and change.after is not None:
+        prior = rows.load(previous) if previous is not None else change.before
+        _fill(change.after, prior)
+    after_stored = rows.dump(change) if change.after is not None else None
+    if action is Action.APPLY:
+        read_in = change.read_in
+        snapshot = read_in if isinstance(read_in, PgSnapshot) else None
+        entry = Entry(change.version, after_stored, change.txid, change.chunk, snapshot)
+        state.put(key, entry.encode())
+    reason = "snapshot" if change.chunk is not None else action.value
+    return Emit(change.op, previous, change.after, reason, after_stored)
+
+
+def debezium(change: Change, state: KeyState, rows: RowCodec) -> Emit | None:
+    """``debezium``: ordered deduplication of Debezium's replays, O(1) state in steady state.
+
+    Debezium repeats a contiguous range of events after a connector restart.
+    Positions (:func:`processor.events.change.source_version`) follow commit order
+    within a partition, so any change at or below the highest position already
+    emitted is such a repeat. Snapshot rows share one position per snapshot (or
+    per incremental chunk): among them, keys already emitted are remembered
+    until the position moves on, and a repeated key is dropped.
+    """
+    _validate_classic(change)
+    raw = state.get(HIGH_WATER)
+    mark: Version | None = None
+    group = False
+    if raw is not None:
+        major, minor, flag = _MARK.unpack(raw)
+        mark, group = (major, minor), bool(flag)
+    in_group = change.snapshot is not Snapshot.NONE
+    if mark is not None and change.version < mark:
+        return None
+    if mark is not None and change.version == mark:
+        if not (in_group and group):
+            return None  # the same change again
+        seen = SEEN + change.key
+        if state.get(seen) is not None:
+            return None
+        state.put(seen, b"")
+    else:
+        if group:
+            state.clear(SEEN)
+        state.put(HIGH_WATER, _MARK.pack(change.version[0], change.version[1], in_group))
+        if in_group:
+            state.put(SEEN + change.key, b"")
+    if change.toast and change.after is not None:
+        _fill(change.after, change.before)
+    reason = "snapshot" if in_group else Action.APPLY.value
+    return Emit(change.op, change.before, change.after, reason)
+
+
+def _validate_classic(change: Change) -> None:
+    if change.connector not in ORDERED_CONNECTORS:
+        raise SourceRefusedError(
+            f"the debezium envelope needs a PostgreSQL or MySQL connector, not "
+            f"{change.connector!r}; use debezium-upsert"
+        )
+    if change.op in ("u", "d") and change.before is None:
+        raise SourceRefusedError(
+            f"a{'n update' if change.op == 'u' else ' delete'} without 'before': the debezium "
+            "envelope needs the old row (PostgreSQL: ALTER TABLE ... REPLICA IDENTITY FULL); "
+            "or use debezium-upsert"
+        )
+
+
+def _fill(after: Row, prior: Row | None) -> None:
+    missing = fill_placeholders(after, prior)
+    if missing:
+        raise UnfillableError(
+            f"unchanged TOAST value of {', '.join(missing)} and no earlier row to take it from "
+            "(no state for the key and no full 'before'; REPLICA IDENTITY FULL provides one)"
+        )
+
+
+STEPS: dict[str, Step] = {
+    "upsert": upsert,
+    "debezium-upsert": debezium_upsert,
+    "debezium": debezium,
+}

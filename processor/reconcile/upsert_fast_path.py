@@ -1,0 +1,121 @@
+"""The ``upsert`` envelope on flat JSON rows, decided a batch at a time without per-event objects.
+
+This is :func:`processor.reconcile.envelopes.upsert` (the version rule
+:func:`processor.reconcile.versions.decide`, the state :class:`~processor.reconcile.versions.Entry`)
+and :class:`processor.events.json_codec.JsonCodec`'s decoding and encoding, fused
+for the message they see most: a JSON key, and a value that is either null (a
+delete) or one JSON object, bare or inside the envelope of the schema the codec
+already knows. Such a message costs a parse of its value and a few byte
+operations; no :class:`~processor.events.change.Change`, ``Emit`` or output dict is made.
+Rows go to state and to the output as the input's own bytes.
+
+It stops at the first message of a group it does not take (an Avro key or
+value, an unknown schema, bytes that are not one JSON object, a missing key, a
+stored row in another format) and leaves the rest of the group to the general
+path, so every error and every unusual case is handled there, once. The
+property test in ``tests/unit/test_flat_upsert.py`` holds the two paths to the
+same outputs and the same state on random batches.
+"""
+
+from __future__ import annotations
+
+import orjson
+
+from processor.events.json_codec import JsonCodec
+from processor.reconcile.envelopes import ENTRY
+from processor.reconcile.versions import HEAD, Action, Entry, decide
+from state.batch import BatchState
+from tidemark.avro_wire import MAGIC
+from tidemark.messages import RawMessage
+
+Record = tuple[str, int, bytes | None, bytes | None]
+
+_EVENT = (
+    b'{"before":%b,"after":%b,"op":"%b","source":null,"ts_ms":%d,'
+    b'"tidemark":{"topic":%b,"partition":%d,"offset":%d,"position":"0,%d",'
+    b'"envelope":"upsert","reason":"%b"}}'
+)
+_APPLY, _REEMIT, _DROP = Action.APPLY, Action.REEMIT, Action.DROP
+_APPLIED, _REPLAYED = _APPLY.value.encode(), _REEMIT.value.encode()
+
+
+def decide_flat(
+    codec: JsonCodec,
+    group: list[RawMessage],
+    state: BatchState,
+    output: str,
+    records: list[Record],
+    flushed: int,
+    now_ms: int,
+) -> tuple[int, int]:
+    """Decide ``group``'s leading messages that take this path, appending their records.
+
+    ``flushed`` is the input offset below which outputs are already in Kafka (a
+    replayed equal version there is not emitted again); ``now_ms`` the events'
+    ``ts_ms``. Returns how many messages were taken and how many of them were dropped.
+    """
+    splitter = codec.values
+    prefix, schema = splitter.prefix, splitter.schema
+    head = codec.output_head(schema) if schema is not None else b""
+    skip = len(prefix)
+    topic = orjson.dumps(group[0].topic)
+    # Avro keys are left out: their state keys are decoded on the general path.
+    state.prefetch([ENTRY + m.key for m in group if m.key is not None and m.key[:1] != MAGIC])
+    get, put, append = state.get, state.put, records.append
+    taken = dropped = 0
+    for msg in group:
+        key, value = msg.key, msg.value
+        if key is None or key[:1] == MAGIC:
+            break
+        if value is not None:
+            if value[:1] == MAGIC:
+                break
+            if prefix:
+                if not (value.startswith(prefix) and value.endswith(b"}")):
+                    break
+                value = value[skip:-1]
+            try:
+                row = orjson.loads(value)
+            except orjson.JSONDecodeError:
+                break
+            if type(row) is not dict or (not prefix and "schema" in row and "payload" in row):
+                break
+        state_key = ENTRY + key
+        stored = get(state_key)
+        previous: bytes | None = None
+        stored_version = None
+        if stored is not None:
+            _format, major, minor, flags = HEAD.unpack_from(stored)
+            if flags > 1:
+                break  # not an upsert entry
+            stored_version = (major, minor)
+            if flags:
+                previous = stored[HEAD.size :]
+                if previous[:1] == MAGIC:
+                    break  # an Avro row: the general path converts it
+        offset = msg.offset
+        version = (0, offset)
+        action = decide(version, stored_version)
+        taken += 1
+        if action is _DROP or (action is _REEMIT and offset < flushed):
+            dropped += 1
+            continue
+        if action is _APPLY:
+            put(state_key, Entry.encode_row(version, value))
+        event = _EVENT % (
+            previous if previous is not None else b"null",
+            value if value is not None else b"null",
+            b"d" if value is None else b"u" if previous is not None else b"c",
+            now_ms,
+            topic,
+            msg.partition,
+            offset,
+            offset,
+            _APPLIED if action is _APPLY else _REPLAYED,
+        )
+        if value is None:  # a null value has no schema: neither has its event
+            append((output, msg.partition, key, event))
+            append((output, msg.partition, key, None))
+        else:
+            append((output, msg.partition, key, head + event + b"}" if head else event))
+    return taken, dropped

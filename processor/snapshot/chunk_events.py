@@ -1,0 +1,171 @@
+"""Chunk rows as Debezium events: the same key bytes, value encoding and partition.
+
+A chunk row must be indistinguishable from Debezium's own event for the row
+(DESIGN.md): the same key bytes, so Kafka's murmur2 partitioner puts it in the
+partition that owns the key, and the same value encoding for every column.
+:class:`TableShape` learns a table's formats and schemas from one of Debezium's
+events on its change topic (JSON with or without schemas, or Avro with the
+registry's ids) and then writes ``op = r`` events with ``source.snapshot =
+incremental`` for rows converted by :mod:`processor.snapshot.postgres.values`.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import fastavro
+import orjson
+
+from processor.errors import ShapeError
+from processor.snapshot.postgres.values import Column, to_avro, to_json
+from tidemark.schema_registry import SchemaCache
+
+_HEADER = struct.Struct(">bI")
+_SCHEMA_HEAD = b'{"schema":'
+_PAYLOAD_HEAD = b',"payload":'
+#: Source fields of an incremental snapshot's READ event that are not the table's.
+_READ_SOURCE = {
+    "snapshot": "incremental",
+    "sequence": None,
+    "txId": None,
+    "lsn": None,
+    "xmin": None,
+}
+
+
+@dataclass
+class _Side:
+    """How a key or a value is written: its format and what that format needs."""
+
+    format: str  # "avro", "json-schema" or "json"
+    #: JSON with schema: the bytes up to the payload, exactly as Debezium wrote them.
+    head: bytes = b""
+    schema_id: int = 0
+    parsed: Any = None
+    #: Field order (the key's columns; the envelope's fields).
+    fields: tuple[str, ...] = ()
+
+
+class TableShape:
+    """A table's Debezium event layout, learned from one of its events."""
+
+    def __init__(self, key: _Side, value: _Side, source: dict[str, Any]) -> None:
+        self._key, self._value, self._source = key, value, source
+
+    @staticmethod
+    def learn(key: bytes, value: bytes, schemas: SchemaCache | None) -> TableShape:
+        """The shape of the events of the table that Debezium's ``key``/``value`` belong to."""
+        key_side, key_payload = _learn(key, schemas, "key")
+        value_side, payload = _learn(value, schemas, "value")
+        if not isinstance(payload, dict) or not isinstance(payload.get("source"), dict):
+            raise ShapeError("not a Debezium change event: cannot learn the table's events")
+        if not isinstance(key_payload, dict) or not key_payload:
+            raise ShapeError("a Debezium key is a struct of the key columns")
+        key_side.fields = tuple(key_payload)
+        value_side.fields = tuple(payload)
+        return TableShape(key_side, value_side, dict(payload["source"]))
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        """The key's columns, in the order Debezium writes them."""
+        return self._key.fields
+
+    def encode_chunk(
+        self, rows: list[tuple[Any, ...]], columns: list[Column]
+    ) -> list[tuple[bytes, bytes]]:
+        """Key and value bytes of each row's READ event (``rows`` as the chunk query gave
+        them, values in the order of ``columns``).
+
+        The rows of one chunk share their ``source`` block and timestamps, so a JSON
+        event is the chunk's envelope bytes around each row's ``after``: one
+        serialization of the row and one of its key per row.
+        """
+        now_ns = time.time_ns()
+        payload = self._payload(now_ns)
+        if self._value.format == "avro" or self._key.format == "avro":
+            return [self._encode_each(row, columns, payload) for row in rows]
+        names = [c.name for c in columns]
+        converted = [(i, c.json) for i, c in enumerate(columns) if c.json is not None]
+        head, tail = self._around_after(payload)
+        key_at = [(name, names.index(name)) for name in self._key.fields]
+        key_head = self._key.head if self._key.format == "json-schema" else b""
+        key_tail = b"}" if key_head else b""
+        dumps = orjson.dumps
+        out = []
+        for row in rows:
+            values = list(row)
+            for i, encode in converted:
+                values[i] = encode(values[i])
+            key = key_head + dumps({name: values[i] for name, i in key_at}) + key_tail
+            out.append((key, head + dumps(dict(zip(names, values, strict=True))) + tail))
+        return out
+
+    def _payload(self, now_ns: int) -> dict[str, Any]:
+        """A READ event without its row, with the fields and order of the table's events."""
+        source = dict(self._source, **_READ_SOURCE)
+        source.update(ts_ms=now_ns // 1_000_000, ts_us=now_ns // 1000, ts_ns=now_ns)
+        payload: dict[str, Any] = {
+            "before": None,
+            "after": None,
+            "source": {k: v for k, v in source.items() if k in self._source},
+            "transaction": None,
+            "op": "r",
+            "ts_ms": now_ns // 1_000_000,
+            "ts_us": now_ns // 1000,
+            "ts_ns": now_ns,
+        }
+        return {f: payload.get(f) for f in self._value.fields}
+
+    def _around_after(self, payload: dict[str, Any]) -> tuple[bytes, bytes]:
+        """The JSON value's bytes before and after its ``after`` row."""
+        text = orjson.dumps(dict(payload, after=_AFTER_MARK))
+        head, tail = text.split(orjson.dumps(_AFTER_MARK))
+        if self._value.format == "json-schema":
+            return self._value.head + head, tail + b"}"
+        return head, tail
+
+    def _encode_each(
+        self, row: tuple[Any, ...], columns: list[Column], payload: dict[str, Any]
+    ) -> tuple[bytes, bytes]:
+        values = {c.name: c.convert(v) for c, v in zip(columns, row, strict=True)}
+        key = _wire(self._key, {name: values[name] for name in self._key.fields})
+        envelope = dict(payload, after=_wire(self._value, values))
+        return _write(self._key, key), _write(self._value, envelope)
+
+
+_AFTER_MARK = "\x01tidemark:after\x01"
+
+
+def _learn(raw: bytes, schemas: SchemaCache | None, what: str) -> tuple[_Side, Any]:
+    if raw[:1] == b"\x00":
+        if schemas is None:
+            raise ShapeError(f"the {what}s are Avro but no schema registry is configured")
+        schema_id = _HEADER.unpack_from(raw)[1]
+        parsed = schemas.get(schema_id)[1]
+        datum = fastavro.schemaless_reader(io.BytesIO(raw[_HEADER.size :]), parsed, None)
+        return _Side("avro", schema_id=schema_id, parsed=parsed), datum
+    document = orjson.loads(raw)
+    if isinstance(document, dict) and set(document) == {"schema", "payload"}:
+        end = raw.index(_PAYLOAD_HEAD, len(_SCHEMA_HEAD)) + len(_PAYLOAD_HEAD)
+        return _Side("json-schema", head=raw[:end]), document["payload"]
+    return _Side("json"), document
+
+
+def _wire(side: _Side, values: dict[str, Any]) -> dict[str, Any]:
+    """Connect values as ``side``'s format writes them."""
+    convert = to_avro if side.format == "avro" else to_json
+    return {name: convert(value) for name, value in values.items()}
+
+
+def _write(side: _Side, datum: dict[str, Any]) -> bytes:
+    if side.format == "avro":
+        out = io.BytesIO()
+        out.write(_HEADER.pack(0, side.schema_id))
+        fastavro.schemaless_writer(out, side.parsed, datum)
+        return out.getvalue()
+    body = orjson.dumps(datum)
+    return side.head + body + b"}" if side.format == "json-schema" else body

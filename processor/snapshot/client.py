@@ -1,0 +1,136 @@
+"""Snapshot control without a running processor: signals to the signal topic, status from progress.
+
+``tidemark snapshot start|stop|pause|resume`` write a signal record to
+``<pipeline>.signals`` (the coordinator acts on it when it runs, also if it is
+started later); ``tidemark snapshot status`` reads the last progress record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+
+from processor.errors import ProcessorError
+from processor.snapshot.progress import PROGRESS_KEY, SnapshotState, TableProgress
+from processor.snapshot.signals import parse_signal
+from tidemark.config import Config
+from tidemark.kafka import (
+    client_config,
+    consumer_config,
+    ensure_topics,
+    last_value,
+    partition_counts,
+)
+from tidemark.topics import progress_topic, reader_group, signal_topic
+
+BAR = 24
+
+
+def send_signal(config: Config, kind: str, data: dict[str, Any], signal_id: str = "") -> str:
+    """Write a signal to the pipeline's signal topic; its id (given or new)."""
+    signal_id = signal_id or str(uuid.uuid4())
+    body = orjson.dumps(data)
+    parse_signal(signal_id, kind, body)  # refuse here what the coordinator would refuse
+    pipeline = config.processor.pipeline
+    topic = signal_topic(pipeline)
+    ensure_topics(
+        AdminClient(client_config(config.kafka)), {topic: 1}, config.kafka.replication_factor
+    )
+    producer = Producer(client_config(config.kafka, **{"enable.idempotence": True, "acks": "all"}))
+    errors: list[str] = []
+    producer.produce(
+        topic,
+        orjson.dumps({"id": signal_id, "type": kind, "data": data}),
+        pipeline.encode(),
+        0,
+        lambda err, _msg: errors.append(err.str()) if err is not None else None,
+    )
+    if producer.flush(30) or errors:
+        raise ProcessorError(f"the signal was not written to {topic}: {errors or 'timed out'}")
+    return signal_id
+
+
+def read_state(config: Config) -> SnapshotState | None:
+    """The pipeline's snapshot progress; ``None`` when no coordinator has written any."""
+    topic = progress_topic(config.processor.pipeline)
+    admin = AdminClient(client_config(config.kafka))
+    if topic not in partition_counts(admin, [topic]):
+        return None
+    consumer = Consumer(
+        consumer_config(config.kafka, reader_group(config.processor.pipeline, "status"))
+    )
+    try:
+        raw = last_value(consumer, topic, PROGRESS_KEY)
+    finally:
+        consumer.close()
+    return None if raw is None else SnapshotState.from_json(raw)
+
+
+def status_document(state: SnapshotState) -> dict[str, Any]:
+    """The state as ``tidemark snapshot status --json`` prints it."""
+    return {
+        "paused": state.paused,
+        "tables": [
+            {**dataclasses.asdict(t), "percent": t.percent, "seconds_left": t.seconds_left}
+            for t in state.tables
+        ],
+    }
+
+
+def render_status(state: SnapshotState | None) -> str:
+    """A table of the snapshots with a progress bar per table."""
+    if state is None:
+        return "no incremental snapshot has run in this pipeline"
+    lines = ["incremental snapshots" + (" (PAUSED)" if state.paused else "")]
+    if not state.tables:
+        lines.append("  none requested")
+    for t in state.tables:
+        lines.append(_line(t))
+    return "\n".join(lines)
+
+
+def _line(t: TableProgress) -> str:
+    percent = t.percent
+    filled = round(BAR * (percent or 0) / 100)
+    bar = "[" + "#" * filled + "." * (BAR - filled) + "]"
+    shown = f"{percent:5.1f}%" if percent is not None else "    ?%"
+    left = t.seconds_left
+    eta = f"  ~{_duration(left)} left" if left is not None else ""
+    key = _key(t.last_key)
+    line = (
+        f"  {t.table:<28} {t.status:<9} {bar} {shown}  {t.rows} rows, {t.chunks} chunks, "
+        f"last key {key}{eta}  (request {t.request_id})"
+    )
+    reading = [r for r in t.ranges if r.chunk and r.rows is None]
+    if reading:
+        parts = ", ".join(f"{_key(r.after)}..{_key(r.upto)} (chunk {r.chunk})" for r in reading)
+        line += f"\n      reading {parts}"
+    if t.error:
+        line += f"\n      error: {t.error}"
+    return line
+
+
+def _key(key: list[Any] | None) -> str:
+    return orjson.dumps(key).decode() if key is not None else "-"
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def watch(config: Config, every: float) -> None:
+    """Print the status every ``every`` seconds until interrupted."""
+    while True:
+        print(render_status(read_state(config)), flush=True)
+        time.sleep(every)

@@ -1,0 +1,138 @@
+"""Snapshot signals with Debezium's names and payloads, whichever channel brings them.
+
+A signal is an ``id``, a ``type`` and a JSON ``data`` document, as in
+Debezium's signal table. The types Tidemark acts on:
+
+- ``execute-snapshot``: ``{"data-collections": ["public.orders", ...],
+  "type": "incremental", "additional-conditions": [{"data-collection":
+  "public.orders", "filter": "status = 'open'"}], "surrogate-key": "id"}``;
+- ``stop-snapshot``: ``{"data-collections": [...], "type": "incremental"}``
+  (no collections: stop every table);
+- ``pause-snapshot`` and ``resume-snapshot``: ``{"type": "incremental"}``.
+
+A filter of ``additional-conditions`` is SQL, as in Debezium: whoever may write
+signals may add read conditions to chunk queries. Chunks are read in read-only
+transactions, so a filter cannot change the source.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from processor.errors import SignalError
+
+#: ``schema.table``: one dot between two non-empty names (quoted names may hold spaces).
+TABLE_PATTERN = r"^[^.]+\.[^.]+$"
+_TABLE = re.compile(TABLE_PATTERN)
+
+
+@dataclass(frozen=True)
+class ExecuteSnapshot:
+    """Backfill ``tables`` in order (``schema.table``)."""
+
+    request_id: str
+    tables: tuple[str, ...]
+    #: A SQL filter per table (Debezium's ``additional-conditions``).
+    conditions: dict[str, str] = field(default_factory=dict)
+    #: A column to chunk by instead of the primary key (Debezium's ``surrogate-key``).
+    surrogate_key: str | None = None
+
+
+@dataclass(frozen=True)
+class StopSnapshot:
+    """Stop the snapshot of ``tables`` (empty: of every table)."""
+
+    request_id: str
+    tables: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class PauseSnapshot:
+    """Stop reading chunks until resumed; progress is kept."""
+
+    request_id: str
+
+
+@dataclass(frozen=True)
+class ResumeSnapshot:
+    """Read chunks again after a pause."""
+
+    request_id: str
+
+
+Signal = ExecuteSnapshot | StopSnapshot | PauseSnapshot | ResumeSnapshot
+SIGNAL_TYPES = ("execute-snapshot", "stop-snapshot", "pause-snapshot", "resume-snapshot")
+
+
+def parse_signal(signal_id: str, kind: str, data: str | bytes | None) -> Signal:
+    """The signal of a row ``(id, type, data)``; :class:`SignalError` when it is not one."""
+    if not signal_id:
+        raise SignalError("a signal needs an id")
+    if kind not in SIGNAL_TYPES:
+        raise SignalError(f"signal {signal_id}: unknown type {kind!r} (known: {SIGNAL_TYPES})")
+    document = json_object(data, f"signal {signal_id}: data")
+    snapshot_type = document.get("type", "incremental")
+    if str(snapshot_type).lower() != "incremental":
+        raise SignalError(
+            f"signal {signal_id}: only incremental snapshots are run, not {snapshot_type!r}"
+        )
+    if kind == "pause-snapshot":
+        return PauseSnapshot(signal_id)
+    if kind == "resume-snapshot":
+        return ResumeSnapshot(signal_id)
+    tables = _tables(signal_id, document.get("data-collections"), required=kind != "stop-snapshot")
+    if kind == "stop-snapshot":
+        return StopSnapshot(signal_id, tables)
+    conditions: dict[str, str] = {}
+    items = document.get("additional-conditions")
+    if items is not None and not isinstance(items, list):
+        raise SignalError(f"signal {signal_id}: additional-conditions must be a list")
+    for item in items or []:
+        if not isinstance(item, dict):
+            raise SignalError(f"signal {signal_id}: additional-conditions holds {item!r}")
+        table, sql_filter = item.get("data-collection"), item.get("filter")
+        if not isinstance(table, str) or table not in tables:
+            raise SignalError(
+                f"signal {signal_id}: additional condition for {table!r}, "
+                "which is not among data-collections"
+            )
+        if not isinstance(sql_filter, str) or not sql_filter.strip():
+            raise SignalError(f"signal {signal_id}: additional condition without a filter")
+        conditions[table] = sql_filter
+    surrogate = document.get("surrogate-key")
+    if surrogate is not None and (not isinstance(surrogate, str) or not surrogate):
+        raise SignalError(f"signal {signal_id}: surrogate-key must be a column name")
+    return ExecuteSnapshot(signal_id, tables, conditions, surrogate or None)
+
+
+def json_object(data: str | bytes | None, what: str) -> dict[str, Any]:
+    """``data`` as a JSON object (empty for none); :class:`SignalError` naming ``what``."""
+    if data is None or (isinstance(data, str | bytes) and not data.strip()):
+        return {}
+    try:
+        document = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise SignalError(f"{what} is not JSON: {exc}") from None
+    if not isinstance(document, dict):
+        raise SignalError(f"{what} must be a JSON object")
+    return document
+
+
+def _tables(signal_id: str, value: Any, required: bool) -> tuple[str, ...]:
+    if value is None or value == []:
+        if required:
+            raise SignalError(f"signal {signal_id}: data-collections names no table")
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        raise SignalError(f"signal {signal_id}: data-collections must be a list of table names")
+    tables = tuple(dict.fromkeys(value))
+    for table in tables:
+        if not _TABLE.match(table):
+            raise SignalError(f"signal {signal_id}: {table!r} is not 'schema.table'")
+    return tables

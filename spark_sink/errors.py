@@ -1,0 +1,33 @@
+"""Errors of the sink, and the two signals its executors send the driver.
+
+:class:`SchemaDrift` and :class:`TableStop` keep names that say what happens
+rather than ``...Error``: they are deliberate control flow. An executor raises
+one, Spark carries its text (with a marker) to the driver, and the driver
+re-plans the batch or stops the table (:mod:`spark_sink.job`).
+"""
+
+from __future__ import annotations
+
+from tidemark.errors import TidemarkError
+
+#: Markers that carry an executor's verdict through Spark's exception text to the driver.
+DRIFT_MARKER = "tidemark-schema-drift"
+STOP_MARKER = "tidemark-table-stop"
+
+
+class SchemaError(TidemarkError):
+    """A reconciled topic's schema cannot be mapped to its table; the table stops."""
+
+
+class SchemaDrift(TidemarkError):  # noqa: N818 - a signal to re-plan, not a failure
+    """An event does not fit the batch's plan: plan again from every schema in the batch."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"{DRIFT_MARKER}: {reason}")
+
+
+class TableStop(TidemarkError):  # noqa: N818 - named for what happens
+    """An event cannot be materialized; its table stops with this message."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"{STOP_MARKER}: {reason}")

@@ -1,0 +1,177 @@
+"""Checks that the pipeline caught up and that Iceberg tables equal their source tables.
+
+Used by ``tidemark demo`` and the end-to-end tests. Values are compared in a
+canonical text form, so that PostgreSQL's and Spark's Python types (timestamps
+with or without a zone, UUID objects or strings, JSON objects or text) agree
+when they hold the same value.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import psycopg
+from confluent_kafka import Consumer, TopicPartition
+from psycopg import sql
+
+from processor.snapshot.postgres.watermarks import confirmed_flush_lsn
+from tidemark.cli.errors import NotCaughtUpError
+from tidemark.config import Config
+from tidemark.kafka import client_config, exact_end_offsets
+from tidemark.topics import backfilled_topic, dataplane_group
+
+
+def source_lsn(config: Config) -> int:
+    """PostgreSQL's current WAL position."""
+    with psycopg.connect(**config.source.conninfo()) as conn:
+        row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+        assert row is not None
+        return int(row[0])
+
+
+def wait_debezium(config: Config, lsn: int, timeout: float = 120) -> None:
+    """Wait until Debezium confirmed ``lsn``: everything before it is in Kafka.
+
+    The bridge acknowledges a batch to the engine only after Kafka did, and the
+    engine confirms a position to the slot only after that, so the slot's
+    ``confirmed_flush_lsn`` never runs ahead of Kafka.
+    """
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            confirmed = confirmed_flush_lsn(conn, config.source.replication_slot)
+            if confirmed is not None and confirmed >= lsn:
+                return
+            time.sleep(0.25)
+    raise NotCaughtUpError(f"Debezium did not confirm LSN {lsn} within {timeout:.0f} s")
+
+
+def processor_lag(config: Config) -> dict[str, int]:
+    """Per input topic (backfill topics included), messages the data plane has not committed."""
+    pattern = re.compile(config.input_pattern())
+    group = dataplane_group(config.processor.pipeline)
+    consumer = Consumer(
+        client_config(config.kafka, **{"group.id": group, "enable.auto.commit": False})
+    )
+    try:
+        listed = consumer.list_topics(timeout=10).topics
+        pipeline = config.processor.pipeline
+        topics = {
+            name: meta
+            for name, meta in listed.items()
+            if pattern.match(backfilled_topic(pipeline, name) or name)
+        }
+        parts = [TopicPartition(t, p) for t, m in topics.items() for p in m.partitions]
+        committed = consumer.committed(parts, timeout=10) if parts else []
+        ends = exact_end_offsets(consumer, parts)
+        lag: dict[str, int] = {}
+        for tp in committed:
+            done = tp.offset if tp.offset >= 0 else 0
+            lag[tp.topic] = lag.get(tp.topic, 0) + max(0, ends[(tp.topic, tp.partition)] - done)
+        return lag
+    finally:
+        consumer.close()
+
+
+def wait_caught_up(config: Config, timeout: float = 180) -> None:
+    """Wait until every source change up to now went through Debezium and the processor."""
+    deadline = time.monotonic() + timeout
+    wait_debezium(config, source_lsn(config), timeout)
+    while time.monotonic() < deadline:
+        lag = processor_lag(config)
+        if lag and not any(lag.values()):
+            return
+        time.sleep(0.5)
+    raise NotCaughtUpError(f"the processor did not catch up within {timeout:.0f} s: {lag}")
+
+
+@dataclass(frozen=True)
+class TableComparison:
+    """The comparison of one source table with its Iceberg table."""
+
+    table: str
+    source_rows: int
+    lake_rows: int
+    missing: int
+    extra: int
+    different: int
+
+    @property
+    def equal(self) -> bool:
+        """Whether the tables hold the same rows."""
+        return self.source_rows == self.lake_rows and not (
+            self.missing or self.extra or self.different
+        )
+
+
+def source_rows(config: Config, schema: str, table: str) -> tuple[list[str], list[tuple]]:
+    """Column names and rows of a source table."""
+    with psycopg.connect(**config.source.conninfo()) as conn:
+        cur = conn.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier(schema, table)))
+        columns = [c.name for c in cur.description or []]
+        return columns, cur.fetchall()
+
+
+def primary_key(config: Config, schema: str, table: str) -> list[str]:
+    """The primary-key columns of a source table, in key order."""
+    query = """
+        SELECT a.attname FROM pg_index i
+        JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
+        WHERE i.indrelid = (quote_ident(%s) || '.' || quote_ident(%s))::regclass
+          AND i.indisprimary
+        ORDER BY array_position(i.indkey, a.attnum)"""
+    with psycopg.connect(**config.source.conninfo()) as conn:
+        return [r[0] for r in conn.execute(query, (schema, table)).fetchall()]
+
+
+def compare_rows(
+    table: str,
+    key: list[str],
+    columns: list[str],
+    source: list[dict[str, Any]],
+    lake: list[dict[str, Any]],
+) -> TableComparison:
+    """Compare rows (as dicts) by primary key, values in canonical form."""
+
+    def index(rows: list[dict[str, Any]]) -> dict[tuple[str, ...], tuple[str, ...]]:
+        return {
+            tuple(canonical(r[k]) for k in key): tuple(canonical(r.get(c)) for c in columns)
+            for r in rows
+        }
+
+    src, dst = index(source), index(lake)
+    missing = len(src.keys() - dst.keys())
+    extra = len(dst.keys() - src.keys())
+    different = sum(1 for k in src.keys() & dst.keys() if src[k] != dst[k])
+    return TableComparison(table, len(source), len(lake), missing, extra, different)
+
+
+def canonical(value: Any) -> str:
+    """A text form in which equal values from PostgreSQL and Spark agree."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            value = value.replace(tzinfo=dt.UTC)
+        return value.astimezone(dt.UTC).isoformat()
+    if isinstance(value, decimal.Decimal):
+        return format(value.normalize(), "f")
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    if isinstance(value, dict | list):
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    if isinstance(value, str) and value[:1] in "{[":
+        try:
+            return orjson.dumps(orjson.loads(value), option=orjson.OPT_SORT_KEYS).decode()
+        except orjson.JSONDecodeError:
+            return value
+    return str(value)
