@@ -26,6 +26,8 @@ from tidemark.errors import ConfigError
 
 ENV_PREFIX = "TIDEMARK_"
 DEFAULT_CONFIG_PATH = "tidemark.yaml"
+#: The processor API's bearer token: an environment variable only, never a file or a flag.
+TOKEN_ENV = "TIDEMARK_API_TOKEN"  # noqa: S105 - the variable's name, not a secret
 
 Envelope = Literal["upsert", "debezium-upsert", "debezium"]
 ENVELOPE_NAMES: tuple[str, ...] = typing.get_args(Envelope)

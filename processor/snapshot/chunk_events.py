@@ -12,7 +12,6 @@ incremental`` for rows converted by :mod:`processor.snapshot.postgres.values`.
 from __future__ import annotations
 
 import io
-import struct
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -22,11 +21,10 @@ import orjson
 
 from processor.errors import ShapeError
 from processor.snapshot.postgres.values import Column, to_avro, to_json
+from tidemark.avro_wire import HEADER, MAGIC
+from tidemark.json_envelope import PAYLOAD_HEAD, SCHEMA_HEAD
 from tidemark.schema_registry import SchemaCache
 
-_HEADER = struct.Struct(">bI")
-_SCHEMA_HEAD = b'{"schema":'
-_PAYLOAD_HEAD = b',"payload":'
 #: Source fields of an incremental snapshot's READ event that are not the table's.
 _READ_SOURCE = {
     "snapshot": "incremental",
@@ -141,16 +139,16 @@ _AFTER_MARK = "\x01tidemark:after\x01"
 
 
 def _learn(raw: bytes, schemas: SchemaCache | None, what: str) -> tuple[_Side, Any]:
-    if raw[:1] == b"\x00":
+    if raw[:1] == MAGIC:
         if schemas is None:
             raise ShapeError(f"the {what}s are Avro but no schema registry is configured")
-        schema_id = _HEADER.unpack_from(raw)[1]
+        schema_id = HEADER.unpack_from(raw)[1]
         parsed = schemas.get(schema_id)[1]
-        datum = fastavro.schemaless_reader(io.BytesIO(raw[_HEADER.size :]), parsed, None)
+        datum = fastavro.schemaless_reader(io.BytesIO(raw[HEADER.size :]), parsed, None)
         return _Side("avro", schema_id=schema_id, parsed=parsed), datum
     document = orjson.loads(raw)
     if isinstance(document, dict) and set(document) == {"schema", "payload"}:
-        end = raw.index(_PAYLOAD_HEAD, len(_SCHEMA_HEAD)) + len(_PAYLOAD_HEAD)
+        end = raw.index(PAYLOAD_HEAD, len(SCHEMA_HEAD)) + len(PAYLOAD_HEAD)
         return _Side("json-schema", head=raw[:end]), document["payload"]
     return _Side("json"), document
 
@@ -164,7 +162,7 @@ def _wire(side: _Side, values: dict[str, Any]) -> dict[str, Any]:
 def _write(side: _Side, datum: dict[str, Any]) -> bytes:
     if side.format == "avro":
         out = io.BytesIO()
-        out.write(_HEADER.pack(0, side.schema_id))
+        out.write(HEADER.pack(0, side.schema_id))
         fastavro.schemaless_writer(out, side.parsed, datum)
         return out.getvalue()
     body = orjson.dumps(datum)

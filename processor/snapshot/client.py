@@ -8,7 +8,6 @@ started later); ``tidemark snapshot status`` reads the last progress record.
 from __future__ import annotations
 
 import dataclasses
-import time
 import uuid
 from typing import Any
 
@@ -17,7 +16,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
 from processor.errors import ProcessorError
-from processor.snapshot.progress import PROGRESS_KEY, SnapshotState, TableProgress
+from processor.snapshot.progress import PROGRESS_KEY, SnapshotState
 from processor.snapshot.signals import parse_signal
 from tidemark.config import Config
 from tidemark.kafka import (
@@ -28,8 +27,6 @@ from tidemark.kafka import (
     partition_counts,
 )
 from tidemark.topics import progress_topic, reader_group, signal_topic
-
-BAR = 24
 
 
 def send_signal(config: Config, kind: str, data: dict[str, Any], signal_id: str = "") -> str:
@@ -81,56 +78,3 @@ def status_document(state: SnapshotState) -> dict[str, Any]:
             for t in state.tables
         ],
     }
-
-
-def render_status(state: SnapshotState | None) -> str:
-    """A table of the snapshots with a progress bar per table."""
-    if state is None:
-        return "no incremental snapshot has run in this pipeline"
-    lines = ["incremental snapshots" + (" (PAUSED)" if state.paused else "")]
-    if not state.tables:
-        lines.append("  none requested")
-    for t in state.tables:
-        lines.append(_line(t))
-    return "\n".join(lines)
-
-
-def _line(t: TableProgress) -> str:
-    percent = t.percent
-    filled = round(BAR * (percent or 0) / 100)
-    bar = "[" + "#" * filled + "." * (BAR - filled) + "]"
-    shown = f"{percent:5.1f}%" if percent is not None else "    ?%"
-    left = t.seconds_left
-    eta = f"  ~{_duration(left)} left" if left is not None else ""
-    key = _key(t.last_key)
-    line = (
-        f"  {t.table:<28} {t.status:<9} {bar} {shown}  {t.rows} rows, {t.chunks} chunks, "
-        f"last key {key}{eta}  (request {t.request_id})"
-    )
-    reading = [r for r in t.ranges if r.chunk and r.rows is None]
-    if reading:
-        parts = ", ".join(f"{_key(r.after)}..{_key(r.upto)} (chunk {r.chunk})" for r in reading)
-        line += f"\n      reading {parts}"
-    if t.error:
-        line += f"\n      error: {t.error}"
-    return line
-
-
-def _key(key: list[Any] | None) -> str:
-    return orjson.dumps(key).decode() if key is not None else "-"
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-
-
-def watch(config: Config, every: float) -> None:
-    """Print the status every ``every`` seconds until interrupted."""
-    while True:
-        print(render_status(read_state(config)), flush=True)
-        time.sleep(every)

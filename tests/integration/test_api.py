@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from processor.api import TOKEN_ENV
 from tests.integration.processes import Processor, final_rows, reconciled, wait_for
 from tests.integration.test_snapshots import (
     leading,
@@ -23,6 +22,7 @@ from tests.integration.test_snapshots import (
 )
 from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
+from tidemark.config import TOKEN_ENV
 
 pytestmark = pytest.mark.integration
 

@@ -15,11 +15,11 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from processor.api import OPENAPI
+from processor.openapi import OPENAPI
 from tests.integration.processes import Processor, pipeline_config
 from tests.integration.test_api import TOKEN
-from tidemark.cli.api_client import TOKEN_ENV
 from tidemark.cli.devstack.stack import DevStack
+from tidemark.config import TOKEN_ENV
 
 pytestmark = pytest.mark.integration
 

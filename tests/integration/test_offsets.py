@@ -30,10 +30,9 @@ from tests.integration.test_api import TOKEN, call
 from tests.integration.test_recovery import check_table, position
 from tests.integration.test_snapshots import cli
 from tests.integration.workload import Table, Workload
-from tidemark.cli.api_client import TOKEN_ENV
 from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
-from tidemark.config import Config
+from tidemark.config import TOKEN_ENV, Config
 from tidemark.topics import dataplane_group
 
 pytestmark = pytest.mark.integration

@@ -10,7 +10,6 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor.snapshot.client import render_status
 from processor.snapshot.progress import (
     ABORTED,
     COMPLETED,
@@ -22,6 +21,7 @@ from processor.snapshot.progress import (
     key_to_json,
 )
 from processor.snapshot.signals import ExecuteSnapshot, PauseSnapshot, ResumeSnapshot, StopSnapshot
+from tidemark.cli.snapshot_status import render_status
 
 
 def types(notes: list) -> list[tuple[str, str]]:  # type: ignore[type-arg]

@@ -8,9 +8,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from tidemark.config import TOKEN_ENV
 from tidemark.errors import TidemarkError
-
-TOKEN_ENV = "TIDEMARK_API_TOKEN"  # noqa: S105 - the variable's name, not a secret
 
 
 def call(base: str, method: str, path: str, body: Any = None) -> Any:

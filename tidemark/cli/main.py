@@ -220,7 +220,8 @@ def _snapshot_resume(args: argparse.Namespace) -> int:
 def _snapshot_status(args: argparse.Namespace) -> int:
     import json
 
-    from processor.snapshot.client import read_state, render_status, status_document, watch
+    from processor.snapshot.client import read_state, status_document
+    from tidemark.cli.snapshot_status import render_status, watch
 
     config = _config(args)
     if args.watch:

@@ -1,0 +1,319 @@
+"""The management API's OpenAPI 3.1 document, as data, and the validators of its request bodies.
+
+:mod:`processor.api` serves the document at ``/api/v1/openapi.json`` and
+checks request bodies against the schemas here, so the document and the
+behaviour cannot drift apart; the schemathesis test fuzzes the API from it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from processor.pipeline.control_topic import Lifecycle
+from processor.pipeline.offsets import RESET_TARGETS
+from processor.pipeline.offsets_schema import OFFSETS_SCHEMA
+from processor.snapshot.signals import TABLE_PATTERN
+
+PREFIX = "/api/v1"
+#: ``POST /api/v1/snapshots/{action}``: the signal each action sends.
+ACTIONS = {"stop": "stop-snapshot", "pause": "pause-snapshot", "resume": "resume-snapshot"}
+#: ``POST /api/v1/pipelines/{name}/{action}``: the lifecycle state each action asks for.
+LIFECYCLE_ACTIONS = {
+    "stop": Lifecycle.STOPPED,
+    "pause": Lifecycle.PAUSED,
+    "resume": Lifecycle.RUNNING,
+}
+
+_ERROR = {"$ref": "#/components/schemas/Error"}
+_ACCEPTED = {
+    "202": {
+        "description": "the signal was written to the pipeline's signal topic",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Accepted"}}},
+    },
+    "400": {
+        "description": "not a valid signal",
+        "content": {"application/json": {"schema": _ERROR}},
+    },
+    "401": {
+        "description": "no or wrong bearer token",
+        "content": {"application/json": {"schema": _ERROR}},
+    },
+}
+
+
+def _answer(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+def _components(schema: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """``schema`` and its ``$defs`` as OpenAPI components named ``prefix`` and ``prefix_<def>``."""
+    text = json.dumps(schema).replace('"#/$defs/', f'"#/components/schemas/{prefix}_')
+    moved = json.loads(text)
+    defs = moved.pop("$defs", {})
+    for key in ("$schema", "$id"):
+        moved.pop(key, None)
+    return {prefix: moved, **{f"{prefix}_{name}": body for name, body in defs.items()}}
+
+
+_TABLE_NAME = {"type": "string", "pattern": TABLE_PATTERN}
+#: "incremental" in any case, as Debezium reads it.
+_INCREMENTAL = "^" + "".join(f"[{c}{c.upper()}]" for c in "incremental") + "$"
+_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+_RESET_STATE = {
+    "name": "reset_state",
+    "in": "query",
+    "required": False,
+    "description": "delete the state of the partitions written, so that a replay rebuilds it",
+    "schema": {"type": "boolean", "default": False},
+}
+_OFFSETS = {"$ref": "#/components/schemas/Offsets"}
+_WRITTEN = {
+    "200": _answer(
+        "written; 'previous' written back undoes it",
+        {
+            "type": "object",
+            "required": ["previous", "current"],
+            "properties": {"previous": _OFFSETS, "current": _OFFSETS},
+        },
+    ),
+    "400": _answer("not a valid offsets document, or not of this pipeline", _ERROR),
+    "401": _ACCEPTED["401"],
+    "404": _answer("another pipeline", _ERROR),
+    "409": _answer("instances of the pipeline are running or paused", _ERROR),
+}
+_OFFSETS_BODY = {"required": True, "content": {"application/json": {"schema": _OFFSETS}}}
+
+#: The API's OpenAPI 3.1 document (served at ``/api/v1/openapi.json``).
+OPENAPI: dict[str, Any] = {
+    "openapi": "3.1.0",
+    "info": {"title": "Tidemark management API", "version": "1"},
+    "servers": [{"url": PREFIX}],
+    "security": [{"bearer": []}],
+    "paths": {
+        "/pipelines/{name}/status": {
+            "get": {
+                "summary": "this instance's data plane and snapshot coordinator",
+                "parameters": [
+                    {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+                ],
+                "responses": {
+                    "200": {
+                        "description": "status",
+                        "content": {
+                            "application/json": {"schema": {"$ref": "#/components/schemas/Status"}}
+                        },
+                    },
+                    "401": _ACCEPTED["401"],
+                    "404": {
+                        "description": "another pipeline",
+                        "content": {"application/json": {"schema": _ERROR}},
+                    },
+                },
+            }
+        },
+        "/pipelines/{name}/offsets": {
+            "parameters": [_NAME],
+            "get": {
+                "summary": "the pipeline's offsets document (always allowed)",
+                "responses": {
+                    "200": _answer("the offsets", _OFFSETS),
+                    "401": _ACCEPTED["401"],
+                    "404": _WRITTEN["404"],
+                },
+            },
+            "put": {
+                "summary": "replace every committed offset (the document lists them all)",
+                "parameters": [_RESET_STATE],
+                "requestBody": _OFFSETS_BODY,
+                "responses": _WRITTEN,
+            },
+            "patch": {
+                "summary": "set the offsets of the partitions listed",
+                "parameters": [_RESET_STATE],
+                "requestBody": _OFFSETS_BODY,
+                "responses": _WRITTEN,
+            },
+            "delete": {
+                "summary": "forget every committed offset (a restart reads from the beginning)",
+                "parameters": [_RESET_STATE],
+                "responses": _WRITTEN,
+            },
+        },
+        "/pipelines/{name}/offsets/reset": {
+            "parameters": [_NAME],
+            "post": {
+                "summary": "move offsets to the beginning, the end, or a time",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/Reset"}}
+                    },
+                },
+                "responses": _WRITTEN,
+            },
+        },
+        **{
+            f"/pipelines/{{name}}/{action}": {
+                "parameters": [_NAME],
+                "post": {
+                    "summary": f"{action} every instance of the pipeline",
+                    "responses": {
+                        "202": _answer(
+                            "asked of every instance through the control topic",
+                            {
+                                "type": "object",
+                                "properties": {
+                                    "pipeline": {"type": "string"},
+                                    "lifecycle": {"const": state.value},
+                                },
+                            },
+                        ),
+                        "401": _ACCEPTED["401"],
+                        "404": _answer("another pipeline", _ERROR),
+                        "503": _answer("Kafka did not take the control record", _ERROR),
+                    },
+                },
+            }
+            for action, state in LIFECYCLE_ACTIONS.items()
+        },
+        "/snapshots": {
+            "get": {
+                "summary": "progress of the pipeline's incremental snapshots",
+                "responses": {
+                    "200": {
+                        "description": "progress per table",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    },
+                    "401": _ACCEPTED["401"],
+                },
+            },
+            "post": {
+                "summary": "start an incremental snapshot (Debezium's execute-snapshot data)",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {"$ref": "#/components/schemas/ExecuteSnapshot"}
+                        }
+                    },
+                },
+                "responses": _ACCEPTED,
+            },
+        },
+        "/snapshots/{action}": {
+            "post": {
+                "summary": "stop (all or some data-collections), pause or resume snapshots",
+                "parameters": [
+                    {
+                        "name": "action",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "enum": sorted(ACTIONS)},
+                    }
+                ],
+                "requestBody": {
+                    "required": False,
+                    "content": {
+                        "application/json": {
+                            "schema": {"$ref": "#/components/schemas/SnapshotAction"}
+                        }
+                    },
+                },
+                "responses": {
+                    **_ACCEPTED,
+                    "404": {
+                        "description": "unknown action",
+                        "content": {"application/json": {"schema": _ERROR}},
+                    },
+                },
+            }
+        },
+    },
+    "components": {
+        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        "schemas": {
+            "Error": {
+                "type": "object",
+                "required": ["error"],
+                "properties": {"error": {"type": "string"}},
+            },
+            "Accepted": {
+                "type": "object",
+                "required": ["request_id", "signal"],
+                "properties": {"request_id": {"type": "string"}, "signal": {"type": "string"}},
+            },
+            "ExecuteSnapshot": {
+                "type": "object",
+                "required": ["data-collections"],
+                "properties": {
+                    "data-collections": {
+                        "description": "tables as schema.table; one table may be a string",
+                        "oneOf": [
+                            {"type": "array", "items": _TABLE_NAME, "minItems": 1},
+                            _TABLE_NAME,
+                        ],
+                    },
+                    "type": {"type": "string", "pattern": _INCREMENTAL},
+                    "additional-conditions": {
+                        "description": "each data-collection must be among data-collections",
+                        "type": ["array", "null"],
+                        "items": {
+                            "type": "object",
+                            "required": ["data-collection", "filter"],
+                            "properties": {
+                                "data-collection": {"type": "string"},
+                                "filter": {"type": "string", "pattern": r"\S"},
+                            },
+                        },
+                    },
+                    "surrogate-key": {"type": ["string", "null"], "minLength": 1},
+                },
+            },
+            "SnapshotAction": {
+                "type": "object",
+                "properties": {
+                    "data-collections": {
+                        "description": "stop only: these tables (none: every table)",
+                        "oneOf": [{"type": "array", "items": _TABLE_NAME}, _TABLE_NAME],
+                    },
+                    "type": {"type": "string", "pattern": _INCREMENTAL},
+                },
+            },
+            "Status": {
+                "type": "object",
+                "properties": {
+                    "pipeline": {"type": "string"},
+                    "dataplane": {"type": "string", "enum": ["running", "stopped", "failed"]},
+                    "error": {"type": ["string", "null"]},
+                    "assigned_partitions": {"type": "array", "items": {"type": "object"}},
+                    "refused_topics": {"type": "object"},
+                    "snapshots": {"type": "string", "enum": ["leader", "standby"]},
+                    "lifecycle": {"enum": [s.value for s in Lifecycle]},
+                },
+            },
+            "Reset": {
+                "type": "object",
+                "required": ["to"],
+                "additionalProperties": False,
+                "properties": {
+                    "to": {"enum": list(RESET_TARGETS)},
+                    "timestamp": {"type": "integer", "description": "epoch ms, with to=timestamp"},
+                    "topics": {"type": "array", "items": {"type": "string"}},
+                    "reset_state": {"type": "boolean", "default": False},
+                },
+            },
+            **_components(OFFSETS_SCHEMA, "Offsets"),
+        },
+    },
+}
+
+#: Validators of the request bodies the API checks against its own document.
+BODIES = {
+    name: Draft202012Validator(
+        {**OPENAPI["components"]["schemas"][name], "components": OPENAPI["components"]}
+    )
+    for name in ("ExecuteSnapshot", "SnapshotAction", "Reset")
+}
