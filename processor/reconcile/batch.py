@@ -1,6 +1,6 @@
 """Deciding one batch: input messages and partition state in; outputs and state updates out.
 
-This is protocol step 1 of :meth:`processor.dataplane.loop.DataPlane.commit_batch`,
+This is protocol step 1 of :mod:`processor.dataplane.commit`,
 kept apart from Kafka so it can be tested (and fuzzed) on its own. Per input
 partition, in offset order, each message is decoded, then the envelope's rule
 (:mod:`processor.reconcile.envelopes`) decides against the partition's state:

@@ -1,0 +1,211 @@
+"""The input partitions one data plane owns: assigned and revoked, restored, held back, lagging.
+
+When the group assigns an input partition, its store is opened and brought up
+to date from its changelog (:class:`state.changelog.Restorer`) before any of
+its input is read; until then the partition and its backfill partition are
+paused. A backfill partition is read only while its input partition is here
+and not held back, since its rows are decided against that partition's state.
+On revoke a partition's store is closed: its state is another instance's now.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from processor import metrics
+from processor.reconcile.batch import Reconciler, TopicPartitionKey
+from state.changelog import Restorer
+from state.store import PartitionStore, StateBackend
+from tidemark.config import Config
+from tidemark.kafka import consumer_config, ensure_topics, partition_counts
+from tidemark.topics import backfill_topic, backfilled_topic, reader_group
+
+log = logging.getLogger(__name__)
+
+
+class Partitions:
+    """The stores of the input partitions this instance owns, and their restores."""
+
+    def __init__(
+        self,
+        config: Config,
+        backend: StateBackend,
+        reconciler: Reconciler,
+        admin: AdminClient,
+        paused: Callable[[], bool],
+    ) -> None:
+        self._config = config
+        self._pipeline = config.processor.pipeline
+        self._backend = backend
+        self._reconciler = reconciler
+        self._admin = admin
+        self.stores: dict[TopicPartitionKey, PartitionStore] = {}
+        #: Committed offsets of input partitions whose restored state has no checkpoint.
+        self._committed: dict[TopicPartitionKey, int] = {}
+        self._restorer = Restorer(
+            consumer_config(config.kafka, reader_group(self._pipeline, "restore"))
+        )
+        #: Whether the pipeline is paused: newly assigned or restored partitions stay paused.
+        self._paused = paused
+
+    # -- the group's callbacks -----------------------------------------------------
+
+    def on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Open the stores of newly assigned input partitions and start their restores."""
+        backfills = [p for p in partitions if self.is_backfill(p.topic)]
+        partitions = [p for p in partitions if not self.is_backfill(p.topic)]
+        topics = {p.topic for p in partitions}
+        new = topics - set(self._reconciler.sources)
+        if new:
+            counts = partition_counts(self._admin, new)
+            replication = self._config.kafka.replication_factor
+            compacted = {"cleanup.policy": "compact"}
+            source = self._reconciler.source
+            outputs = {source(t).output: counts[t] for t in new}
+            changelogs = {source(t).changelog: counts[t] for t in new}
+            ensure_topics(self._admin, {**outputs, **changelogs}, replication, config=compacted)
+        consumer.assign(partitions + backfills)
+        stores = {}
+        for p in partitions:
+            store = self.stores[(p.topic, p.partition)] = self._backend.open(p.topic, p.partition)
+            stores[(self._reconciler.source(p.topic).changelog, p.partition)] = store
+        self._restorer.add(stores)
+        everything = partitions + backfills
+        held = everything if self._paused() else self.held(everything)
+        if held:
+            consumer.pause(held)
+        waiting = [p for p in partitions if self.restoring((p.topic, p.partition))]
+        metrics.ASSIGNED_PARTITIONS.set(len(self.stores))
+        metrics.RESTORING_PARTITIONS.set(len(waiting))
+        log.info(
+            "assigned %d partitions (%d restoring state): %s",
+            len(partitions),
+            len(waiting),
+            ", ".join(f"{p.topic}[{p.partition}]" for p in partitions),
+        )
+
+    def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Release the input partitions the group took away."""
+        self.release([(p.topic, p.partition) for p in partitions if not self.is_backfill(p.topic)])
+        consumer.unassign()
+        log.info("revoked %d partitions", len(partitions))
+
+    def release(self, partitions: list[TopicPartitionKey]) -> None:
+        """Forget the state of input ``partitions``: they are no longer this instance's."""
+        for tp in partitions:
+            self._restorer.remove(self._reconciler.source(tp[0]).changelog, tp[1])
+            store = self.stores.pop(tp, None)
+            if store is not None:
+                store.close()
+            self._reconciler.windows.forget(tp)
+            self._committed.pop(tp, None)
+            with contextlib.suppress(KeyError):
+                metrics.CONSUMER_LAG.remove(tp[0], str(tp[1]))
+        metrics.ASSIGNED_PARTITIONS.set(len(self.stores))
+
+    def release_all(self) -> None:
+        """Leaving the group: every store is closed."""
+        self.release(list(self.stores))
+
+    # -- what may be read -----------------------------------------------------------
+
+    def held(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """Those of ``partitions`` that must not be read now: input partitions whose state
+        is being restored or whose source is refused, and backfill partitions whose
+        input partition is held or not assigned here."""
+        refused = self._reconciler.refused
+        held = {
+            (p.topic, p.partition)
+            for p in partitions
+            if not self.is_backfill(p.topic)
+            and (self.restoring((p.topic, p.partition)) or p.topic in refused)
+        }
+
+        def held_back(backfill: TopicPartition) -> bool:
+            owner = self._reconciler.state_partition((backfill.topic, backfill.partition))
+            return owner in held or owner not in self.stores
+
+        return [
+            p
+            for p in partitions
+            if (p.topic, p.partition) in held or (self.is_backfill(p.topic) and held_back(p))
+        ]
+
+    def is_backfill(self, topic: str) -> bool:
+        return backfilled_topic(self._pipeline, topic) is not None
+
+    def restoring(self, tp: TopicPartitionKey) -> bool:
+        """Whether input partition ``tp``'s state is still being restored."""
+        return self._restorer.restoring(self._reconciler.source(tp[0]).changelog, tp[1])
+
+    # -- restores ----------------------------------------------------------------------
+
+    @property
+    def busy(self) -> bool:
+        """Whether a store is being restored."""
+        return self._restorer.busy
+
+    def restore_step(self, consumer: Consumer, subscribed: list[str]) -> None:
+        """Apply changelog records for a bounded time; resume the partitions restored."""
+        sources = self._reconciler.sources.values()
+        for done in self._restorer.step():
+            input_topic = next((s.topic for s in sources if s.changelog == done.topic), None)
+            if input_topic is None:
+                continue
+            metrics.RESTORE_RECORDS.labels(input_topic).inc(done.records)
+            log.info(
+                "restored state of %s[%d]: %d changelog records in %.2f s",
+                input_topic,
+                done.partition,
+                done.records,
+                done.seconds,
+            )
+            if input_topic not in self._reconciler.refused and not self._paused():
+                consumer.resume(
+                    [
+                        TopicPartition(topic, done.partition)
+                        for topic in (input_topic, backfill_topic(self._pipeline, input_topic))
+                        if topic in subscribed
+                    ]
+                )
+        metrics.RESTORING_PARTITIONS.set(sum(1 for tp in self.stores if self.restoring(tp)))
+
+    def reached(self, consumer: Consumer, tp: TopicPartitionKey) -> int:
+        """The next offset of input partition ``tp`` that its state has not seen.
+
+        Every message consumed so far has been decided by then (input partitions
+        go first in a batch); the state's checkpoint covers a replay after a crash,
+        and the group's committed offset a store restored from the changelog.
+        """
+        position = consumer.position([TopicPartition(tp[0], tp[1])])[0].offset
+        known = self.stores[tp].checkpoint().input_offset
+        if known is None:
+            known = self._committed.get(tp)
+            if known is None:
+                committed = consumer.committed([TopicPartition(tp[0], tp[1])], timeout=10)
+                known = self._committed[tp] = max(0, committed[0].offset)
+        return max(position, known)
+
+    def update_lag(self, consumer: Consumer) -> None:
+        """Export each owned partition's lag behind its end."""
+        if not self.stores:
+            return
+        assigned = [TopicPartition(t, p) for t, p in self.stores]
+        for tp in consumer.position(assigned):
+            try:
+                _low, high = consumer.get_watermark_offsets(tp, cached=True)
+            except KafkaException:
+                continue
+            if high < 0:
+                continue
+            position = tp.offset if tp.offset >= 0 else high
+            metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(max(0, high - position))
+
+    def close(self) -> None:
+        """Release the restore consumers."""
+        self._restorer.close()
