@@ -26,6 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from processor.api import register_api
 from processor.dataplane.loop import DataPlane
 from processor.snapshot.coordinator import Coordinator
+from processor.snapshot.postgres.connector import PostgresConnector
 from state.rocksdb import RocksDBBackend
 from tidemark.config import Config
 from tidemark.ports import claim_port
@@ -91,7 +92,8 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
         autodiscover=False,
     )
     dataplane = DataPlane(config, RocksDBBackend(pc.state_dir))
-    coordinator = Coordinator(config, dataplane.reconciler.schemas)
+    # The source's connector: the one place a database kind is chosen.
+    coordinator = Coordinator(config, PostgresConnector(config), dataplane.reconciler.schemas)
     for loop, name in ((dataplane, "dataplane"), (coordinator, "snapshots")):
         app.service(typing.cast(Any, LoopService(loop, name)))  # an instance is accepted
 

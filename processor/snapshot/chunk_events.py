@@ -20,7 +20,7 @@ import fastavro
 import orjson
 
 from processor.errors import ShapeError
-from processor.snapshot.postgres.values import Column, to_avro, to_json
+from processor.snapshot.connect_values import Column, to_avro, to_json
 from tidemark.avro_wire import HEADER, MAGIC
 from tidemark.json_envelope import PAYLOAD_HEAD, SCHEMA_HEAD
 from tidemark.schema_registry import SchemaCache

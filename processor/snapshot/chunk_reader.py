@@ -1,34 +1,22 @@
-"""Chunk reads of an incremental snapshot: keyset pages of a table, each with its snapshot.
+"""Chunk reads of an incremental snapshot: keyset pages of a table, each with what it saw.
 
-:class:`ChunkReader` is what the snapshot coordinator needs from a source
-database; :class:`PostgresChunkReader` implements it in read-only mode: every
-chunk is one ``REPEATABLE READ READ ONLY`` transaction whose first statement
-takes ``pg_current_snapshot()`` and whose second reads the page, so the
-snapshot is exactly the one the rows were read in (DESIGN.md). Nothing is
-written to the source.
+:class:`ChunkReader` is what the snapshot engine needs from a source database
+(one implementation per database, behind its connector): the table's catalog
+entry, its largest key and size, the end of the next part, and the part's
+rows together with the snapshot they were read in.
 
 Pages are ordered by the primary key (or a unique surrogate key) and bounded
-above by the largest key found when the table's snapshot started; composite
-keys compare as row values, ``(k1, k2) > (%s, %s)``, which PostgreSQL answers
-from the key's index. Identifiers are quoted by psycopg's ``sql`` module; the
-optional filter (Debezium's ``additional-conditions``) is SQL by design and is
-the only text taken as it is.
+above by the largest key found when the table's snapshot started, so a table
+is read once from its first key to that one, whatever is written meanwhile.
 """
 
 from __future__ import annotations
 
-import contextlib
-import time
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import psycopg
-from psycopg import sql
-from psycopg.types.string import TextLoader
-
-from processor.errors import ChunkError, SourceUnavailableError
 from processor.events.visibility import PgSnapshot
 
 Key = tuple[Any, ...]
@@ -104,207 +92,6 @@ class ChunkReader(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release the connection."""
-
-
-class PostgresChunkReader(ChunkReader):
-    """Read-only chunks of a PostgreSQL table (one connection, one transaction per chunk)."""
-
-    def __init__(self, conninfo: dict[str, Any]) -> None:
-        try:
-            self._conn = psycopg.connect(**conninfo, autocommit=False)
-        except psycopg.Error as exc:
-            raise SourceUnavailableError(
-                f"cannot connect to the source for chunk reads: {exc}"
-            ) from None
-        self._conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
-        self._conn.read_only = True
-        #: Types loaded as their text (their output function's, not a cast's).
-        self._as_text: set[int] = set()
-
-    def table_info(self, table: str, surrogate_key: str | None = None) -> TableInfo:
-        schema, _, name = table.partition(".")
-        relation = _regclass(schema, name)
-        with connection_errors(), self._conn.transaction():
-            found = self._conn.execute("SELECT to_regclass(%s)", (relation,)).fetchone()
-            if found is None or found[0] is None:
-                raise ChunkError(f"table {table} does not exist")
-            described = self._conn.execute(
-                "SELECT a.attname, t.typname, a.atttypmod, t.typcategory, e.typname, t.oid "
-                "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
-                "LEFT JOIN pg_type e ON e.oid = t.typelem AND t.typcategory = 'A' "
-                "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
-                "ORDER BY a.attnum",
-                (relation,),
-            ).fetchall()
-            columns = [r[0] for r in described]
-            primary = self._indexes(relation, "i.indisprimary")
-            unique = self._indexes(relation, "i.indisunique AND i.indpred IS NULL")
-        if surrogate_key is not None:
-            if surrogate_key not in columns:
-                raise ChunkError(f"surrogate key {surrogate_key!r} is not a column of {table}")
-            if [surrogate_key] not in unique:
-                raise ChunkError(
-                    f"surrogate key {surrogate_key!r} of {table} has no unique index: "
-                    "paging by a column with duplicates could skip rows"
-                )
-            key = [surrogate_key]
-        elif primary:
-            key = primary[0]
-        else:
-            raise ChunkError(
-                f"table {table} has no primary key: give a unique column as "
-                "'surrogate-key' in the execute-snapshot signal"
-            )
-        types = tuple((r[1], r[2], r[3], r[4]) for r in described)
-        oids = tuple(int(r[5]) for r in described)
-        return TableInfo(schema, name, tuple(key), tuple(columns), types, oids)
-
-    def max_key(self, info: TableInfo, condition: str | None = None) -> Key | None:
-        order = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(k)) for k in info.key)
-        query = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT 1").format(
-            _columns(info.key), sql.Identifier(info.schema, info.table), _where(condition), order
-        )
-        with connection_errors(), self._conn.transaction():
-            row = self._conn.execute(query).fetchone()
-        return None if row is None else tuple(row)
-
-    def estimate_rows(self, info: TableInfo, condition: str | None = None) -> int:
-        """The planner's estimate (``pg_class.reltuples``); a count where there is none or a
-        filter applies."""
-        relation = _regclass(info.schema, info.table)
-        with connection_errors(), self._conn.transaction():
-            if not condition:
-                row = self._conn.execute(
-                    "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", (relation,)
-                ).fetchone()
-                if row is not None and row[0] >= 0:
-                    return int(row[0])
-            query = sql.SQL("SELECT count(*) FROM {}{}").format(
-                sql.Identifier(info.schema, info.table), _where(condition)
-            )
-            counted = self._conn.execute(query).fetchone()
-        return int(counted[0]) if counted else 0
-
-    def boundary(
-        self, info: TableInfo, after: Key | None, upto: Key, rows: int, condition: str | None = None
-    ) -> Key | None:
-        where, params = _range(info, after, upto, condition)
-        query = sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY {} OFFSET {} LIMIT 1").format(
-            _columns(info.key),
-            sql.Identifier(info.schema, info.table),
-            where,
-            _columns(info.key),
-            sql.Literal(max(0, int(rows) - 1)),
-        )
-        with connection_errors(), self._conn.transaction():
-            row = self._conn.execute(query, params).fetchone()
-        return None if row is None else tuple(row)
-
-    def read_chunk(
-        self,
-        info: TableInfo,
-        after: Key | None,
-        upto: Key,
-        condition: str | None = None,
-        casts: Mapping[str, str] | None = None,
-    ) -> Chunk:
-        where, params = _range(info, after, upto, condition)
-        query = sql.SQL("SELECT {} FROM {} WHERE {} ORDER BY {}").format(
-            _selected(info.columns, casts or {}),
-            sql.Identifier(info.schema, info.table),
-            where,
-            _columns(info.key),
-        )
-        for name, oid in zip(info.columns, info.oids, strict=False):
-            if (casts or {}).get(name) == "text" and oid not in self._as_text:
-                self._conn.adapters.register_loader(oid, TextLoader)
-                self._as_text.add(oid)
-        started = time.perf_counter()
-        try:
-            with self._conn.transaction():
-                text = self._conn.execute("SELECT pg_current_snapshot()::text").fetchone()
-                # the text forms processor.snapshot.postgres.values converts
-                self._conn.execute(
-                    "SET LOCAL intervalstyle = 'iso_8601'; SET LOCAL timezone = 'UTC'; "
-                    "SET LOCAL datestyle = 'ISO'"
-                )
-                cursor = self._conn.execute(query, params)
-                rows = cursor.fetchall()
-        except psycopg.OperationalError as exc:
-            raise SourceUnavailableError(f"chunk of {info.name} after {after!r}: {exc}") from None
-        except psycopg.Error as exc:
-            raise ChunkError(f"chunk of {info.name} after {after!r}: {exc}") from None
-        assert text is not None
-        return Chunk(rows, PgSnapshot.parse(text[0]), time.perf_counter() - started)
-
-    def close(self) -> None:
-        self._conn.close()
-
-    def _indexes(self, relation: str, which: str) -> list[list[str]]:
-        """The columns of each index of ``relation`` that matches ``which`` (SQL over ``i``)."""
-        query = sql.SQL(
-            "SELECT i.indexrelid, array_agg(a.attname ORDER BY array_position(i.indkey, a.attnum)) "
-            "FROM pg_index i JOIN pg_attribute a "
-            "ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
-            "WHERE i.indrelid = %s::regclass AND {} GROUP BY i.indexrelid ORDER BY i.indexrelid"
-        ).format(sql.SQL(which))
-        return [list(r[1]) for r in self._conn.execute(query, (relation,)).fetchall()]
-
-
-@contextlib.contextmanager
-def connection_errors() -> Iterator[None]:
-    """A broken connection as :class:`SourceUnavailableError`; other errors as they are."""
-    try:
-        yield
-    except psycopg.OperationalError as exc:
-        raise SourceUnavailableError(f"the source cannot be reached: {exc}") from None
-
-
-def _range(
-    info: TableInfo, after: Key | None, upto: Key, condition: str | None
-) -> tuple[sql.Composed, list[Any]]:
-    """``after < key <= upto`` (row values) and the filter, with their parameters."""
-    key = sql.SQL("({})").format(_columns(info.key))
-    marks = sql.SQL("({})").format(sql.SQL(", ").join(sql.Placeholder() * len(info.key)))
-    bounds = [sql.SQL("{} <= {}").format(key, marks)]
-    params: list[Any] = list(upto)
-    if after is not None:
-        bounds.insert(0, sql.SQL("{} > {}").format(key, marks))
-        params = [*after, *params]
-    if condition:
-        bounds.append(sql.SQL("({})").format(sql.SQL(condition)))
-    return sql.SQL(" AND ").join(bounds), params
-
-
-def _regclass(schema: str, name: str) -> str:
-    """A ``regclass`` literal with both parts quoted (names are case-sensitive)."""
-    return '"{}"."{}"'.format(schema.replace('"', '""'), name.replace('"', '""'))
-
-
-def _columns(names: Sequence[str]) -> sql.Composed:
-    return sql.SQL(", ").join(sql.Identifier(n) for n in names)
-
-
-_CASTS = {"numeric": sql.SQL("numeric")}
-
-
-def _selected(names: Sequence[str], casts: Mapping[str, str]) -> sql.Composed:
-    """The select list: each column, cast where ``casts`` says, under its own name."""
-    items: list[sql.Composable] = []
-    for name in names:
-        column = sql.Identifier(name)
-        cast = casts.get(name)
-        if cast not in _CASTS:  # none, or text: loaded as text, not cast
-            items.append(column)
-        else:
-            items.append(sql.SQL("{}::{} AS {}").format(column, _CASTS[cast], column))
-    return sql.SQL(", ").join(items)
-
-
-def _where(condition: str | None) -> sql.Composable:
-    if not condition:
-        return sql.SQL("")
-    return sql.SQL(" WHERE ({})").format(sql.SQL(condition))
 
 
 def next_chunk_size(current: int, seconds: float, target: float, low: int, high: int) -> int:

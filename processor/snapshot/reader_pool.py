@@ -33,9 +33,10 @@ from processor.errors import ChunkError
 from processor.events.chunk_tag import ChunkTag
 from processor.events.visibility import PgSnapshot, Window
 from processor.snapshot.chunk_events import TableShape
-from processor.snapshot.chunk_reader import Key, PostgresChunkReader, TableInfo
-from processor.snapshot.postgres.values import Column, column
-from processor.snapshot.postgres.watermarks import SignalTableWatermarks
+from processor.snapshot.chunk_reader import ChunkReader, Key, TableInfo
+from processor.snapshot.connect_values import Column
+from processor.snapshot.connector import Connector
+from processor.snapshot.watermarks import SignalTableWatermarks
 from processor.tuning import tune_garbage_collector
 from tidemark.config import Config
 from tidemark.errors import TidemarkError
@@ -89,8 +90,8 @@ class ChunkWorkers:
     """``count`` reader processes, each with up to :data:`JOBS_PER_READER` jobs handed to it;
     collect what they finished."""
 
-    def __init__(self, config: Config, count: int) -> None:
-        self._workers = [ChunkWorker(config) for _ in range(count)]
+    def __init__(self, config: Config, connector: Connector, count: int) -> None:
+        self._workers = [ChunkWorker(config, connector) for _ in range(count)]
 
     @property
     def count(self) -> int:
@@ -132,8 +133,9 @@ class ChunkWorker:
     starts it the moment the first is done, without waiting for the coordinator.
     """
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, connector: Connector) -> None:
         self._config = config
+        self._connector = connector
         self._context = multiprocessing.get_context("spawn")
         self._process: Any = None
         self.connection: Connection | None = None
@@ -189,7 +191,10 @@ class ChunkWorker:
         if self.connection is None:
             mine, theirs = self._context.Pipe()
             self._process = self._context.Process(
-                target=_serve, args=(theirs, self._config), name="tidemark-chunks", daemon=True
+                target=_serve,
+                args=(theirs, self._config, self._connector),
+                name="tidemark-chunks",
+                daemon=True,
             )
             self._process.start()
             theirs.close()
@@ -201,7 +206,7 @@ def _lost() -> ChunkError:
     return ChunkError("the chunk reader process ended; it is started again")
 
 
-def _serve(conn: Connection, config: Config) -> None:
+def _serve(conn: Connection, config: Config, connector: Connector) -> None:
     """The reader process: jobs in, results out, until told to stop or orphaned."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -211,7 +216,7 @@ def _serve(conn: Connection, config: Config) -> None:
     # live changes (and the chunk rows already read) runs first.
     os.nice(READER_NICENESS)
     tune_garbage_collector()  # a chunk's rows are many short-lived objects
-    reader = _Reader(config)
+    reader = _Reader(config, connector)
     try:
         while True:
             if not conn.poll(1.0):
@@ -236,8 +241,9 @@ def _serve(conn: Connection, config: Config) -> None:
 class _Reader:
     """What the reader process keeps between jobs: a connection, a producer, table layouts."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, connector: Connector) -> None:
         self._config = config
+        self._connector = connector
         self._schemas = configured_schemas(config.kafka)
         self._producer = Producer(
             client_config(
@@ -256,7 +262,7 @@ class _Reader:
             )
         )
         self._acks = Acknowledgements(self._producer)
-        self._pg: PostgresChunkReader | None = None
+        self._source: ChunkReader | None = None
         self._watermarks: SignalTableWatermarks | None = None
         self._probe: Consumer | None = None
         #: A crash of the processor while a window is open (DDD-3's first crash case).
@@ -265,13 +271,13 @@ class _Reader:
 
     def read(self, job: ChunkJob) -> ChunkDone:
         layout = self._layout(job)
-        if self._pg is None:
-            self._pg = PostgresChunkReader(self._config.source.conninfo())
+        if self._source is None:
+            self._source = self._connector.chunk_reader()
         marks = self._signal_table() if job.watermarks == "signal-table" else None
         window = marks.open(job.chunk) if marks is not None else None
         if window is not None:
             self._window_open.passed()
-        chunk = self._pg.read_chunk(job.info, job.after, job.upto, job.condition, layout.casts)
+        chunk = self._source.read_chunk(job.info, job.after, job.upto, job.condition, layout.casts)
         read_in: PgSnapshot | Window = chunk.snapshot
         if marks is not None and window is not None:
             change_topic = backfilled_topic(self._config.processor.pipeline, job.backfill)
@@ -288,9 +294,9 @@ class _Reader:
 
     def reset(self) -> None:
         """After a failure: connect again for the next job."""
-        if self._pg is not None:
-            self._pg.close()
-            self._pg = None
+        if self._source is not None:
+            self._source.close()
+            self._source = None
         if self._watermarks is not None:
             self._watermarks.close_connection()
             self._watermarks = None
@@ -308,14 +314,15 @@ class _Reader:
                 consumer_config(self._config.kafka, group, **{"enable.partition.eof": False})
             )
         if self._watermarks is None:
-            self._watermarks = SignalTableWatermarks(self._config, self._probe, self._schemas)
+            self._watermarks = SignalTableWatermarks(
+                self._config, self._connector.watermark_writer(), self._probe, self._schemas
+            )
         return self._watermarks
 
     def _layout(self, job: ChunkJob) -> _Layout:
         found = self._layouts.get((job.info, job.event))
         if found is None:
-            info = job.info
-            columns = [column(n, *t) for n, t in zip(info.columns, info.types, strict=True)]
+            columns = self._connector.columns(job.info)
             shape = TableShape.learn(job.event[0], job.event[1], self._schemas)
             found = _Layout(columns, {c.name: c.cast for c in columns if c.cast}, shape)
             if len(self._layouts) > 16:

@@ -25,6 +25,12 @@ import orjson
 
 from processor.errors import SignalError
 
+#: Rows of a chunk's signal-table window (:mod:`processor.snapshot.watermarks`): in the
+#: signal table, but no signals.
+OPEN = "snapshot-window-open"
+CLOSE = "snapshot-window-close"
+WINDOW_TYPES = frozenset({OPEN, CLOSE})
+
 #: ``schema.table``: one dot between two non-empty names (quoted names may hold spaces).
 TABLE_PATTERN = r"^[^.]+\.[^.]+$"
 _TABLE = re.compile(TABLE_PATTERN)

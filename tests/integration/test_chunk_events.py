@@ -18,7 +18,7 @@ import pytest
 
 from processor.errors import UnsupportedTypeError
 from processor.snapshot.chunk_events import TableShape
-from processor.snapshot.chunk_reader import PostgresChunkReader
+from processor.snapshot.postgres.reader import PostgresChunkReader
 from processor.snapshot.postgres.values import column
 from tests.integration.processes import read_topic
 from tidemark.cli.devstack.stack import DevStack

@@ -8,7 +8,8 @@ import psycopg
 import pytest
 
 from processor.errors import ChunkError
-from processor.snapshot.chunk_reader import PostgresChunkReader, TableInfo
+from processor.snapshot.chunk_reader import TableInfo
+from processor.snapshot.postgres.reader import PostgresChunkReader
 from tidemark.cli.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from processor.errors import SourceUnavailableError
-from processor.snapshot.chunk_reader import PostgresChunkReader, next_chunk_size
+from processor.snapshot.chunk_reader import next_chunk_size
+from processor.snapshot.postgres.reader import PostgresChunkReader
 from tidemark.ports import free_port
 
 

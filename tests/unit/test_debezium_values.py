@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processor.errors import UnsupportedTypeError
-from processor.snapshot.postgres.values import column, to_avro, to_json
+from processor.snapshot.connect_values import to_avro, to_json
+from processor.snapshot.postgres.values import column
 
 
 def convert(type_name: str, value: object, typmod: int = -1) -> object:

@@ -15,7 +15,7 @@ from processor.events.json_codec import TIDEMARK_FIELD
 from processor.events.source_codec import SourceCodec
 from processor.events.visibility import PgSnapshot
 from processor.snapshot.chunk_events import TableShape
-from processor.snapshot.postgres.values import Column, same
+from processor.snapshot.connect_values import Column, same
 from tidemark.errors import InputError
 from tidemark.messages import RawMessage
 

@@ -1,18 +1,17 @@
 """PostgreSQL values as Debezium's PostgreSQL connector encodes them (its default modes).
 
 Chunk rows of Tidemark's incremental snapshot must be indistinguishable from
-Debezium's own events (DESIGN.md), so each column is converted the way the
-connector converts it with ``decimal.handling.mode=precise``,
+Debezium's own events, so each column is converted the way the connector
+converts it with ``decimal.handling.mode=precise``,
 ``time.precision.mode=adaptive``, ``binary.handling.mode=bytes`` and
-``interval.handling.mode=numeric``. A :class:`Column` says, from the catalog
-type, how the chunk query selects the column (some as their text form, which
-is what Debezium reads from the replication stream) and how its value becomes
-a *Connect value*: ``int``, ``float``, ``bool``, ``str``, ``bytes``, ``Decimal``
-(a ``Decimal`` logical type, at the column's scale) or a dict (Debezium's
-``VariableScaleDecimal``). :func:`to_json` then gives the JSON converter's
-form (bytes and decimals as base64); Avro takes Connect values as they are.
-A column's ``json`` goes from the query's value to the JSON form in one step
-(a chunk's hot path: no intermediate Connect value where it can be skipped).
+``interval.handling.mode=numeric``. :func:`column` makes, from the catalog
+type, the :class:`~processor.snapshot.connect_values.Column` that says how the
+chunk query selects the column (some as their text form, which is what
+Debezium reads from the replication stream) and how its value becomes a
+Connect value: a ``Decimal`` logical type at the column's scale, Debezium's
+``VariableScaleDecimal``, its time types. A column's ``json`` goes from the
+query's value to the JSON form in one step (a chunk's hot path: no
+intermediate Connect value where it can be skipped).
 
 The integration tests compare every supported type with Debezium's own
 events of the same rows. A type not listed here is refused, never guessed.
@@ -20,15 +19,20 @@ events of the same rows. A type not listed here is refused, never guessed.
 
 from __future__ import annotations
 
-import binascii
 import datetime as dt
 import decimal
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from processor.errors import UnsupportedTypeError
+from processor.snapshot.connect_values import (
+    Column,
+    base64_text,
+    same,
+    to_json,
+    twos_complement,
+)
 
 EPOCH = dt.datetime(1970, 1, 1)  # noqa: DTZ001 - timestamp without time zone
 EPOCH_DATE = dt.date(1970, 1, 1)
@@ -42,20 +46,6 @@ _TEXT_TYPES = {
     "cidr", "macaddr", "macaddr8", "tsvector", "tsquery", "ltree", "bit", "varbit",
     "int4range", "int8range", "numrange", "tsrange", "tstzrange", "daterange",
 }  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Column:
-    """One column: how to select it and how to convert its value."""
-
-    name: str
-    type_name: str
-    #: How the chunk query reads the column: ``text`` (the type's own output text, as
-    #: the replication stream carries it), ``numeric`` (a cast), or ``None`` (as it is).
-    cast: str | None
-    convert: Callable[[Any], Any]
-    #: The JSON converter's form of the query's value; ``None``: the value is its own.
-    json: Callable[[Any], Any] | None = None
 
 
 def column(name: str, type_name: str, typmod: int, category: str, element: str | None) -> Column:
@@ -104,18 +94,13 @@ def _fixed_decimal_json(scale: int) -> Callable[[Any], Any]:
         if value is None:
             return None
         unscaled = int(value.quantize(exponent, context=_EXACT).scaleb(scale, context=_EXACT))
-        return _base64(_twos_complement(unscaled))
+        return base64_text(twos_complement(unscaled))
 
     return encode
 
 
 def _array(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return lambda v: None if v is None else [convert(x) for x in v]
-
-
-def same(value: Any) -> Any:
-    """The value as it is (the conversion of types whose value is already Connect's)."""
-    return value
 
 
 def _as_is(_typmod: int) -> Callable[[Any], Any]:
@@ -270,35 +255,3 @@ _CONVERTERS: dict[str, Callable[[int], Callable[[Any], Any]]] = {
     # char(n) as it is: cast to text, PostgreSQL would drop the padding Debezium keeps
     "bpchar": _as_is,
 }
-
-
-def to_json(value: Any) -> Any:
-    """A Connect value in the JSON converter's form: bytes and decimals as base64."""
-    if isinstance(value, bytes):
-        return _base64(value)
-    if isinstance(value, decimal.Decimal):
-        sign, digits, _exponent = value.as_tuple()
-        unscaled = int("".join(map(str, digits)) or "0") * (-1 if sign else 1)
-        return _base64(_twos_complement(unscaled))
-    if isinstance(value, dict) and set(value) == {"scale", "value"}:
-        return {"scale": value["scale"], "value": _base64(_twos_complement(value["value"]))}
-    if isinstance(value, list):
-        return [to_json(v) for v in value]
-    return value
-
-
-def to_avro(value: Any) -> Any:
-    """A Connect value as fastavro writes it (a variable-scale decimal's value as bytes)."""
-    if isinstance(value, dict) and set(value) == {"scale", "value"}:
-        return {"scale": value["scale"], "value": _twos_complement(value["value"])}
-    return value
-
-
-def _base64(data: bytes) -> str:
-    return binascii.b2a_base64(data, newline=False).decode()
-
-
-def _twos_complement(number: int) -> bytes:
-    """Java's ``BigInteger.toByteArray()``: big-endian, the fewest bytes that keep the sign."""
-    length = (number + (number < 0)).bit_length() // 8 + 1
-    return number.to_bytes(length, "big", signed=True)

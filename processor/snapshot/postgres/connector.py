@@ -1,0 +1,28 @@
+"""The PostgreSQL connector of the snapshot engine: read-only chunks, slot-confirmed watermarks."""
+
+from __future__ import annotations
+
+from processor.snapshot.chunk_reader import ChunkReader, TableInfo
+from processor.snapshot.connect_values import Column
+from processor.snapshot.connector import Connector
+from processor.snapshot.postgres.reader import PostgresChunkReader
+from processor.snapshot.postgres.values import column
+from processor.snapshot.postgres.watermarks import PostgresWatermarkWriter
+from processor.snapshot.watermarks import WatermarkWriter
+from tidemark.config import Config
+
+
+class PostgresConnector(Connector):
+    """PostgreSQL as Debezium's PostgreSQL connector (``pgoutput``) captures it."""
+
+    def __init__(self, config: Config) -> None:
+        self._config = config
+
+    def chunk_reader(self) -> ChunkReader:
+        return PostgresChunkReader(self._config.source.conninfo())
+
+    def watermark_writer(self) -> WatermarkWriter:
+        return PostgresWatermarkWriter(self._config)
+
+    def columns(self, info: TableInfo) -> list[Column]:
+        return [column(name, *kind) for name, kind in zip(info.columns, info.types, strict=True)]
