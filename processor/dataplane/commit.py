@@ -33,7 +33,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 
 from processor import metrics
 from processor.dataplane.positions import source_position
-from processor.reconcile.batch import Batch, Source, TopicPartitionKey
+from processor.reconcile.batch import Batch, InputTopic, TopicPartitionKey
 from state.store import Checkpoint, PartitionStore
 from tidemark.config import Config
 from tidemark.errors import InputError
@@ -49,8 +49,8 @@ Headers = list[tuple[str, str | bytes | None]]
 class Committer:
     """Steps 2 to 5 of the protocol, and the producers they use."""
 
-    def __init__(self, config: Config, source: Callable[[str], Source]) -> None:
-        self._source = source
+    def __init__(self, config: Config, topic: Callable[[str], InputTopic]) -> None:
+        self._topic = topic
         self._partitions = config.kafka.topic_partitions
         pipeline = config.processor.pipeline
         self.dead_letter_topic = dead_letter_topic(pipeline)
@@ -103,7 +103,7 @@ class Committer:
             # a restore from that position then applies them again, which changes
             # nothing (one batch writes a key once, and the next batch's records follow
             # all of this one's, which are acknowledged before it is decided).
-            changelog, changes = self._source(topic).changelog, list(state.updates.items())
+            changelog, changes = self._topic(topic).changelog, list(state.updates.items())
             for key, value in changes[:-1]:
                 try:
                     produce(changelog, value, key, partition, on_delivery)
@@ -122,7 +122,7 @@ class Committer:
             store = stores.get(tp)
             if store is None:
                 continue
-            changelog_end = self._changelog_ends.get((self._source(tp[0]).changelog, tp[1]))
+            changelog_end = self._changelog_ends.get((self._topic(tp[0]).changelog, tp[1]))
             store.commit(state.updates, Checkpoint(batch.next_offsets.get(tp), changelog_end))
         # Step 5: the input offsets in Kafka.
         if batch.next_offsets:

@@ -60,7 +60,7 @@ class DataPlane:
             self._admin,
             paused=lambda: self.lifecycle is Lifecycle.PAUSED,
         )
-        self._committer = Committer(config, self.reconciler.source)
+        self._committer = Committer(config, self.reconciler.topic)
         self._input = re.compile(config.input_pattern())
         self._backfill = backfill_prefix(config.processor.pipeline)
         self._chunk_tags = ChunkTags()

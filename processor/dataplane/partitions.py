@@ -60,20 +60,20 @@ class Partitions:
         backfills = [p for p in partitions if self.is_backfill(p.topic)]
         partitions = [p for p in partitions if not self.is_backfill(p.topic)]
         topics = {p.topic for p in partitions}
-        new = topics - set(self._reconciler.sources)
+        new = topics - set(self._reconciler.topics)
         if new:
             counts = partition_counts(self._admin, new)
             replication = self._config.kafka.replication_factor
             compacted = {"cleanup.policy": "compact"}
-            source = self._reconciler.source
-            outputs = {source(t).output: counts[t] for t in new}
-            changelogs = {source(t).changelog: counts[t] for t in new}
+            topic = self._reconciler.topic
+            outputs = {topic(t).output: counts[t] for t in new}
+            changelogs = {topic(t).changelog: counts[t] for t in new}
             ensure_topics(self._admin, {**outputs, **changelogs}, replication, config=compacted)
         consumer.assign(partitions + backfills)
         stores = {}
         for p in partitions:
             store = self.stores[(p.topic, p.partition)] = self._backend.open(p.topic, p.partition)
-            stores[(self._reconciler.source(p.topic).changelog, p.partition)] = store
+            stores[(self._reconciler.topic(p.topic).changelog, p.partition)] = store
         self._restorer.add(stores)
         everything = partitions + backfills
         held = everything if self._paused() else self.held(everything)
@@ -98,7 +98,7 @@ class Partitions:
     def release(self, partitions: list[TopicPartitionKey]) -> None:
         """Forget the state of input ``partitions``: they are no longer this instance's."""
         for tp in partitions:
-            self._restorer.remove(self._reconciler.source(tp[0]).changelog, tp[1])
+            self._restorer.remove(self._reconciler.topic(tp[0]).changelog, tp[1])
             store = self.stores.pop(tp, None)
             if store is not None:
                 store.close()
@@ -141,7 +141,7 @@ class Partitions:
 
     def restoring(self, tp: TopicPartitionKey) -> bool:
         """Whether input partition ``tp``'s state is still being restored."""
-        return self._restorer.restoring(self._reconciler.source(tp[0]).changelog, tp[1])
+        return self._restorer.restoring(self._reconciler.topic(tp[0]).changelog, tp[1])
 
     # -- restores ----------------------------------------------------------------------
 
@@ -152,7 +152,7 @@ class Partitions:
 
     def restore_step(self, consumer: Consumer, subscribed: list[str]) -> None:
         """Apply changelog records for a bounded time; resume the partitions restored."""
-        sources = self._reconciler.sources.values()
+        sources = self._reconciler.topics.values()
         for done in self._restorer.step():
             input_topic = next((s.topic for s in sources if s.changelog == done.topic), None)
             if input_topic is None:

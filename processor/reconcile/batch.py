@@ -53,7 +53,7 @@ Record = tuple[str, int, bytes | None, bytes | None]
 
 
 @dataclass
-class Source:
+class InputTopic:
     """One input topic: its envelope, codec and the topics it writes."""
 
     topic: str
@@ -83,23 +83,23 @@ class Batch:
 
 
 class Reconciler:
-    """The sources of one pipeline and the decisions on their batches."""
+    """The input topics of one pipeline and the decisions on their batches."""
 
     def __init__(self, config: Config, schemas: SchemaCache | None = None) -> None:
         self.config = config
         self.schemas = schemas
-        self.sources: dict[str, Source] = {}
+        self.topics: dict[str, InputTopic] = {}
         #: Input topics stopped because they break their envelope's constraints.
         self.refused: dict[str, str] = {}
         self.windows = WindowBuffers(config.processor.pipeline)
 
-    def source(self, topic: str) -> Source:
-        """The :class:`Source` of input ``topic`` (made on first use)."""
-        source = self.sources.get(topic)
+    def topic(self, topic: str) -> InputTopic:
+        """The :class:`InputTopic` of input ``topic`` (made on first use)."""
+        source = self.topics.get(topic)
         if source is None:
             envelope = self.config.envelope_of(topic)
             output = output_topic(self.config.source.topic_prefix, topic)
-            source = self.sources[topic] = Source(
+            source = self.topics[topic] = InputTopic(
                 topic,
                 envelope,
                 STEPS[envelope],
@@ -147,7 +147,7 @@ class Reconciler:
             if state is None:
                 state = batch.states[state_tp] = BatchState(store)
             self._decide_partition(
-                self.source(state_tp[0]), group, state, batch, reached if state_tp != tp else None
+                self.topic(state_tp[0]), group, state, batch, reached if state_tp != tp else None
             )
         self._release_windows(batch, stores, waiting, reached)
         return batch
@@ -172,7 +172,7 @@ class Reconciler:
                 state = batch.states[tp] = BatchState(store)
             released = self.windows.release(tp, state, position)
             batch.released += len(released)
-            self._decide_partition(self.source(tp[0]), released, state, batch, None, False)
+            self._decide_partition(self.topic(tp[0]), released, state, batch, None, False)
 
     def state_partition(self, tp: TopicPartitionKey) -> TopicPartitionKey:
         """The input partition whose state decides ``tp``'s records (itself, or a backfill's)."""
@@ -181,7 +181,7 @@ class Reconciler:
 
     def _decide_partition(
         self,
-        source: Source,
+        source: InputTopic,
         group: list[RawMessage],
         state: BatchState,
         batch: Batch,

@@ -13,7 +13,7 @@ It stops at the first message of a group it does not take (an Avro key or
 value, an unknown schema, bytes that are not one JSON object, a missing key, a
 stored row in another format) and leaves the rest of the group to the general
 path, so every error and every unusual case is handled there, once. The
-property test in ``tests/unit/test_flat_upsert.py`` holds the two paths to the
+property test in ``tests/unit/test_upsert_fast_path.py`` holds the two paths to the
 same outputs and the same state on random batches.
 """
 
