@@ -8,11 +8,17 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 setup: system-deps $(VENV)/.installed
 
-# Java 17 (Spark, Debezium) and PostgreSQL 15's server binaries, from Debian when missing.
+# What a plain Debian machine lacks, installed from Debian only when missing: Java 17
+# (Spark, Debezium), PostgreSQL 15's server binaries, venv for $(PYTHON), and a C
+# compiler with the Python headers (for packages, and code of ours, that compile).
 system-deps:
 	@missing=""; \
 	java -version 2>&1 | grep -Eq 'version "(1[7-9]|[2-9][0-9])' || missing="$$missing openjdk-17-jre-headless"; \
 	{ command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || missing="$$missing postgresql"; \
+	$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
+	command -v cc >/dev/null || missing="$$missing gcc"; \
+	$(PYTHON) -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+	  || missing="$$missing python3-dev"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
@@ -31,6 +37,7 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 test: setup lint
 	$(BIN)/python -m pytest

@@ -1,0 +1,1 @@
+"""The embedded development stack: a broker, a private PostgreSQL, Debezium, a schema registry."""

@@ -1,0 +1,1 @@
+"""A pipeline's lifecycle (running, paused, stopped) and its offsets, through Kafka (DDD-4)."""
