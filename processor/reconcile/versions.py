@@ -1,7 +1,7 @@
 """The version rules every stateful envelope shares, and the state entry they keep per key.
 
-A *version* orders the changes of one key (DESIGN.md, "Versions, and the
-decision rules"). State holds, per key, what was applied last: a change (its
+A *version* orders the changes of one key (docs/architecture.md, "Versions
+and visibility"). State holds, per key, what was applied last: a change (its
 version and Debezium's ``txId``) or a chunk row of an incremental snapshot (its
 chunk number and the ``pg_snapshot`` it was read in). The decisions:
 
