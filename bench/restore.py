@@ -105,6 +105,7 @@ def main() -> None:
 
     from tidemark.cli.devstack import broker
     from tidemark.cli.devstack.procs import stop_pid
+    from tidemark.topics import changelog_topic
 
     run_dir = Path(tempfile.mkdtemp(prefix="tidemark-bench-restore-"))
     pid, port = broker.start_broker(run_dir)
@@ -112,7 +113,7 @@ def main() -> None:
     results = []
     try:
         for versions in (1, 3):
-            topic = f"bench.changelog.v{versions}"
+            topic = changelog_topic("bench", f"v{versions}")
             written = fill(bootstrap, topic, args.keys, versions)
             result = restore(bootstrap, topic, run_dir / f"state-v{versions}")
             assert result["keys"] == args.keys and result["records"] == written, result

@@ -95,9 +95,10 @@ from tidemark.cli.verify import wait_caught_up  # noqa: E402
 from tidemark.config import Config, ProcessorConfig, SinkConfig  # noqa: E402
 from tidemark.kafka import client_config, ensure_topics, exact_end_offsets  # noqa: E402
 from tidemark.ports import free_port  # noqa: E402
+from tidemark.topics import output_topic  # noqa: E402
 
 PREFIX = "bench"
-TOPIC = f"{PREFIX}.reconciled.public.items"
+TOPIC = output_topic(PREFIX, f"{PREFIX}.public.items")
 PARTITIONS = 3
 DELETE_RATIO = 0.1
 EPOCH_US = 1_700_000_000_000_000
@@ -908,7 +909,7 @@ def main() -> None:
         sink=SinkConfig(
             catalog_name="lag",
             warehouse=str(run_dir / "lag-warehouse"),
-            topics=[f"tidemark.reconciled.public.{LAG_TABLE}"],
+            topics=[output_topic("tidemark", f"tidemark.public.{LAG_TABLE}")],
             topic_pattern="",
             trigger_interval_s=1.0,
             metrics_port=0,

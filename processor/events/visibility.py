@@ -147,7 +147,7 @@ class Window:
             if len(rest) > 1:
                 raise ValueError(text)
             snapshot = PgSnapshot.parse(rest[0]) if rest else None
-        except ValueError:
+        except (ValueError, SnapshotFormatError):
             raise SnapshotFormatError(f"not a signal-table window: {text!r}") from None
         window = Window((l0, l1), (h0, h1), offsets, snapshot)
         if not window.low < window.high or not window.ends or min(window.ends) < 0:
