@@ -2,10 +2,14 @@
 time the code passes the point ``<name>``. Unset in production, where a point costs one
 ``None`` check.
 
-Points: ``after-flush`` (a batch's outputs are acknowledged, its state and offsets not yet
-committed); ``window-release`` (the same, for a batch that released window-buffered rows);
-``window-open`` (the chunk reader committed a window-open row and has not closed it);
-``offsets-write`` (an offsets write deleted the state, and has not committed the offsets).
+Points:
+
+- ``outputs-acked``: a batch's outputs are acknowledged, its changelog records not produced;
+- ``after-flush``: a batch's outputs and changelog records are acknowledged, its state and
+  offsets not committed;
+- ``window-release``: the same, for a batch that released window-buffered rows;
+- ``window-open``: the chunk reader committed a window-open row and has not closed it;
+- ``offsets-write``: an offsets write deleted the state, and has not committed the offsets.
 """
 
 from __future__ import annotations

@@ -4,11 +4,15 @@ Step 1 (deciding outputs and state updates in memory) is
 :meth:`processor.reconcile.batch.Reconciler.decide`; :meth:`Committer.commit`
 runs the rest. Each step's crash window:
 
-2. produce outputs, dead letters, changelog records and the partitions' source
-   positions: a crash before (3) completes replays the batch; outputs already
-   written are re-emitted (equal versions);
-3. flush and wait for every acknowledgement: nothing below runs unless all
-   outputs and changelog records are durable in Kafka;
+2. produce outputs, dead letters and the partitions' source positions, and
+   wait until Kafka acknowledged every one: a crash before that replays the
+   batch against state that has not moved; outputs already written are
+   re-emitted (equal versions);
+3. produce the batch's changelog records, and wait for them: no state of the
+   batch, in the changelog or in a store, is durable before the outputs it
+   implies. A crash before they all land leaves the changelog at the previous
+   batch or partly into this one, whose outputs are all in Kafka already: a
+   restore from it drops nothing that was not emitted;
 4. write state, the next input offsets and the changelog position in one
    RocksDB batch per partition: a crash before it leaves local state at the
    previous batch; on restart the changelog brings it forward (or the replay
@@ -17,6 +21,11 @@ runs the rest. Each step's crash window:
    against a store whose checkpoint already covers it; its outputs are in
    Kafka, so it is not emitted again (a store restored from the changelog has
    no checkpoint, and re-emits its equal versions).
+
+Two producers, both idempotent: one reports failures only (outputs, dead
+letters, positions and most changelog records, without a Python callback per
+record); the other carries the last changelog record of each partition and
+reports its offset, the changelog position of the store's checkpoint.
 
 Guarantee: at least once, without loss. A crash anywhere replays at most the
 batch in flight, whose changes the rules re-emit (equal versions) instead of
@@ -74,6 +83,7 @@ class Committer:
         self._changelog_ends: dict[TopicPartitionKey, int] = {}
         #: Bound once: passed with every record.
         self._on_delivery = self._acks.on_delivery
+        self._outputs_acked = Failpoint("outputs-acked")
         self._after_flush = Failpoint("after-flush")
         self._window_release = Failpoint("window-release")
 
@@ -81,7 +91,7 @@ class Committer:
         self, batch: Batch, stores: Mapping[TopicPartitionKey, PartitionStore], consumer: Consumer
     ) -> None:
         """Make ``batch`` durable: outputs first, then state, then input offsets."""
-        # Step 2: produce.
+        # Step 2: outputs, dead letters and source positions, acknowledged.
         produce, on_delivery = self._producer.produce, self._on_delivery
         for record in batch.records:
             try:
@@ -95,6 +105,9 @@ class Committer:
         for error in batch.dead_letters:
             self._produce_dead_letter(error)
         self._record_positions(batch)
+        self._acks.wait("batch's outputs")
+        self._outputs_acked.passed()
+        # Step 3: the changelog records, acknowledged.
         for (topic, partition), state in batch.states.items():
             if not state.updates:
                 continue
@@ -111,8 +124,7 @@ class Committer:
                     produce_waiting(self._producer, changelog, value, key, on_delivery, partition)
             key, value = changes[-1]
             produce_waiting(self._changelog, changelog, value, key, self._on_changelog, partition)
-        # Step 3: wait until Kafka holds every record.
-        self._acks.wait("batch's outputs and changelog records")
+        self._acks.wait("batch's changelog records")
         self._changelog_acks.wait("batch's last changelog records")
         self._after_flush.passed()
         if batch.released:

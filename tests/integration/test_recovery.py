@@ -10,6 +10,9 @@
   partitions and restores their state from the changelog; the killed one comes
   back and catches its stale local state up from the changelog. The output
   stays correct throughout.
+- Every envelope killed between its batch's output acknowledgements and its
+  changelog's (a failpoint), then taken over by an instance that restores its
+  state from the changelog: every input change is in the output.
 """
 
 from __future__ import annotations
@@ -19,11 +22,16 @@ import random
 import time
 from typing import Any
 
+import orjson
 import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 
+from processor.events.change import source_version
 from tests.integration.processes import (
     Event,
     Processor,
+    decoder,
     final_rows,
     metric,
     pipeline_config,
@@ -34,6 +42,7 @@ from tests.integration.workload import Table, Workload, source_rows
 from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
 from tidemark.config import Config
+from tidemark.kafka import client_config, ensure_topics
 from tidemark.ports import free_port
 
 pytestmark = pytest.mark.integration
@@ -133,12 +142,7 @@ def test_sigkill_at_random_moments_loses_nothing(stack: DevStack) -> None:
 def test_a_second_instance_takes_over_partitions_with_their_state(stack: DevStack) -> None:
     kv, full = Table("iso_pair_kv"), Table("iso_pair_full", replica_full=True)
     config = pipeline_config(stack, "pair", envelopes={"public.iso_pair_full": "debezium"})
-    other = dataclasses.replace(
-        config,
-        processor=dataclasses.replace(
-            config.processor, state_dir=str(stack.run_dir / "pair-state-b"), web_port=free_port()
-        ),
-    )
+    other = other_instance(config, "b")
     workload = Workload(config, [kv, full], seed=21)
     workload.create_tables()
     workload.run_some(40)
@@ -173,4 +177,77 @@ def test_a_second_instance_takes_over_partitions_with_their_state(stack: DevStac
         check_table(config, full, "debezium")
     finally:
         first.stop()
+        second.stop()
+
+
+def other_instance(config: Config, name: str) -> Config:
+    """``config`` for a second instance of its pipeline: its own state folder and port."""
+    processor = dataclasses.replace(
+        config.processor,
+        state_dir=str(config.processor.state_dir) + f"-{name}",
+        web_port=free_port(),
+    )
+    return dataclasses.replace(config, processor=processor)
+
+
+def changes_in(config: Config, topic: str, flat: bool) -> set[tuple[Any, ...]]:
+    """Every change of an input topic as (key, version): Debezium's position, or the offset
+    of a flat record."""
+    decode = decoder(config)
+    found = set()
+    for record in read_topic(config, topic):
+        if record.key is None or (record.value is None and not flat):
+            continue  # Debezium's tombstone after a delete: no change of its own
+        key = tuple(decode(record.key).values())
+        if flat:
+            found.add((key, (0, record.offset)))
+        else:
+            assert record.value is not None
+            found.add((key, source_version(decode(record.value)["source"])))
+    return found
+
+
+def emitted(config: Config, table: str) -> set[tuple[Any, ...]]:
+    """Every (key, version) a reconciled topic shows."""
+    return {(tuple(e.key.values()), position(e)) for e in reconciled(config, table) if e.value}
+
+
+def test_a_kill_between_the_outputs_and_the_changelog_loses_nothing(stack: DevStack) -> None:
+    kv, full = Table("iso_acks_kv"), Table("iso_acks_full", replica_full=True)
+    config = pipeline_config(
+        stack,
+        "acks",
+        envelopes={"public.iso_acks_full": "debezium", "public.iso_acks_flat": "upsert"},
+        batch_size=50,
+    )
+    prefix = f"{config.source.topic_prefix}.public."
+    workload = Workload(config, [kv, full], seed=31)
+    workload.create_tables()
+    workload.run_some(60)
+    workload.bulk(30)
+    ensure_topics(AdminClient(client_config(config.kafka)), {prefix + "iso_acks_flat": 1}, 1)
+    producer = Producer(client_config(config.kafka))
+    for number in range(1500):
+        key = number % 40
+        value = None if number % 9 == 0 else orjson.dumps({"id": key, "n": number})
+        producer.produce(prefix + "iso_acks_flat", value, orjson.dumps({"id": key}), 0)
+    producer.flush(30)
+    first = Processor(stack, config, "acks-a")
+    first.start(failpoint="outputs-acked:6").crashed()
+    # A new instance: no local state, so everything it knows comes from the changelog,
+    # which the crash left at most part way into the batch whose outputs were acknowledged.
+    second = Processor(stack, other_instance(config, "b"), "acks-b").start()
+    try:
+        wait_caught_up(config)
+        for table, flat in (
+            ("iso_acks_kv", False),
+            ("iso_acks_full", False),
+            ("iso_acks_flat", True),
+        ):
+            lost = changes_in(config, prefix + table, flat) - emitted(config, table)
+            assert not lost, f"{table}: {len(lost)} changes never emitted, e.g. {sorted(lost)[:3]}"
+        check_table(config, kv, "debezium-upsert")
+        check_table(config, full, "debezium")
+        assert read_topic(config, "acks.dlq") == []
+    finally:
         second.stop()
