@@ -3,10 +3,10 @@
 A batch whose output Kafka never acknowledges (here: an output to a partition
 its topic will not have; the topic does not exist yet when the record is
 produced, so librdkafka reports the failure only once the broker has made the
-topic) must fail without a single changelog record of that batch in Kafka. Otherwise a restore from the changelog (another instance, or a
-store that reopened at an earlier commit) would hold state past outputs that
-never landed, and the ``debezium`` envelope would drop their replay as
-duplicates.
+topic) must fail without a single changelog record of that batch in Kafka.
+Otherwise a restore from the changelog (another instance, or a store that
+reopened at an earlier commit) would hold state past outputs that never
+landed, and the ``debezium`` envelope would drop their replay as duplicates.
 """
 
 from __future__ import annotations
