@@ -19,6 +19,8 @@ from typing import Any
 
 import orjson
 
+from processor.events.change import in_64_bits
+
 #: The source fields each connector's position keeps: offsets field, ``source`` field.
 _FIELDS: dict[str, tuple[tuple[str, str], ...]] = {
     "postgresql": (("lsn", "lsn"), ("txId", "txId"), ("xmin", "xmin")),
@@ -51,10 +53,11 @@ def source_position(event: Any) -> dict[str, Any] | None:
         commit = _commit_lsn(source.get("sequence"))
         if commit is not None:
             position["lsn_commit"] = commit
-        if source.get("ts_us") is not None:
-            position["ts_usec"] = source["ts_us"]
-        elif source.get("ts_ms") is not None:
-            position["ts_usec"] = source["ts_ms"] * 1000
+        ts_us, ts_ms = source.get("ts_us"), source.get("ts_ms")
+        if ts_us is not None:
+            position["ts_usec"] = ts_us
+        elif isinstance(ts_ms, int) and not isinstance(ts_ms, bool) and in_64_bits(ts_ms * 1000):
+            position["ts_usec"] = ts_ms * 1000
     return {connector: position} if position else None
 
 

@@ -101,7 +101,19 @@ class Emit:
 
 def snapshot_kind(source: dict[str, Any]) -> Snapshot:
     """The snapshot kind of a Debezium ``source`` block (unknown values count as none)."""
-    return _SNAPSHOT_VALUES.get(source.get("snapshot"), Snapshot.NONE)
+    value = source.get("snapshot")
+    if value is not None and not isinstance(value, str):
+        return Snapshot.NONE
+    return _SNAPSHOT_VALUES.get(value, Snapshot.NONE)
+
+
+#: Versions and transaction ids are kept as signed 64-bit integers (in state, in outputs).
+_LOWEST, _HIGHEST = -(2**63), 2**63 - 1
+
+
+def in_64_bits(number: int) -> bool:
+    """Whether ``number`` fits a signed 64-bit integer."""
+    return _LOWEST <= number <= _HIGHEST
 
 
 def source_version(source: Any) -> Version:
@@ -118,18 +130,24 @@ def source_version(source: Any) -> Version:
     try:
         if sequence:
             commit, change = orjson.loads(sequence)
-            return int(commit or 0), int(change or 0)
-        if source.get("lsn") is not None:
+            version = int(commit or 0), int(change or 0)
+        elif source.get("lsn") is not None:
             lsn = int(source["lsn"])
-            return lsn, lsn
-        if source.get("file") and source.get("pos") is not None:
+            version = lsn, lsn
+        elif source.get("file") and source.get("pos") is not None:
             number = int(str(source["file"]).rsplit(".", 1)[-1])
-            return (number << 40) | int(source["pos"]), int(source.get("row") or 0)
-    except (orjson.JSONDecodeError, TypeError, ValueError):
+            version = (number << 40) | int(source["pos"]), int(source.get("row") or 0)
+        else:
+            raise PositionError(
+                "Debezium event without a source position (sequence, lsn or binlog)"
+            )
+    except (orjson.JSONDecodeError, TypeError, ValueError, OverflowError):
         raise PositionError(
             f"unreadable source position {sequence or source.get('lsn')!r}"
         ) from None
-    raise PositionError("Debezium event without a source position (sequence, lsn or binlog)")
+    if not (in_64_bits(version[0]) and in_64_bits(version[1])):
+        raise PositionError(f"source position {version} is beyond 64-bit integers")
+    return version
 
 
 def is_placeholder(value: Any) -> bool:
@@ -161,7 +179,7 @@ def debezium_change(state_key: bytes, payload: Any, msg: RawMessage, toast: bool
     if not isinstance(payload, dict) or "op" not in payload:
         raise InputError("not a Debezium change event (no 'op' field)", msg, "not-debezium")
     op = payload["op"]
-    if op not in OPS:
+    if not isinstance(op, str) or op not in OPS:
         raise InputError(f"unknown op {op!r} (expected one of c, u, d, r)", msg, "unknown-op")
     before, after, source = payload.get("before"), payload.get("after"), payload.get("source")
     if op == "d":
@@ -183,6 +201,13 @@ def debezium_change(state_key: bytes, payload: Any, msg: RawMessage, toast: bool
             raise InputError(str(exc), msg, "position") from None
     assert isinstance(source, dict)
     txid = source.get("txId")
+    if not isinstance(txid, int) or isinstance(txid, bool):
+        txid = None
+    elif not in_64_bits(txid):
+        raise InputError(f"transaction id {txid} is beyond 64-bit integers", msg, "position")
+    connector = source.get("connector")
+    if connector is not None and not isinstance(connector, str):
+        raise InputError(f"source.connector {connector!r} is not a name", msg, "not-debezium")
     change = Change(
         state_key,
         op,
@@ -190,10 +215,10 @@ def debezium_change(state_key: bytes, payload: Any, msg: RawMessage, toast: bool
         after,
         version,
         snapshot_kind(source),
-        source.get("connector"),
+        connector,
         toast and after is not None,
         payload,
-        txid=txid if isinstance(txid, int) and not isinstance(txid, bool) else None,
+        txid=txid,
     )
     if tag is not None:
         change.chunk, change.read_in = tag.number, tag.read_in

@@ -82,6 +82,9 @@ class ChunkTags:
                     self._seen.clear()
                 parse = PgSnapshot.parse if kind == SNAPSHOT_HEADER else Window.parse
                 read_in = self._seen[(kind, text)] = parse(text.decode())
-            return ChunkTag(int(number), read_in, request.decode())
+            chunk = int(number)
+            if not 0 <= chunk < 1 << 63:
+                return None
+            return ChunkTag(chunk, read_in, request.decode())
         except (SnapshotFormatError, UnicodeDecodeError, ValueError, AttributeError):
             return None

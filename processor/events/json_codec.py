@@ -285,9 +285,11 @@ def _key_columns(schema: dict[str, Any], msg: RawMessage) -> list[_KeyColumn]:
         raise InputError("key schema is not a struct", msg, "key")
     columns = []
     for spec in fields:
-        kind = spec.get("type")
+        name, kind = spec.get("field"), spec.get("type")
+        if not isinstance(name, str):
+            raise InputError("key schema has a field without a name", msg, "key")
         allowed = _JSON_TYPES.get(kind, ()) if isinstance(kind, str) else ()
-        columns.append((spec.get("field"), bool(spec.get("optional")), str(kind), allowed))
+        columns.append((name, bool(spec.get("optional")), str(kind), allowed))
     return columns
 
 

@@ -34,6 +34,9 @@ from processor.errors import SnapshotFormatError
 
 _EPOCH = 1 << 32
 _HALF = 1 << 31
+#: Transaction ids are unsigned 64-bit (``xid8``); positions and offsets signed 64-bit.
+_XID8_END = 1 << 64
+_INT64 = 1 << 63
 _HEAD = struct.Struct(">QQI")
 _XID = struct.Struct(">Q")
 
@@ -55,7 +58,7 @@ class PgSnapshot:
             snapshot = PgSnapshot(int(xmin), int(xmax), ids)
         except ValueError:
             raise SnapshotFormatError(f"not a pg_snapshot: {text!r}") from None
-        if not snapshot.xmin <= snapshot.xmax or any(
+        if not 0 <= snapshot.xmin <= snapshot.xmax < _XID8_END or any(
             not snapshot.xmin <= x < snapshot.xmax for x in snapshot.xip
         ):
             raise SnapshotFormatError(f"inconsistent pg_snapshot: {text!r}")
@@ -150,7 +153,13 @@ class Window:
         except (ValueError, SnapshotFormatError):
             raise SnapshotFormatError(f"not a signal-table window: {text!r}") from None
         window = Window((l0, l1), (h0, h1), offsets, snapshot)
-        if not window.low < window.high or not window.ends or min(window.ends) < 0:
+        numbers = (*window.low, *window.high, *window.ends)
+        if (
+            not window.low < window.high
+            or not window.ends
+            or min(window.ends) < 0
+            or not all(-_INT64 <= n < _INT64 for n in numbers)
+        ):
             raise SnapshotFormatError(f"inconsistent signal-table window: {text!r}")
         return window
 

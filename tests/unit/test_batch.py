@@ -254,3 +254,76 @@ def test_a_replay_is_emitted_again_only_above_the_flushed_checkpoint() -> None:
     assert emitted_offsets == [4, 5]
     store.commit({}, Checkpoint(6))
     assert reconciler.decide({TP: stream}, {TP: store}).records == []
+
+
+SOURCE_FIELDS = ["connector", "snapshot", "sequence", "lsn", "txId", "file", "pos", "row", "db"]
+#: Anything JSON can hold, integers beyond 64 bits included (Python's json writes them).
+ANY_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=5,
+)
+POSITIONS = st.one_of(
+    ANY_JSON,
+    st.integers(-(2**70), 2**70).map(lambda n: f'["{n}","{n}"]'),
+    st.integers(-(2**70), 2**70).map(lambda n: f"[{n}, 1]"),
+    st.sampled_from(["[1e400, 2]", '["1", null]', "[[1], 2]", "[{}, 2]"]),
+)
+
+
+@st.composite
+def random_sources(draw: st.DrawFn) -> Any:
+    """A ``source`` block: some fields of Debezium's, each of any JSON type, or not a dict."""
+    if draw(st.integers(0, 9)) == 0:
+        return draw(ANY_JSON)
+    fields = draw(st.lists(st.sampled_from(SOURCE_FIELDS), unique=True, max_size=6))
+    source = {"connector": "postgresql", "sequence": '["10","12"]'}
+    for name in fields:
+        source[name] = draw(POSITIONS if name in ("sequence", "lsn", "pos") else ANY_JSON)
+    return source
+
+
+@st.composite
+def poisoned(draw: st.DrawFn) -> tuple[bytes | None, bytes | None]:
+    """A message whose key or ``source`` block (or op) may be anything JSON holds."""
+    key = draw(st.integers(0, 4))
+    payload = event(key, draw(st.sampled_from(["c", "u", "d"])), "x", 10)
+    if payload["op"] == "d":
+        payload["after"] = None
+    payload["source"] = draw(random_sources())
+    if draw(st.integers(0, 5)) == 0:
+        payload["op"] = draw(ANY_JSON)
+    raw_key = orjson.dumps({"id": key})
+    if draw(st.integers(0, 4)) == 0:
+        raw_key = json.dumps(draw(ANY_JSON)).encode()
+    elif draw(st.integers(0, 4)) == 0:
+        fields = [{"field": draw(ANY_JSON), "type": draw(ANY_JSON), "optional": False}]
+        schema = {"type": "struct", "fields": fields}
+        raw_key = json.dumps({"schema": schema, "payload": {"id": key}}).encode()
+    return raw_key, json.dumps(payload).encode()
+
+
+@pytest.mark.parametrize("envelope", ["upsert", "debezium-upsert", "debezium"])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages=st.lists(poisoned(), min_size=1, max_size=12), size=st.integers(1, 5))
+def test_random_source_blocks_and_keys_never_stop_a_partition(
+    envelope: str, messages: list[tuple[bytes | None, bytes | None]], size: int
+) -> None:
+    """Whatever a message's source block or key holds, deciding it does not raise: it is
+    applied, dropped as a replay or dead-lettered, and the partition moves past it (the
+    ``debezium`` envelope may refuse its source for a string connector it cannot order)."""
+    config = Config(processor=ProcessorConfig(envelope=envelope))
+    reconciler = Reconciler(config)
+    store = MemoryPartitionStore()
+    raw = [RawMessage(TOPIC, 0, offset, k, v) for offset, (k, v) in enumerate(messages)]
+    for start in range(0, len(raw), size):
+        batch = reconciler.decide({TP: raw[start : start + size]}, {TP: store})
+        if TOPIC in reconciler.refused:
+            assert envelope == "debezium" and TP in batch.rewinds
+            return
+        assert batch.next_offsets[TP] == min(start + size, len(raw))
+        store.commit(batch.states[TP].updates, Checkpoint(batch.next_offsets[TP]))

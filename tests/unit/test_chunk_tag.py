@@ -5,11 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from processor.events.chunk_tag import ChunkTag, ChunkTags
 from processor.events.visibility import PgSnapshot, Window
 from processor.reconcile.batch import Reconciler
 from state.memory import MemoryPartitionStore
+from state.store import Checkpoint
 from tests.unit.probe import TOPIC, probe_event
 from tidemark.config import Config, ProcessorConfig
 from tidemark.messages import RawMessage
@@ -110,3 +113,35 @@ def test_a_backfill_partition_without_its_input_partition_waits() -> None:
     groups = {(BACKFILL, 1): [RawMessage(BACKFILL, 1, 7, KEY, chunk_row("x"), tag)]}
     batch = reconciler.decide(groups, {(TOPIC, 0): MemoryPartitionStore()})
     assert batch.rewinds == {(BACKFILL, 1): 7} and not batch.records
+
+
+NUMBERS = st.integers(-(2**70), 2**70).map(str) | st.text(max_size=8)
+
+
+@st.composite
+def hostile_headers(draw: st.DrawFn) -> list[tuple[str, bytes]]:
+    """Chunk headers anyone could write to a backfill topic: numbers of any size, junk text."""
+    number = draw(NUMBERS)
+    if draw(st.booleans()):
+        ids = draw(st.lists(NUMBERS, max_size=3))
+        seen = ("tidemark.snapshot", f"{draw(NUMBERS)}:{draw(NUMBERS)}:{','.join(ids)}")
+    else:
+        bounds = ",".join(draw(NUMBERS) for _ in range(4))
+        ends = ",".join(draw(st.lists(NUMBERS, min_size=1, max_size=3)))
+        seen = ("tidemark.window", f"{bounds};{ends}")
+    return [("tidemark.chunk", number.encode()), (seen[0], seen[1].encode())]
+
+
+@settings(max_examples=300, deadline=None)
+@given(headers=hostile_headers(), name=st.text(max_size=4))
+def test_hostile_chunk_headers_are_dead_letters_or_rows_never_a_crash(
+    headers: list[tuple[str, bytes]], name: str
+) -> None:
+    """A backfill record whose headers hold numbers beyond 64 bits or junk is a dead letter
+    (or, when they parse, a row decided like any other); deciding it never raises."""
+    tag = ChunkTags().parse(headers)
+    message = RawMessage(BACKFILL, 0, 0, KEY, chunk_row(name or "x"), tag)
+    store = MemoryPartitionStore()
+    store.commit({}, Checkpoint(0))
+    found = outputs(Reconciler(CONFIG), store, message)
+    assert len(found) <= 1

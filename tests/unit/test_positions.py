@@ -2,7 +2,25 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
+from hypothesis import example, given
+from hypothesis import strategies as st
+
 from processor.dataplane.positions import source_position
+
+FIELDS = ["lsn", "txId", "xmin", "sequence", "ts_ms", "ts_us", "snapshot"]
+#: What orjson parses JSON into: integers within 64 bits (unsigned at most), floats, ...
+ANY_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
+    max_leaves=5,
+)
 
 
 def test_postgresql_position_has_lsn_txid_commit_lsn_and_microseconds() -> None:
@@ -58,3 +76,13 @@ def test_no_position_without_a_known_connector() -> None:
     assert source_position({"source": None}) is None
     assert source_position(None) is None
     assert source_position({"source": {"connector": "postgresql", "sequence": "oops"}}) is None
+
+
+@given(source=st.dictionaries(st.sampled_from(FIELDS), ANY_JSON, max_size=8))
+@example(source={"ts_ms": 2**64 - 1})
+@example(source={"ts_ms": {"a": 1}, "sequence": [1, 2]})
+def test_any_source_block_gives_a_position_that_can_be_written(source: dict[str, Any]) -> None:
+    """Whatever a PostgreSQL event's source block holds, its position is JSON (the data
+    plane writes it with the batch: a failure there would stop every partition)."""
+    position = source_position({"source": {**source, "connector": "postgresql"}})
+    orjson.dumps({"at_offset": 1, **(position or {})})
