@@ -44,6 +44,10 @@ class KafkaConfig:
     replication_factor: int = 1
     #: Extra librdkafka properties for every client (for example SASL settings).
     client_properties: dict[str, str] = field(default_factory=dict)
+    #: The largest record Tidemark writes (32 MiB): its producers' ``message.max.bytes`` and
+    #: the ``max.message.bytes`` of the topics it creates. An input message above half of it
+    #: (its output may carry the old row and the new) becomes a dead letter that refers to it.
+    max_record_bytes: int = 32 * 1024 * 1024
     #: Confluent-compatible schema registry of Avro topics; empty: Avro input is a dead letter.
     schema_registry_url: str = ""
     schema_registry_user: str = ""
@@ -219,6 +223,7 @@ class Config:
 _POSITIVE = {
     ("kafka", "topic_partitions"),
     ("kafka", "replication_factor"),
+    ("kafka", "max_record_bytes"),
     ("processor", "batch_size"),
     ("processor", "batch_timeout_ms"),
     ("snapshot", "chunk_size"),

@@ -87,6 +87,26 @@ def client_config(kafka: KafkaConfig, **extra: Any) -> dict[str, Any]:
     return conf
 
 
+#: Room for a record's framing (headers, batch overhead) above ``kafka.max_record_bytes``.
+RECORD_FRAMING = 64 * 1024
+
+
+def producer_config(kafka: KafkaConfig, **extra: Any) -> dict[str, Any]:
+    """Settings for a producer of ``kafka``: idempotent, every write acknowledged by all
+    replicas, records up to ``max_record_bytes``."""
+    settings = {
+        "enable.idempotence": True,
+        "acks": "all",
+        "message.max.bytes": kafka.max_record_bytes + RECORD_FRAMING,
+    }
+    return client_config(kafka, **{**settings, **extra})
+
+
+def record_topic_config(kafka: KafkaConfig, **extra: str) -> dict[str, str]:
+    """The configuration of a topic Tidemark creates for records up to ``max_record_bytes``."""
+    return {"max.message.bytes": str(kafka.max_record_bytes + RECORD_FRAMING), **extra}
+
+
 def consumer_config(kafka: KafkaConfig, group: str, **extra: Any) -> dict[str, Any]:
     """Settings for a consumer in ``group`` that commits offsets itself."""
     return client_config(

@@ -47,7 +47,12 @@ from state.store import Checkpoint, PartitionStore
 from tidemark.config import Config
 from tidemark.errors import InputError
 from tidemark.failpoints import Failpoint
-from tidemark.kafka import FAILURES_ONLY, Acknowledgements, client_config, produce_waiting
+from tidemark.kafka import (
+    FAILURES_ONLY,
+    Acknowledgements,
+    produce_waiting,
+    producer_config,
+)
 from tidemark.topics import dead_letter_topic, positions_topic
 
 log = logging.getLogger(__name__)
@@ -65,19 +70,17 @@ class Committer:
         self.dead_letter_topic = dead_letter_topic(pipeline)
         self.positions_topic = positions_topic(pipeline)
         settings = {
-            "enable.idempotence": True,
-            "acks": "all",
             "linger.ms": 5,
             "compression.type": "lz4",
             "queue.buffering.max.messages": 500_000,
         }
         #: Outputs, dead letters, positions and changelog records: only their
         #: failures are reported back.
-        self._producer = Producer(client_config(config.kafka, **settings, **FAILURES_ONLY))
+        self._producer = Producer(producer_config(config.kafka, **settings, **FAILURES_ONLY))
         self._acks = Acknowledgements(self._producer)
         #: The last changelog record of each partition's batch, on a producer that
         #: reports its offset: where the store's changelog has reached.
-        self._changelog = Producer(client_config(config.kafka, **settings))
+        self._changelog = Producer(producer_config(config.kafka, **settings))
         self._changelog_acks = Acknowledgements(self._changelog)
         #: Per changelog partition, the offset after its last acknowledged record.
         self._changelog_ends: dict[TopicPartitionKey, int] = {}

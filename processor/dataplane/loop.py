@@ -37,6 +37,7 @@ from tidemark.kafka import (
     data_messages,
     ensure_topics,
     partition_counts,
+    record_topic_config,
 )
 from tidemark.messages import RawMessage
 from tidemark.schema_registry import configured_schemas
@@ -87,6 +88,7 @@ class DataPlane:
                 self._admin,
                 {self._committer.dead_letter_topic: kafka.topic_partitions},
                 kafka.replication_factor,
+                config=record_topic_config(kafka),
             )
             ensure_topics(
                 self._admin,
@@ -258,6 +260,7 @@ class DataPlane:
                 self._admin,
                 {b: counts[wanted[b]] for b in missing if wanted[b] in counts},
                 self.config.kafka.replication_factor,
+                config=record_topic_config(self.config.kafka),
             )
         names = sorted([*inputs, *wanted])
         if names != self._subscribed:

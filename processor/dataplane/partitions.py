@@ -22,7 +22,7 @@ from processor.reconcile.batch import Reconciler, TopicPartitionKey
 from state.changelog import Restorer
 from state.store import PartitionStore, StateBackend
 from tidemark.config import Config
-from tidemark.kafka import consumer_config, ensure_topics, partition_counts
+from tidemark.kafka import consumer_config, ensure_topics, partition_counts, record_topic_config
 from tidemark.topics import backfill_topic, backfilled_topic, reader_group
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class Partitions:
         if new:
             counts = partition_counts(self._admin, new)
             replication = self._config.kafka.replication_factor
-            compacted = {"cleanup.policy": "compact"}
+            compacted = record_topic_config(self._config.kafka, **{"cleanup.policy": "compact"})
             topic = self._reconciler.topic
             outputs = {topic(t).output: counts[t] for t in new}
             changelogs = {topic(t).changelog: counts[t] for t in new}

@@ -33,6 +33,7 @@ from tidemark.kafka import (
     data_messages,
     ensure_topics,
     exact_end_offsets,
+    producer_config,
     read_range,
 )
 from tidemark.topics import control_topic, reader_group
@@ -52,7 +53,7 @@ class Lifecycle(enum.Enum):
 def write_control(config: Config, key: bytes, value: dict[str, Any] | None) -> None:
     """Write one control record (``None``: delete the key) and wait for Kafka to keep it."""
     topic = _ensure_control_topic(config)
-    producer = Producer(client_config(config.kafka, **{"enable.idempotence": True, "acks": "all"}))
+    producer = Producer(producer_config(config.kafka))
     errors: list[str] = []
     body = None if value is None else orjson.dumps({**value, "at_ms": int(time.time() * 1000)})
     producer.produce(

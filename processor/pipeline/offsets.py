@@ -54,6 +54,7 @@ from tidemark.kafka import (
     data_messages,
     exact_end_offsets,
     produce_waiting,
+    producer_config,
     read_range,
 )
 from tidemark.topics import (
@@ -363,7 +364,7 @@ def complete_write(config: Config, plan: dict[str, Any], *, release: bool = True
         for tp in result[group].result().topic_partitions:
             if tp.error is not None:
                 raise TidemarkError(f"cannot commit {tp.topic}[{tp.partition}]: {tp.error}")
-    producer = Producer(client_config(config.kafka, **{"enable.idempotence": True, "acks": "all"}))
+    producer = Producer(producer_config(config.kafka))
     acks = Acknowledgements(producer)
     topic = positions_topic(config.processor.pipeline)
     for name, partition, value in plan["positions"]:
@@ -391,9 +392,7 @@ def _delete_state(config: Config, topic: str, partition: int) -> None:
             live.add(key)
     if not live:
         return
-    producer = Producer(
-        client_config(config.kafka, **{"enable.idempotence": True, "acks": "all", "linger.ms": 5})
-    )
+    producer = Producer(producer_config(config.kafka, **{"linger.ms": 5}))
     acks = Acknowledgements(producer)
     for key in live:
         produce_waiting(producer, topic, None, key, acks.on_delivery, partition)

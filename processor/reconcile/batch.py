@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+import orjson
+
 from processor import metrics
 from processor.errors import SourceRefusedError, UnfillableError
 from processor.events.change import Change
@@ -92,6 +94,8 @@ class Reconciler:
         #: Input topics stopped because they break their envelope's constraints.
         self.refused: dict[str, str] = {}
         self.windows = WindowBuffers(config.processor.pipeline)
+        #: The largest message reconciled; a larger one is dead-lettered as a reference.
+        self.input_limit = config.kafka.max_record_bytes // 2
 
     def topic(self, topic: str) -> InputTopic:
         """The :class:`InputTopic` of input ``topic`` (made on first use)."""
@@ -201,8 +205,8 @@ class Reconciler:
         upsert = source.envelope == "upsert"
         backfill = tp[0] != source.topic
         # Outputs of every input offset below the checkpoint are in Kafka already
-        # (protocol step 3 precedes step 4): a replay of them, after a crash or an
-        # offsets rewind that kept state, is not emitted again.
+        # (acknowledged before the state was written): a replay of them, after a crash or
+        # an offsets rewind that kept state, is not emitted again.
         flushed = -1 if backfill else state.flushed_offset()
         decoded: list[tuple[RawMessage, Change | InputError | None]] = []
         dropped = 0
@@ -210,9 +214,16 @@ class Reconciler:
         rest = group
         if upsert and not backfill:
             now_ms = int(time.time() * 1000)
-            taken, dropped = decide_flat(codec.json, group, state, output, records, flushed, now_ms)
+            taken, dropped = decide_flat(
+                codec.json, group, state, output, records, flushed, now_ms, self.input_limit
+            )
             rest = group[taken:]
+        limit = self.input_limit
         for raw in rest:
+            size = len(raw.key or b"") + len(raw.value or b"")
+            if size > limit:
+                decoded.append((raw, self._too_large(raw, size)))
+                continue
             if raw.value is None and raw.key is not None and not upsert:
                 decoded.append((raw, None))  # Debezium's tombstone after a delete event
                 continue
@@ -273,6 +284,27 @@ class Reconciler:
             metrics.EVENTS_DROPPED.labels(tp[0]).inc(dropped)
         produced = len(records) - first_record
         batch.produced[output] = batch.produced.get(output, 0) + produced
+
+    def _too_large(self, raw: RawMessage, size: int) -> InputError:
+        """A dead letter that refers to ``raw``, which is too large to reconcile: its bytes
+        may not fit the dead-letter topic either."""
+        reason = (
+            f"{size} bytes, above {self.input_limit}: half of kafka.max_record_bytes "
+            f"({self.config.kafka.max_record_bytes}), since an output may carry the old row "
+            "and the new"
+        )
+        reference = orjson.dumps(
+            {
+                "topic": raw.topic,
+                "partition": raw.partition,
+                "offset": raw.offset,
+                "size": size,
+                "reason": reason,
+            }
+        )
+        key = raw.key if raw.key is not None and len(raw.key) <= self.input_limit else None
+        letter = RawMessage(raw.topic, raw.partition, raw.offset, key, reference, raw.chunk)
+        return InputError(reason, letter, "too-large")
 
     def _refuse(self, topic: str, reason: str, raw: RawMessage) -> None:
         """Stop ``topic`` (its partitions stay paused at the offending message)."""

@@ -47,12 +47,14 @@ def decide_flat(
     records: list[Record],
     flushed: int,
     now_ms: int,
+    limit: int,
 ) -> tuple[int, int]:
     """Decide ``group``'s leading messages that take this path, appending their records.
 
     ``flushed`` is the input offset below which outputs are already in Kafka (a
     replayed equal version there is not emitted again); ``now_ms`` the events'
-    ``ts_ms``. Returns how many messages were taken and how many of them were dropped.
+    ``ts_ms``; a message larger than ``limit`` bytes is left to the general path. Returns
+    how many messages were taken and how many of them were dropped.
     """
     splitter = codec.values
     prefix, schema = splitter.prefix, splitter.schema
@@ -68,7 +70,7 @@ def decide_flat(
         if key is None or key[:1] == MAGIC:
             break
         if value is not None:
-            if value[:1] == MAGIC:
+            if value[:1] == MAGIC or len(value) + len(key) > limit:
                 break
             if prefix:
                 if not (value.startswith(prefix) and value.endswith(b"}")):

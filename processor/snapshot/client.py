@@ -25,6 +25,7 @@ from tidemark.kafka import (
     ensure_topics,
     last_value,
     partition_counts,
+    producer_config,
 )
 from tidemark.topics import progress_topic, reader_group, signal_topic
 
@@ -39,7 +40,7 @@ def send_signal(config: Config, kind: str, data: dict[str, Any], signal_id: str 
     ensure_topics(
         AdminClient(client_config(config.kafka)), {topic: 1}, config.kafka.replication_factor
     )
-    producer = Producer(client_config(config.kafka, **{"enable.idempotence": True, "acks": "all"}))
+    producer = Producer(producer_config(config.kafka))
     errors: list[str] = []
     producer.produce(
         topic,

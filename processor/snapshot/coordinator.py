@@ -65,6 +65,7 @@ from tidemark.kafka import (
     data_messages,
     ensure_topics,
     last_value,
+    producer_config,
 )
 from tidemark.schema_registry import SchemaCache
 from tidemark.topics import (
@@ -96,9 +97,9 @@ class Coordinator:
         kafka = config.kafka
         self._admin = AdminClient(client_config(kafka))
         self._producer = Producer(
-            client_config(
+            producer_config(
                 kafka,
-                **{"enable.idempotence": True, "acks": "all", "linger.ms": 5},
+                **{"linger.ms": 5},
             )
         )
         self._acks = Acknowledgements(self._producer)

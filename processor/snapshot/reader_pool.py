@@ -44,9 +44,9 @@ from tidemark.failpoints import Failpoint
 from tidemark.kafka import (
     FAILURES_ONLY,
     Acknowledgements,
-    client_config,
     consumer_config,
     produce_waiting,
+    producer_config,
 )
 from tidemark.schema_registry import configured_schemas
 from tidemark.topics import backfilled_topic, reader_group
@@ -246,11 +246,9 @@ class _Reader:
         self._connector = connector
         self._schemas = configured_schemas(config.kafka)
         self._producer = Producer(
-            client_config(
+            producer_config(
                 config.kafka,
                 **{
-                    "enable.idempotence": True,
-                    "acks": "all",
                     "linger.ms": 20,
                     "compression.type": "lz4",
                     "queue.buffering.max.messages": 500_000,

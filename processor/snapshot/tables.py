@@ -28,7 +28,13 @@ from processor.snapshot.connector import Connector
 from processor.snapshot.progress import TableProgress
 from tidemark.config import Config
 from tidemark.errors import TidemarkError
-from tidemark.kafka import ensure_topics, exact_end_offsets, partition_counts, read_range
+from tidemark.kafka import (
+    ensure_topics,
+    exact_end_offsets,
+    partition_counts,
+    read_range,
+    record_topic_config,
+)
 from tidemark.schema_registry import SchemaCache
 from tidemark.topics import backfill_topic, change_topic
 
@@ -105,7 +111,13 @@ class TableChecks:
                 f"Debezium's key columns {missing} are not columns of {entry.table}"
             )
         backfill = backfill_topic(self._config.processor.pipeline, topic)
-        ensure_topics(self._admin, {backfill: counts[topic]}, self._config.kafka.replication_factor)
+        kafka = self._config.kafka
+        ensure_topics(
+            self._admin,
+            {backfill: counts[topic]},
+            kafka.replication_factor,
+            config=record_topic_config(kafka),
+        )
         prepared = PreparedTable(info, event, backfill)
         self._prepared[(entry.table, entry.request_id)] = prepared
         return prepared

@@ -25,7 +25,7 @@ from processor.reconcile.batch import Reconciler
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
 from tests.unit.probe import SCHEMAS, TOPIC, frame, probe_event
-from tidemark.config import Config, ProcessorConfig
+from tidemark.config import Config, KafkaConfig, ProcessorConfig
 from tidemark.messages import RawMessage
 from tidemark.schema_registry import MemoryRegistry, SchemaCache
 
@@ -327,3 +327,45 @@ def test_random_source_blocks_and_keys_never_stop_a_partition(
             return
         assert batch.next_offsets[TP] == min(start + size, len(raw))
         store.commit(batch.states[TP].updates, Checkpoint(batch.next_offsets[TP]))
+
+
+def contents(store: MemoryPartitionStore) -> dict[bytes, bytes | None]:
+    return {key: store.get(key) for key in store.keys(b"")}
+
+
+@pytest.mark.parametrize("envelope", ["upsert", "debezium-upsert", "debezium"])
+def test_a_message_too_large_for_its_output_is_a_dead_letter_reference(envelope: str) -> None:
+    """Its output could hold the old row and the new one: an input above half the record
+    limit becomes a dead letter that refers to it (the bytes may not fit the dead-letter
+    topic either); state does not change, and the partition goes on."""
+    limit = 64 * 1024
+    config = Config(
+        kafka=KafkaConfig(max_record_bytes=limit), processor=ProcessorConfig(envelope=envelope)
+    )
+    reconciler = Reconciler(config)
+    store = MemoryPartitionStore()
+    fmt = "json-schemaless"
+    before = RawMessage(TOPIC, 0, 0, *encode(fmt, 1, event(1, "c", "small", 10)))
+    huge = RawMessage(TOPIC, 0, 1, *encode(fmt, 1, event(1, "u", "x" * limit, 11)))
+    after = RawMessage(TOPIC, 0, 2, *encode(fmt, 2, event(2, "c", "next", 12)))
+    first = reconciler.decide({TP: [before]}, {TP: store})
+    store.commit(first.states[TP].updates, Checkpoint(1))
+    held = contents(store)
+    batch = reconciler.decide({TP: [huge]}, {TP: store})
+    assert batch.records == [] and batch.next_offsets == {TP: 2}
+    [letter] = batch.dead_letters
+    assert letter.kind == "too-large" and letter.message.offset == 1
+    reference = orjson.loads(letter.message.value or b"")
+    assert reference == {
+        "topic": TOPIC,
+        "partition": 0,
+        "offset": 1,
+        "size": len(huge.key or b"") + len(huge.value or b""),
+        "reason": letter.reason,
+    }
+    assert str(limit) in letter.reason
+    assert batch.states.get(TP) is None or not batch.states[TP].updates
+    store.commit({}, Checkpoint(2))
+    assert contents(store) == held
+    rest = reconciler.decide({TP: [after]}, {TP: store})
+    assert len(rest.records) >= 1 and rest.dead_letters == []

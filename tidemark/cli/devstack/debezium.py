@@ -32,7 +32,13 @@ from confluent_kafka.admin import AdminClient
 
 from tidemark.cli.errors import DevStackError
 from tidemark.config import Config
-from tidemark.kafka import client_config, ensure_topics, produce_waiting
+from tidemark.kafka import (
+    client_config,
+    ensure_topics,
+    produce_waiting,
+    producer_config,
+    record_topic_config,
+)
 
 log = logging.getLogger(__name__)
 
@@ -94,11 +100,9 @@ class KafkaBridge:
     def __init__(self, config: Config) -> None:
         self._kafka = config.kafka
         self._producer = Producer(
-            client_config(
+            producer_config(
                 config.kafka,
                 **{
-                    "enable.idempotence": True,
-                    "acks": "all",
                     "partitioner": "murmur2_random",
                     "linger.ms": 5,
                     "compression.type": "lz4",
@@ -117,6 +121,7 @@ class KafkaBridge:
                 self._admin,
                 dict.fromkeys(new, self._kafka.topic_partitions),
                 self._kafka.replication_factor,
+                config=record_topic_config(self._kafka),
             )
             self._topics |= new
         failures: list[KafkaError] = []
