@@ -21,11 +21,18 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from aiohttp.web import HTTPRequestEntityTooLarge
 from faust import App
 from faust.web import Request, Response, View
 
 from processor.dataplane.loop import DataPlane
-from processor.errors import BadRequestError, InvalidOffsetsError, PipelineActiveError, SignalError
+from processor.errors import (
+    BadRequestError,
+    InvalidOffsetsError,
+    PipelineActiveError,
+    RequestTooLargeError,
+    SignalError,
+)
 from processor.openapi import ACTIONS, BODIES, LIFECYCLE_ACTIONS, OPENAPI, PREFIX
 from processor.pipeline.control_topic import Lifecycle, set_lifecycle
 from processor.pipeline.offsets import Offsets
@@ -35,6 +42,9 @@ from processor.snapshot.coordinator import Coordinator
 from processor.snapshot.signals import json_object
 from tidemark.config import TOKEN_ENV, Config
 from tidemark.errors import TidemarkError
+
+#: The largest request body the API reads: a signal, an offsets document (413 above).
+MAX_BODY_BYTES = 1024 * 1024
 
 T = TypeVar("T")
 #: A view method: the view, the request and the route's parts.
@@ -48,8 +58,16 @@ def api_token() -> str | None:
 
 async def body_of(request: Request, schema: str | None = None) -> dict[str, Any]:
     """The request's JSON object body, checked against the OpenAPI schema ``schema``."""
+    too_large = RequestTooLargeError(f"the body is larger than {MAX_BODY_BYTES} bytes")
+    length = request.headers.get("Content-Length", "")
+    if length.isdigit() and int(length) > MAX_BODY_BYTES:
+        raise too_large
     try:
-        given = json_object(await request.read(), "the body")
+        raw = await request.read()  # aiohttp reads no more than MAX_BODY_BYTES either
+    except HTTPRequestEntityTooLarge:
+        raise too_large from None
+    try:
+        given = json_object(raw, "the body")
     except SignalError as exc:
         raise BadRequestError(str(exc)) from None
     wrong = schema_error(BODIES[schema], given) if schema else None
@@ -86,13 +104,16 @@ def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Co
 
     async def answer(view: View, work: Callable[[], Awaitable[Any]], status: int = 200) -> Response:
         """``work``'s result as JSON, or the error it raised: 400 for a bad request, 409 for
-        a write to a running pipeline, 503 when Kafka could not do it."""
+        a write to a running pipeline, 413 for a body too large, 503 when Kafka could not
+        do it."""
         try:
             return view.json(await work(), status=status)
         except (BadRequestError, SignalError, InvalidOffsetsError) as exc:
             return view.error(400, str(exc))
         except PipelineActiveError as exc:
             return view.error(409, str(exc))
+        except RequestTooLargeError as exc:
+            return view.error(413, str(exc))
         except TidemarkError as exc:
             return view.error(503, str(exc))
 

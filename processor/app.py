@@ -23,7 +23,7 @@ from faust.web import Request, Response, View
 from mode import Service
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from processor.api import register_api
+from processor.api import MAX_BODY_BYTES, register_api
 from processor.dataplane.loop import DataPlane
 from processor.snapshot.coordinator import Coordinator
 from processor.snapshot.postgres.connector import PostgresConnector
@@ -81,6 +81,7 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
         broker=[f"kafka://{s.strip()}" for s in config.kafka.bootstrap_servers.split(",")],
         store="memory://",
         web_enabled=True,
+        web_application_options={"client_max_size": MAX_BODY_BYTES},
         web_bind=pc.web_host,
         web_port=pc.web_port,
         web_host=pc.web_host,

@@ -75,3 +75,7 @@ class PipelineActiveError(ProcessorError):
 
 class BadRequestError(ProcessorError):
     """A request body the API refuses (HTTP 400)."""
+
+
+class RequestTooLargeError(ProcessorError):
+    """A request body larger than the API reads (HTTP 413)."""

@@ -15,7 +15,7 @@ from jsonschema import Draft202012Validator
 from processor.pipeline.control_topic import Lifecycle
 from processor.pipeline.offsets import RESET_TARGETS
 from processor.pipeline.offsets_schema import OFFSETS_SCHEMA
-from processor.snapshot.signals import TABLE_PATTERN
+from processor.snapshot.signals import MAX_FILTER_BYTES, MAX_TABLES, TABLE_PATTERN
 
 PREFIX = "/api/v1"
 #: ``POST /api/v1/snapshots/{action}``: the signal each action sends.
@@ -41,6 +41,10 @@ _ACCEPTED = {
         "description": "no or wrong bearer token",
         "content": {"application/json": {"schema": _ERROR}},
     },
+    "413": {
+        "description": "a body larger than the API reads (1 MiB)",
+        "content": {"application/json": {"schema": _ERROR}},
+    },
 }
 
 
@@ -59,6 +63,7 @@ def _components(schema: dict[str, Any], prefix: str) -> dict[str, Any]:
 
 
 _TABLE_NAME = {"type": "string", "pattern": TABLE_PATTERN}
+_TABLES = {"type": "array", "items": _TABLE_NAME, "maxItems": MAX_TABLES}
 #: "incremental" in any case, as Debezium reads it.
 _INCREMENTAL = "^" + "".join(f"[{c}{c.upper()}]" for c in "incremental") + "$"
 _NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
@@ -83,6 +88,7 @@ _WRITTEN = {
     "401": _ACCEPTED["401"],
     "404": _answer("another pipeline", _ERROR),
     "409": _answer("instances of the pipeline are running or paused", _ERROR),
+    "413": _ACCEPTED["413"],
 }
 _OFFSETS_BODY = {"required": True, "content": {"application/json": {"schema": _OFFSETS}}}
 
@@ -251,10 +257,7 @@ OPENAPI: dict[str, Any] = {
                 "properties": {
                     "data-collections": {
                         "description": "tables as schema.table; one table may be a string",
-                        "oneOf": [
-                            {"type": "array", "items": _TABLE_NAME, "minItems": 1},
-                            _TABLE_NAME,
-                        ],
+                        "oneOf": [{**_TABLES, "minItems": 1}, _TABLE_NAME],
                     },
                     "type": {"type": "string", "pattern": _INCREMENTAL},
                     "additional-conditions": {
@@ -265,7 +268,11 @@ OPENAPI: dict[str, Any] = {
                             "required": ["data-collection", "filter"],
                             "properties": {
                                 "data-collection": {"type": "string"},
-                                "filter": {"type": "string", "pattern": r"\S"},
+                                "filter": {
+                                    "type": "string",
+                                    "pattern": r"\S",
+                                    "description": f"at most {MAX_FILTER_BYTES} bytes",
+                                },
                             },
                         },
                     },
@@ -277,7 +284,7 @@ OPENAPI: dict[str, Any] = {
                 "properties": {
                     "data-collections": {
                         "description": "stop only: these tables (none: every table)",
-                        "oneOf": [{"type": "array", "items": _TABLE_NAME}, _TABLE_NAME],
+                        "oneOf": [_TABLES, _TABLE_NAME],
                     },
                     "type": {"type": "string", "pattern": _INCREMENTAL},
                 },

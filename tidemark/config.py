@@ -29,6 +29,9 @@ DEFAULT_CONFIG_PATH = "tidemark.yaml"
 #: The processor API's bearer token: an environment variable only, never a file or a flag.
 TOKEN_ENV = "TIDEMARK_API_TOKEN"  # noqa: S105 - the variable's name, not a secret
 
+#: The least ``kafka.max_record_bytes`` can be.
+MIN_RECORD_BYTES = 16 * 1024 * 1024
+
 Envelope = Literal["upsert", "debezium-upsert", "debezium"]
 ENVELOPE_NAMES: tuple[str, ...] = typing.get_args(Envelope)
 Watermarks = Literal["read-only", "signal-table"]
@@ -223,7 +226,6 @@ class Config:
 _POSITIVE = {
     ("kafka", "topic_partitions"),
     ("kafka", "replication_factor"),
-    ("kafka", "max_record_bytes"),
     ("processor", "batch_size"),
     ("processor", "batch_timeout_ms"),
     ("snapshot", "chunk_size"),
@@ -381,6 +383,11 @@ def _check_ranges(config: Config) -> None:
                 f"processor.envelopes.{source}: {envelope!r} is not one of "
                 + ", ".join(map(repr, ENVELOPE_NAMES))
             )
+    if config.kafka.max_record_bytes < MIN_RECORD_BYTES:
+        raise ConfigError(
+            f"kafka.max_record_bytes: must be at least {MIN_RECORD_BYTES} (16 MiB): a full "
+            "snapshot queue's progress record takes up to about 9 MB"
+        )
     snap = config.snapshot
     if not snap.min_chunk_size <= snap.chunk_size <= snap.max_chunk_size:
         raise ConfigError("snapshot.chunk_size: must lie between min_chunk_size and max_chunk_size")

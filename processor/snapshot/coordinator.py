@@ -247,9 +247,12 @@ class Coordinator:
             entry = self._in_flight.pop(job.chunk, None)
             if state is None or entry is None or entry.status != RUNNING:
                 continue
-            if isinstance(result, ChunkError):
+            if isinstance(result, SourceUnavailableError):
                 state.failed(entry, job.chunk)
                 self._failed(entry, result)
+                continue
+            if isinstance(result, ChunkError):
+                self._abort(entry, result)
                 continue
             self._failures = 0
             # Time left is estimated from busy time: the readers, each kept busy, share it.
@@ -283,8 +286,7 @@ class Coordinator:
         try:
             prepared = self._tables.prepare(entry, self._connected())
         except SnapshotRefusedError as exc:
-            log.error("snapshot of %s aborted: %s", entry.table, exc)
-            self._persist(state.abort(entry, str(exc), now))
+            self._abort(entry, exc)
             return
         except SourceUnavailableError as exc:
             self._failed(entry, exc)
@@ -318,8 +320,11 @@ class Coordinator:
                     entry.condition,
                 )
                 part = state.plan(entry, maximum if end is None else key_to_json(end) or maximum)
-        except ChunkError as exc:
+        except SourceUnavailableError as exc:
             self._failed(entry, exc)
+            return
+        except ChunkError as exc:  # the source refused the table's query (its filter, say)
+            self._abort(entry, exc)
             return
         if part is None:
             return  # every part is being read
@@ -348,6 +353,13 @@ class Coordinator:
         if self._reader is None:
             self._reader = self._connector.chunk_reader()
         return self._reader
+
+    def _abort(self, entry: TableProgress, exc: Exception) -> None:
+        """``entry``'s table cannot be read: abort it with the reason; the queue goes on."""
+        log.error("snapshot of %s aborted: %s", entry.table, exc)
+        state = self.state
+        assert state is not None
+        self._persist(state.abort(entry, str(exc), time.time()))
 
     def _failed(self, entry: TableProgress, exc: Exception) -> None:
         """A read failed: reconnect and retry with a growing pause; abort after a few."""

@@ -37,6 +37,7 @@ from typing import Any
 import orjson
 
 from processor.snapshot.signals import (
+    MAX_TABLES,
     ExecuteSnapshot,
     PauseSnapshot,
     ResumeSnapshot,
@@ -50,6 +51,9 @@ PROGRESS_KEY = b"state"
 AGGREGATE_TYPE = "Incremental Snapshot"
 #: Finished tables kept for ``status`` (the oldest are forgotten first).
 HISTORY = 50
+#: Tables queued or being read at once, over every request: with the bounds of one
+#: signal (:mod:`processor.snapshot.signals`) the progress record stays a few MB at most.
+MAX_QUEUED_TABLES = 2 * MAX_TABLES
 
 QUEUED, RUNNING, COMPLETED, ABORTED = "queued", "running", "completed", "aborted"
 PENDING = (QUEUED, RUNNING)
@@ -179,13 +183,20 @@ class SnapshotState:
         """Act on a signal; the notifications it causes."""
         ms = int(now * 1000)
         if isinstance(signal, ExecuteSnapshot):
+            collections = ",".join(signal.tables)
+            if len(self.pending()) + len(signal.tables) > MAX_QUEUED_TABLES:
+                error = (
+                    f"the snapshot queue holds at most {MAX_QUEUED_TABLES} tables; "
+                    f"{len(self.pending())} are queued: signal again once some are done"
+                )
+                data = {"data_collections": collections, "error": error}
+                return [Notification("ABORTED", signal.request_id, data, ms)]
             for table in signal.tables:  # each request reads its tables, queued after the rest
                 self.tables.append(
                     TableProgress(
                         table, signal.request_id, signal.conditions.get(table), signal.surrogate_key
                     )
                 )
-            collections = ",".join(signal.tables)
             return [
                 Notification("STARTED", signal.request_id, {"data_collections": collections}, ms)
             ]

@@ -29,7 +29,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
 
-from processor.errors import ChunkError
+from processor.errors import ChunkError, SourceUnavailableError
 from processor.events.chunk_tag import ChunkTag
 from processor.events.visibility import PgSnapshot, Window
 from processor.snapshot.chunk_events import TableShape
@@ -39,7 +39,7 @@ from processor.snapshot.connector import Connector
 from processor.snapshot.watermarks import SignalTableWatermarks
 from processor.tuning import tune_garbage_collector
 from tidemark.config import Config
-from tidemark.errors import TidemarkError
+from tidemark.errors import DeliveryError, TidemarkError, TopicError
 from tidemark.failpoints import Failpoint
 from tidemark.kafka import (
     FAILURES_ONLY,
@@ -161,6 +161,8 @@ class ChunkWorker:
         except (EOFError, OSError):
             self.close()
             return job, _lost()
+        if status == "unavailable":
+            return job, SourceUnavailableError(str(result))
         if status != "ok":
             return job, ChunkError(str(result))
         assert isinstance(result, ChunkDone)
@@ -202,8 +204,8 @@ class ChunkWorker:
         return self.connection
 
 
-def _lost() -> ChunkError:
-    return ChunkError("the chunk reader process ended; it is started again")
+def _lost() -> SourceUnavailableError:
+    return SourceUnavailableError("the chunk reader process ended; it is started again")
 
 
 def _serve(conn: Connection, config: Config, connector: Connector) -> None:
@@ -231,7 +233,10 @@ def _serve(conn: Connection, config: Config, connector: Connector) -> None:
                 return
             try:
                 conn.send(("ok", reader.read(job)))
-            except (TidemarkError, KafkaException) as exc:
+            except (SourceUnavailableError, DeliveryError, TopicError, KafkaException) as exc:
+                reader.reset()
+                conn.send(("unavailable", str(exc)))
+            except TidemarkError as exc:  # the table's fault: its query, a value
                 reader.reset()
                 conn.send(("error", str(exc)))
     finally:

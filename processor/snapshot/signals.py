@@ -31,6 +31,12 @@ OPEN = "snapshot-window-open"
 CLOSE = "snapshot-window-close"
 WINDOW_TYPES = frozenset({OPEN, CLOSE})
 
+#: Bounds of a signal: every one ends in the snapshot progress record, which is one Kafka
+#: record (:data:`processor.snapshot.progress.MAX_QUEUED_TABLES` bounds the queue).
+MAX_TABLES = 1000
+MAX_FILTER_BYTES = 2048
+MAX_ID_CHARS = 256
+
 #: ``schema.table``: one dot between two non-empty names (quoted names may hold spaces).
 TABLE_PATTERN = r"^[^.]+\.[^.]+$"
 _TABLE = re.compile(TABLE_PATTERN)
@@ -78,6 +84,8 @@ def parse_signal(signal_id: str, kind: str, data: str | bytes | None) -> Signal:
     """The signal of a row ``(id, type, data)``; :class:`SignalError` when it is not one."""
     if not signal_id:
         raise SignalError("a signal needs an id")
+    if len(signal_id) > MAX_ID_CHARS:
+        raise SignalError(f"a signal's id is longer than {MAX_ID_CHARS} characters")
     if kind not in SIGNAL_TYPES:
         raise SignalError(f"signal {signal_id}: unknown type {kind!r} (known: {SIGNAL_TYPES})")
     document = json_object(data, f"signal {signal_id}: data")
@@ -108,6 +116,10 @@ def parse_signal(signal_id: str, kind: str, data: str | bytes | None) -> Signal:
             )
         if not isinstance(sql_filter, str) or not sql_filter.strip():
             raise SignalError(f"signal {signal_id}: additional condition without a filter")
+        if len(sql_filter.encode()) > MAX_FILTER_BYTES:
+            raise SignalError(
+                f"signal {signal_id}: the filter of {table} is longer than {MAX_FILTER_BYTES} bytes"
+            )
         conditions[table] = sql_filter
     surrogate = document.get("surrogate-key")
     if surrogate is not None and (not isinstance(surrogate, str) or not surrogate):
@@ -138,6 +150,8 @@ def _tables(signal_id: str, value: Any, required: bool) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
         raise SignalError(f"signal {signal_id}: data-collections must be a list of table names")
     tables = tuple(dict.fromkeys(value))
+    if len(tables) > MAX_TABLES:
+        raise SignalError(f"signal {signal_id}: more than {MAX_TABLES} tables in one request")
     for table in tables:
         if not _TABLE.match(table):
             raise SignalError(f"signal {signal_id}: {table!r} is not 'schema.table'")

@@ -75,6 +75,13 @@ def test_api_needs_its_token_and_controls_snapshots_as_signals_do(stack: DevStac
             "POST", f"{base}/snapshots", {**start, "additional-conditions": elsewhere}
         )
         assert status == 400 and "not among data-collections" in body["error"]
+        # Bounded requests: no more tables than one progress record holds, no huge body.
+        many = {"data-collections": [f"public.t{i}" for i in range(1001)]}
+        status, body = call("POST", f"{base}/snapshots", many)
+        assert status == 400 and "1000" in body["error"]
+        huge = json.dumps({**start, "surrogate-key": "k" * (2 << 20)}).encode()
+        status, body = call("POST", f"{base}/snapshots", raw=huge)
+        assert status == 413 and "larger than" in body["error"]
         assert call("POST", f"{base}/snapshots/rewind")[0] == 404
         assert call("GET", f"{base}/pipelines/other/status")[0] == 404
 

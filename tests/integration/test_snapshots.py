@@ -539,3 +539,43 @@ def test_tiny_chunks_under_a_random_workload_with_crashes(
         print(f"{workload.transactions} transactions during a snapshot with two kills")
     finally:
         processor.stop()
+
+
+def test_a_filter_that_fails_aborts_its_table_and_nothing_else(stack: DevStack) -> None:
+    """A filter with a syntax error, and one with a type error, on real tables: each of those
+    tables is aborted with PostgreSQL's reason and an ABORTED notification, the table after
+    them is read, and the processor neither stops nor restarts (it used to crash on the
+    filter, and every instance after it, in turn, as each became the coordinator)."""
+    config = snapshot_config(stack, "snapbad", chunk_size=200, min_chunk_size=100)
+    for name in ("iso_snapbad_syntax", "iso_snapbad_type", "iso_snapbad_ok"):
+        uncaptured_table(config, name, 300)
+    processor = Processor(stack, config, "snapbad-processor").start()
+    pid = processor.pid
+    try:
+        wait_for("the coordinator", lambda: leading(processor))
+        data = {
+            "data-collections": [
+                "public.iso_snapbad_syntax",
+                "public.iso_snapbad_type",
+                "public.iso_snapbad_ok",
+            ],
+            "additional-conditions": [
+                {"data-collection": "public.iso_snapbad_syntax", "filter": "id = = 3"},
+                {"data-collection": "public.iso_snapbad_type", "filter": "name > 3"},
+            ],
+        }
+        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO public.tidemark_signal (id, type, data) VALUES (%s, %s, %s)",
+                ("bad-1", "execute-snapshot", orjson.dumps(data).decode()),
+            )
+        wait_for("the good table", lambda: notified(config, "COMPLETED", "bad-1"))
+        for name, words in (("iso_snapbad_syntax", "syntax error"), ("iso_snapbad_type", "text")):
+            aborted = progress(config, f"public.{name}", "bad-1")
+            assert aborted.status == "aborted" and words in (aborted.error or ""), aborted
+        reasons = [n["additional_data"] for n in notified(config, "ABORTED", "bad-1")]
+        assert len(reasons) == 2
+        assert progress(config, "public.iso_snapbad_ok", "bad-1").rows == 301
+        assert processor.pid == pid and processor.health().get("status") == "ok"
+    finally:
+        processor.stop()

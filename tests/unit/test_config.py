@@ -64,6 +64,7 @@ def test_the_catalog_password_comes_from_the_environment_and_stays_out_of_repr(
             "processor.batch_size: expected an integer, got 'many'",
         ),
         ("processor:\n  batch_size: 0\n", "processor.batch_size: must be greater than 0"),
+        ("kafka:\n  max_record_bytes: 1048576\n", "kafka.max_record_bytes: must be at least"),
         (
             "processor:\n  envelope: debezium-ish\n",
             "processor.envelope: 'debezium-ish' is not one of",

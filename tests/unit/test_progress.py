@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from processor.snapshot.progress import (
     ABORTED,
     COMPLETED,
+    MAX_QUEUED_TABLES,
     PENDING,
     RUNNING,
     SnapshotState,
@@ -20,8 +21,16 @@ from processor.snapshot.progress import (
     key_from_json,
     key_to_json,
 )
-from processor.snapshot.signals import ExecuteSnapshot, PauseSnapshot, ResumeSnapshot, StopSnapshot
+from processor.snapshot.signals import (
+    MAX_FILTER_BYTES,
+    MAX_TABLES,
+    ExecuteSnapshot,
+    PauseSnapshot,
+    ResumeSnapshot,
+    StopSnapshot,
+)
 from tidemark.cli.snapshot_status import render_status
+from tidemark.config import MIN_RECORD_BYTES
 
 
 def types(notes: list) -> list[tuple[str, str]]:  # type: ignore[type-arg]
@@ -248,3 +257,20 @@ def test_status_shows_the_parts_being_read() -> None:
     state.take(state.plan(entry, [6]))
     text = render_status(state)
     assert "3 rows, 1 chunks, last key [3]" in text and "reading [3]..[6] (chunk 2)" in text
+
+
+def test_the_queue_is_bounded_and_its_record_stays_small() -> None:
+    """Requests beyond the queue's bound are aborted whole; a full queue of the largest
+    requests (filters of the longest kind on every table) still fits one Kafka record."""
+    state = SnapshotState()
+    longest = "x" * MAX_FILTER_BYTES
+    for number in range(MAX_QUEUED_TABLES // MAX_TABLES):
+        tables = tuple(f"public.t{number}_{i}" for i in range(MAX_TABLES))
+        request = ExecuteSnapshot(f"r{number}", tables, dict.fromkeys(tables, longest))
+        assert [n.type for n in state.apply(request, 1.0)] == ["STARTED"]
+    assert len(state.pending()) == MAX_QUEUED_TABLES
+    refused = state.apply(ExecuteSnapshot("one-more", ("public.extra",)), 2.0)
+    assert [n.type for n in refused] == ["ABORTED"]
+    assert "queue" in refused[0].additional_data["error"]
+    assert len(state.pending()) == MAX_QUEUED_TABLES
+    assert len(state.to_json()) < MIN_RECORD_BYTES * 3 // 4

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import orjson
 import pytest
 
 from processor.errors import SignalError
 from processor.snapshot.signals import (
+    MAX_FILTER_BYTES,
+    MAX_ID_CHARS,
+    MAX_TABLES,
     ExecuteSnapshot,
     PauseSnapshot,
     ResumeSnapshot,
@@ -60,3 +64,28 @@ def test_stop_pause_resume() -> None:
 def test_bad_signals_are_refused_with_a_reason(kind: str, data: str, reason: str) -> None:
     with pytest.raises(SignalError, match=reason):
         parse_signal("bad", kind, data)
+
+
+def test_a_request_is_bounded_but_holds_500_tables() -> None:
+    """Every signal ends in the progress record, one Kafka record: its size is bounded."""
+    many = [f"public.t{i}" for i in range(MAX_TABLES + 1)]
+    long_filter = "id > 0 AND " * (MAX_FILTER_BYTES // 11 + 1)
+    with pytest.raises(SignalError, match=f"more than {MAX_TABLES} tables"):
+        parse_signal("s", "execute-snapshot", orjson.dumps({"data-collections": many}))
+    with pytest.raises(SignalError, match="filter of public.t0 is longer than"):
+        parse_signal(
+            "s",
+            "execute-snapshot",
+            orjson.dumps(
+                {
+                    "data-collections": many[:1],
+                    "additional-conditions": [
+                        {"data-collection": "public.t0", "filter": long_filter}
+                    ],
+                }
+            ),
+        )
+    with pytest.raises(SignalError, match="id is longer than"):
+        parse_signal("x" * (MAX_ID_CHARS + 1), "pause-snapshot", None)
+    signal = parse_signal("s", "execute-snapshot", orjson.dumps({"data-collections": many[:500]}))
+    assert isinstance(signal, ExecuteSnapshot) and len(signal.tables) == 500

@@ -45,7 +45,7 @@ class PostgresChunkReader(ChunkReader):
     def table_info(self, table: str, surrogate_key: str | None = None) -> TableInfo:
         schema, _, name = table.partition(".")
         relation = _regclass(schema, name)
-        with connection_errors(), self._conn.transaction():
+        with source_errors(f"the catalog of {table}"), self._conn.transaction():
             found = self._conn.execute("SELECT to_regclass(%s)", (relation,)).fetchone()
             if found is None or found[0] is None:
                 raise ChunkError(f"table {table} does not exist")
@@ -85,7 +85,7 @@ class PostgresChunkReader(ChunkReader):
         query = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT 1").format(
             _columns(info.key), sql.Identifier(info.schema, info.table), _where(condition), order
         )
-        with connection_errors(), self._conn.transaction():
+        with source_errors(f"the largest key of {info.name}"), self._conn.transaction():
             row = self._conn.execute(query).fetchone()
         return None if row is None else tuple(row)
 
@@ -93,7 +93,7 @@ class PostgresChunkReader(ChunkReader):
         """The planner's estimate (``pg_class.reltuples``); a count where there is none or a
         filter applies."""
         relation = _regclass(info.schema, info.table)
-        with connection_errors(), self._conn.transaction():
+        with source_errors(f"the size of {info.name}"), self._conn.transaction():
             if not condition:
                 row = self._conn.execute(
                     "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", (relation,)
@@ -117,7 +117,7 @@ class PostgresChunkReader(ChunkReader):
             _columns(info.key),
             sql.Literal(max(0, int(rows) - 1)),
         )
-        with connection_errors(), self._conn.transaction():
+        with source_errors(f"a part of {info.name} after {after!r}"), self._conn.transaction():
             row = self._conn.execute(query, params).fetchone()
         return None if row is None else tuple(row)
 
@@ -141,20 +141,14 @@ class PostgresChunkReader(ChunkReader):
                 self._conn.adapters.register_loader(oid, TextLoader)
                 self._as_text.add(oid)
         started = time.perf_counter()
-        try:
-            with self._conn.transaction():
-                text = self._conn.execute("SELECT pg_current_snapshot()::text").fetchone()
-                # the text forms processor.snapshot.postgres.values converts
-                self._conn.execute(
-                    "SET LOCAL intervalstyle = 'iso_8601'; SET LOCAL timezone = 'UTC'; "
-                    "SET LOCAL datestyle = 'ISO'"
-                )
-                cursor = self._conn.execute(query, params)
-                rows = cursor.fetchall()
-        except psycopg.OperationalError as exc:
-            raise SourceUnavailableError(f"chunk of {info.name} after {after!r}: {exc}") from None
-        except psycopg.Error as exc:
-            raise ChunkError(f"chunk of {info.name} after {after!r}: {exc}") from None
+        with source_errors(f"chunk of {info.name} after {after!r}"), self._conn.transaction():
+            text = self._conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+            # the text forms processor.snapshot.postgres.values converts
+            self._conn.execute(
+                "SET LOCAL intervalstyle = 'iso_8601'; SET LOCAL timezone = 'UTC'; "
+                "SET LOCAL datestyle = 'ISO'"
+            )
+            rows = self._conn.execute(query, params).fetchall()
         assert text is not None
         return Chunk(rows, PgSnapshot.parse(text[0]), time.perf_counter() - started)
 
@@ -173,12 +167,17 @@ class PostgresChunkReader(ChunkReader):
 
 
 @contextlib.contextmanager
-def connection_errors() -> Iterator[None]:
-    """A broken connection as :class:`SourceUnavailableError`; other errors as they are."""
+def source_errors(what: str) -> Iterator[None]:
+    """psycopg's errors as Tidemark's, naming ``what`` was asked: a broken connection as
+    :class:`SourceUnavailableError` (worth trying again), anything else the source refused
+    (a filter's syntax or types, a missing column) as :class:`ChunkError`: the table's
+    fault, which aborts its snapshot."""
     try:
         yield
     except psycopg.OperationalError as exc:
-        raise SourceUnavailableError(f"the source cannot be reached: {exc}") from None
+        raise SourceUnavailableError(f"{what}: the source cannot be reached: {exc}") from None
+    except psycopg.Error as exc:
+        raise ChunkError(f"{what}: {exc}") from None
 
 
 def _range(

@@ -9,16 +9,14 @@ what Kafka has acknowledged.
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from processor.errors import ChunkError, SourceUnavailableError
-from processor.snapshot.postgres.reader import connection_errors
+from processor.errors import SourceUnavailableError
+from processor.snapshot.postgres.reader import source_errors
 from processor.snapshot.watermarks import WatermarkWriter
 from tidemark.config import Config
 
@@ -50,18 +48,18 @@ class PostgresWatermarkWriter(WatermarkWriter):
             ) from None
 
     def insert(self, row_id: str, kind: str, data: str) -> None:
-        with _source_errors(f"writing the {kind} row"):
+        with source_errors(f"signal-table watermarks, writing the {kind} row"):
             self._conn.execute(self._insert, (row_id, kind, data))
 
     def wait_captured(self) -> None:
         """Wait until the replication slot has confirmed the WAL position of now."""
-        with _source_errors("the WAL position"):
+        with source_errors("signal-table watermarks, the WAL position"):
             row = self._conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
         assert row is not None
         lsn = int(row[0])
         deadline = time.monotonic() + self._confirm_timeout
         while True:
-            with _source_errors("reading the replication slot"):
+            with source_errors("signal-table watermarks, reading the replication slot"):
                 confirmed = confirmed_flush_lsn(self._conn, self._slot)
             if confirmed is not None and confirmed >= lsn:
                 return
@@ -75,19 +73,8 @@ class PostgresWatermarkWriter(WatermarkWriter):
             time.sleep(0.05)
 
     def delete(self, row_ids: tuple[str, ...]) -> None:
-        with _source_errors("deleting the watermark rows"):
+        with source_errors("signal-table watermarks, deleting the rows"):
             self._conn.execute(self._delete, (list(row_ids),))
 
     def close(self) -> None:
         self._conn.close()
-
-
-@contextlib.contextmanager
-def _source_errors(what: str) -> Iterator[None]:
-    """A broken connection as :class:`SourceUnavailableError` (retried), any other SQL error
-    as :class:`ChunkError`."""
-    try:
-        with connection_errors():
-            yield
-    except psycopg.Error as exc:
-        raise ChunkError(f"signal-table watermarks, {what}: {exc}") from None
