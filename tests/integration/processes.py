@@ -61,11 +61,18 @@ def pipeline_config(stack: DevStack, name: str, **processor: Any) -> Config:
     )
 
 
-class Processor:
-    """One ``tidemark process`` of a test, started through the stack (pid recorded)."""
+#: How tests start the ``tidemark`` command.
+TIDEMARK = [sys.executable, "-m", "tidemark.cli"]
 
-    def __init__(self, stack: DevStack, config: Config, name: str) -> None:
-        self.stack, self.config, self.name = stack, config, name
+
+class Processor:
+    """One ``tidemark process`` of a test, started through the stack (pid recorded);
+    ``command`` replaces how ``tidemark`` is started."""
+
+    def __init__(
+        self, stack: DevStack, config: Config, name: str, command: list[str] = TIDEMARK
+    ) -> None:
+        self.stack, self.config, self.name, self.command = stack, config, name, command
         self.path = stack.run_dir / f"{name}.yaml"
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
@@ -81,7 +88,7 @@ class Processor:
     ) -> Processor:
         """Start and wait until healthy; ``failpoint``: ``TIDEMARK_FAILPOINT`` for the process;
         ``env``: more environment variables."""
-        cmd = [sys.executable, "-m", "tidemark.cli", "process", "--config", str(self.path)]
+        cmd = [*self.command, "process", "--config", str(self.path)]
         extra = dict(env or {}, **({"TIDEMARK_FAILPOINT": failpoint} if failpoint else {}))
         self.pid = self.stack.start_process(self.name, cmd, extra)
         deadline = time.monotonic() + timeout
@@ -137,7 +144,7 @@ def run_cli(
     """``tidemark <args> --config <the processor's file>`` as a process (``env``: more
     environment variables); the finished process."""
     return subprocess.run(
-        [sys.executable, "-m", "tidemark.cli", *args, "--config", str(processor.path)],
+        [*TIDEMARK, *args, "--config", str(processor.path)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -273,10 +280,13 @@ def final_rows(events: list[Event]) -> dict[tuple[Any, ...], dict[str, Any]]:
 
 class SinkProcess:
     """One ``tidemark sink`` of a test in a process group of its own (the driver, its JVM and
-    Python workers), started through the stack (pid recorded)."""
+    Python workers), started through the stack (pid recorded); ``command`` replaces how
+    ``tidemark`` is started."""
 
-    def __init__(self, stack: DevStack, config: Config, name: str) -> None:
-        self.stack, self.name = stack, name
+    def __init__(
+        self, stack: DevStack, config: Config, name: str, command: list[str] = TIDEMARK
+    ) -> None:
+        self.stack, self.name, self.command = stack, name, command
         self.path = stack.run_dir / f"{name}.yaml"
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:
@@ -291,7 +301,7 @@ class SinkProcess:
     def start(self, *args: str, failpoint: str = "") -> SinkProcess:
         """``tidemark sink <args>``; ``failpoint``: ``TIDEMARK_FAILPOINT`` for the driver and
         its executors."""
-        cmd = [sys.executable, "-m", "tidemark.cli", "sink", *args, "--config", str(self.path)]
+        cmd = [*self.command, "sink", *args, "--config", str(self.path)]
         env = {"TIDEMARK_FAILPOINT": failpoint} if failpoint else {}
         self._log_from = self.log.stat().st_size if self.log.exists() else 0
         self.pid = self.stack.start_process(self.name, cmd, env)

@@ -35,4 +35,5 @@ def test_a_jdbc_catalog_carries_its_uri_and_credentials_and_keeps_a_uri_warehous
 
 
 def test_the_postgresql_driver_ships_with_the_debezium_wheel() -> None:
-    assert postgres_jar().is_file()
+    jar = postgres_jar()
+    assert jar is not None and jar.is_file()
