@@ -85,9 +85,9 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
         web_bind=pc.web_host,
         web_port=pc.web_port,
         web_host=pc.web_host,
-        broker_session_timeout=6.0,
-        broker_heartbeat_interval=1.0,
-        broker_max_poll_interval=10.0,
+        broker_session_timeout=config.kafka.session_timeout_ms / 1000,
+        broker_heartbeat_interval=config.kafka.heartbeat_interval_ms / 1000,
+        broker_max_poll_interval=config.kafka.max_poll_interval_ms / 1000,
         topic_partitions=config.kafka.topic_partitions,
         topic_replication_factor=config.kafka.replication_factor,
         autodiscover=False,
@@ -109,13 +109,24 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
             healthy = (
                 dataplane.running and dataplane.failure is None and coordinator.failure is None
             )
-            body = {
+            body: dict[str, Any] = {
                 "status": "ok" if healthy else "failing",
                 # running, paused or stopped (by the pipeline's lifecycle, or for good)
                 "dataplane": dataplane.lifecycle.value.lower() if dataplane.running else "stopped",
                 "assigned_partitions": len(dataplane.assigned),
                 "snapshots": "leader" if coordinator.leader else "standby",
             }
+            # Kafka not answering is ridden out (processor.outages): said, still healthy.
+            waiting = {
+                name: outage.reason
+                for name, outage in (
+                    ("dataplane", dataplane.outage),
+                    ("snapshots", coordinator.outage),
+                )
+                if outage.reason is not None
+            }
+            if waiting:
+                body["waiting"] = waiting
             return self.json(body, status=200 if healthy else 503)
 
     register_api(app, config, dataplane, coordinator)

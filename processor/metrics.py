@@ -63,6 +63,11 @@ SNAPSHOT_PAUSED = Gauge("tidemark_snapshot_paused", "1 while incremental snapsho
 SNAPSHOT_LEADER = Gauge(
     "tidemark_snapshot_leader", "1 on the instance that coordinates incremental snapshots"
 )
+OUTAGE_SECONDS = Gauge(
+    "tidemark_outage_seconds",
+    "How long a loop has been waiting for Kafka to answer (0: it is not)",
+    ["loop"],
+)
 WINDOW_BUFFERED_ROWS = Gauge(
     "tidemark_window_buffered_rows",
     "Chunk rows of signal-table windows waiting for their partition to pass the window",

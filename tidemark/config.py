@@ -51,6 +51,14 @@ class KafkaConfig:
     #: the ``max.message.bytes`` of the topics it creates. An input message above half of it
     #: (its output may carry the old row and the new) becomes a dead letter that refers to it.
     max_record_bytes: int = 32 * 1024 * 1024
+    #: Consumer groups: a member that sends no heartbeat for ``session_timeout_ms``, or
+    #: polls no batch for ``max_poll_interval_ms``, loses its partitions. Short, so that a
+    #: dead instance's partitions move soon (and a group join does not wait minutes).
+    session_timeout_ms: int = 6000
+    heartbeat_interval_ms: int = 1000
+    max_poll_interval_ms: int = 10000
+    #: How long a loop rides out Kafka being unreachable before the process stops.
+    outage_deadline_s: float = 600.0
     #: Confluent-compatible schema registry of Avro topics; empty: Avro input is a dead letter.
     schema_registry_url: str = ""
     schema_registry_user: str = ""
@@ -226,6 +234,10 @@ class Config:
 _POSITIVE = {
     ("kafka", "topic_partitions"),
     ("kafka", "replication_factor"),
+    ("kafka", "session_timeout_ms"),
+    ("kafka", "heartbeat_interval_ms"),
+    ("kafka", "max_poll_interval_ms"),
+    ("kafka", "outage_deadline_s"),
     ("processor", "batch_size"),
     ("processor", "batch_timeout_ms"),
     ("snapshot", "chunk_size"),
@@ -383,6 +395,13 @@ def _check_ranges(config: Config) -> None:
                 f"processor.envelopes.{source}: {envelope!r} is not one of "
                 + ", ".join(map(repr, ENVELOPE_NAMES))
             )
+    kafka = config.kafka
+    if not kafka.heartbeat_interval_ms < kafka.session_timeout_ms <= kafka.max_poll_interval_ms:
+        raise ConfigError(
+            "kafka: heartbeat_interval_ms < session_timeout_ms <= max_poll_interval_ms, "
+            f"not {kafka.heartbeat_interval_ms}, {kafka.session_timeout_ms}, "
+            f"{kafka.max_poll_interval_ms}"
+        )
     if config.kafka.max_record_bytes < MIN_RECORD_BYTES:
         raise ConfigError(
             f"kafka.max_record_bytes: must be at least {MIN_RECORD_BYTES} (16 MiB): a full "

@@ -18,14 +18,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from tidemark.config import KafkaConfig
 from tidemark.errors import DeliveryError, TopicError
 
-GROUP_SETTINGS = {
-    "session.timeout.ms": 6000,
-    "max.poll.interval.ms": 10000,
-    "heartbeat.interval.ms": 1000,
-    "topic.metadata.refresh.interval.ms": 5000,
-}
-
-
 #: For a producer whose records need no offset back: its delivery callbacks run for
 #: failures only. confluent-kafka then skips building a message object and calling
 #: Python for each acknowledged record (about 1.8 CPU-µs per record here), and still
@@ -115,7 +107,10 @@ def consumer_config(kafka: KafkaConfig, group: str, **extra: Any) -> dict[str, A
             "group.id": group,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
-            **GROUP_SETTINGS,
+            "session.timeout.ms": kafka.session_timeout_ms,
+            "max.poll.interval.ms": kafka.max_poll_interval_ms,
+            "heartbeat.interval.ms": kafka.heartbeat_interval_ms,
+            "topic.metadata.refresh.interval.ms": 5000,
             **extra,
         },
     )

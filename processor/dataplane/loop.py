@@ -17,7 +17,7 @@ import re
 import threading
 import time
 
-from confluent_kafka import Consumer, Message
+from confluent_kafka import Consumer, KafkaException, Message
 from confluent_kafka.admin import AdminClient
 
 from processor import metrics
@@ -25,6 +25,7 @@ from processor.dataplane.commit import Committer
 from processor.dataplane.partitions import Partitions
 from processor.errors import ProcessorError
 from processor.events.chunk_tag import ChunkTags
+from processor.outages import Outage, is_outage
 from processor.pipeline.control_topic import ControlReader, ControlView, Lifecycle
 from processor.pipeline.offsets import ABANDONED_WRITE_SECONDS, complete_write
 from processor.reconcile.batch import Batch, Reconciler, TopicPartitionKey
@@ -67,6 +68,9 @@ class DataPlane:
         self._chunk_tags = ChunkTags()
         self._subscribed: list[str] = []
         self._next_discovery = 0.0
+        self._next_lag = 0.0
+        #: Kafka not answering: the loop waits and tries again, up to a deadline.
+        self.outage = Outage("data plane", config.kafka.outage_deadline_s)
         self._stop = threading.Event()
         self.running = False
         #: The lifecycle state this instance has applied (:mod:`processor.pipeline.control_topic`).
@@ -78,48 +82,27 @@ class DataPlane:
     # -- the loop -------------------------------------------------------------
 
     def run(self) -> None:
-        """Run until :meth:`stop`; on an unexpected error record it in ``failure`` and return."""
-        next_lag = 0.0
+        """Run until :meth:`stop`; on an unexpected error record it in ``failure`` and return.
+
+        A turn that fails because Kafka did not answer leaves the group and releases
+        every partition; the next turn joins again and replays from the committed
+        offsets (:mod:`processor.outages`): nothing of the failed batch was committed.
+        """
         tune_garbage_collector()
         control: ControlReader | None = None
-        kafka = self.config.kafka
         try:
-            ensure_topics(
-                self._admin,
-                {self._committer.dead_letter_topic: kafka.topic_partitions},
-                kafka.replication_factor,
-                config=record_topic_config(kafka),
-            )
-            ensure_topics(
-                self._admin,
-                {self._committer.positions_topic: 1},
-                kafka.replication_factor,
-                config={"cleanup.policy": "compact"},
-            )
-            control = ControlReader(self.config)
-            self.running = True
             while not self._stop.is_set():
-                control.poll()
-                if not self._obey(control):
-                    self._stop.wait(0.2)
-                    continue
-                consumer = self._member()
-                now = time.monotonic()
-                if now >= self._next_discovery:
-                    self._discover_topics()
-                    self._next_discovery = now + 5.0
-                restoring = self.partitions.busy
-                timeout = 0.01 if restoring else self.config.processor.batch_timeout_ms / 1000
-                messages = consumer.consume(self.config.processor.batch_size, timeout)
-                if messages:
-                    started = time.perf_counter()
-                    self._committer.commit(self.decide(messages), self.partitions.stores, consumer)
-                    metrics.BATCH_SECONDS.observe(time.perf_counter() - started)
-                if self.partitions.busy:
-                    self.partitions.restore_step(consumer, self._subscribed)
-                if now >= next_lag:
-                    self.partitions.update_lag(consumer)
-                    next_lag = now + 2.0
+                try:
+                    if control is None:
+                        control = self._start()
+                    self._turn(control)
+                    self.outage.passed()
+                except Exception as exc:
+                    if not is_outage(exc):
+                        raise
+                    wait = self.outage.failed(exc)
+                    self._leave_quietly()
+                    self._stop.wait(wait)
         except BaseException as exc:
             self.failure = exc
             log.exception("data plane stopped on an error")
@@ -128,6 +111,49 @@ class DataPlane:
             self._close()
             if control is not None:
                 control.close()
+
+    def _start(self) -> ControlReader:
+        """The pipeline's topics, and the control topic followed from its beginning."""
+        kafka = self.config.kafka
+        ensure_topics(
+            self._admin,
+            {self._committer.dead_letter_topic: kafka.topic_partitions},
+            kafka.replication_factor,
+            config=record_topic_config(kafka),
+        )
+        ensure_topics(
+            self._admin,
+            {self._committer.positions_topic: 1},
+            kafka.replication_factor,
+            config={"cleanup.policy": "compact"},
+        )
+        control = ControlReader(self.config)
+        self.running = True
+        return control
+
+    def _turn(self, control: ControlReader) -> None:
+        """Obey the lifecycle, consume a batch, decide and commit it, restore a little."""
+        control.poll()
+        if not self._obey(control):
+            self._stop.wait(0.2)
+            return
+        consumer = self._member()
+        now = time.monotonic()
+        if now >= self._next_discovery:
+            self._discover_topics()
+            self._next_discovery = now + 5.0
+        restoring = self.partitions.busy
+        timeout = 0.01 if restoring else self.config.processor.batch_timeout_ms / 1000
+        messages = consumer.consume(self.config.processor.batch_size, timeout)
+        if messages:
+            started = time.perf_counter()
+            self._committer.commit(self.decide(messages), self.partitions.stores, consumer)
+            metrics.BATCH_SECONDS.observe(time.perf_counter() - started)
+        if self.partitions.busy:
+            self.partitions.restore_step(consumer, self._subscribed)
+        if now >= self._next_lag:
+            self.partitions.update_lag(consumer)
+            self._next_lag = now + 2.0
 
     def stop(self) -> None:
         """Ask the loop to finish its batch and leave the group."""
@@ -223,6 +249,16 @@ class DataPlane:
             consumer.close()
         finally:
             self.partitions.release_all()
+
+    def _leave_quietly(self) -> None:
+        """Leave the group after a failed turn (the broker may not answer the goodbye)."""
+        if self._consumer is None:
+            return
+        try:
+            self._leave()
+        except KafkaException as exc:
+            log.warning("leaving the group: %s", exc)
+        self.lifecycle = Lifecycle.STOPPED
 
     def _member(self) -> Consumer:
         if self._consumer is None:

@@ -35,11 +35,12 @@ import logging
 import threading
 import time
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processor import metrics
 from processor.errors import ChunkError, SnapshotRefusedError, SourceUnavailableError
+from processor.outages import Outage, is_outage
 from processor.snapshot.chunk_reader import ChunkReader, next_chunk_size
 from processor.snapshot.connector import Connector
 from processor.snapshot.progress import (
@@ -104,7 +105,10 @@ class Coordinator:
         )
         self._acks = Acknowledgements(self._producer)
         settings = {"enable.partition.eof": False}
-        self._group = Consumer(consumer_config(kafka, snapshot_group(pipeline), **settings))
+        self._group = self._group_consumer()
+        self._joined = False
+        #: Kafka not answering: the loop waits and tries again, up to a deadline.
+        self.outage = Outage("snapshot coordinator", kafka.outage_deadline_s)
         #: Reads progress and change-topic tails; reassigned freely.
         self._probe = Consumer(
             consumer_config(kafka, reader_group(pipeline, "snapshots-probe"), **settings)
@@ -127,42 +131,80 @@ class Coordinator:
     def leader(self) -> bool:
         return self.state is not None
 
+    def _group_consumer(self) -> Consumer:
+        """A member of the group whose owner of the signal topic coordinates snapshots."""
+        group = snapshot_group(self.config.processor.pipeline)
+        return Consumer(
+            consumer_config(self.config.kafka, group, **{"enable.partition.eof": False})
+        )
+
     # -- lifecycle -------------------------------------------------------------
 
     def run(self) -> None:
-        """Run until :meth:`stop`; an unexpected error is kept in ``failure``."""
+        """Run until :meth:`stop`; an unexpected error is kept in ``failure``.
+
+        A turn that fails because Kafka did not answer steps down (leadership, and
+        the reads for it, are dropped) and joins the group again after a pause
+        (:mod:`processor.outages`): the progress record is the truth to resume from.
+        """
         try:
-            replication = self.config.kafka.replication_factor
-            ensure_topics(self._admin, {self.signals: 1, self.notifications: 1}, replication)
-            ensure_topics(
-                self._admin, {self.progress: 1}, replication, config={"cleanup.policy": "compact"}
-            )
-            self._group.subscribe(
-                [self.signals], on_assign=self._on_assign, on_revoke=self._on_revoke
-            )
             while not self._stop.is_set():
-                if self._can_read():
-                    wait = max(0.0, self._not_before - time.monotonic())
-                else:
-                    wait = 0.0 if self._workers.busy() else 0.2
-                messages = self._group.consume(100, min(wait, 0.2))
-                if self.state is None:
-                    self._collect(0)  # reads for a leadership lost: dropped
-                    continue
-                offsets = self.state.signal_offsets
-                for msg in data_messages(messages):
-                    self._act(self._channels.from_topic(msg, offsets))
-                for signal in self._channels.from_table(offsets):
-                    self._act(signal)
-                # The signals just read may have paused or stopped the work.
-                self._collect(0 if self._can_read() else 0.05)
-                if self._can_read() and time.monotonic() >= self._not_before:
-                    self._step()
+                try:
+                    if not self._joined:
+                        self._join()
+                    self._turn()
+                    self.outage.passed()
+                except Exception as exc:
+                    if not is_outage(exc):
+                        raise
+                    wait = self.outage.failed(exc)
+                    self._step_down()
+                    self._stop.wait(wait)
         except BaseException as exc:
             self.failure = exc
             log.exception("snapshot coordinator stopped on an error")
         finally:
             self._close()
+
+    def _join(self) -> None:
+        """The pipeline's snapshot topics, and membership of the group that elects a leader."""
+        replication = self.config.kafka.replication_factor
+        ensure_topics(self._admin, {self.signals: 1, self.notifications: 1}, replication)
+        ensure_topics(
+            self._admin, {self.progress: 1}, replication, config={"cleanup.policy": "compact"}
+        )
+        self._group.subscribe([self.signals], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        self._joined = True
+
+    def _turn(self) -> None:
+        """Read signals, collect finished parts, hand out the next one."""
+        if self._can_read():
+            wait = max(0.0, self._not_before - time.monotonic())
+        else:
+            wait = 0.0 if self._workers.busy() else 0.2
+        messages = self._group.consume(100, min(wait, 0.2))
+        if self.state is None:
+            self._collect(0)  # reads for a leadership lost: dropped
+            return
+        offsets = self.state.signal_offsets
+        for msg in data_messages(messages):
+            self._act(self._channels.from_topic(msg, offsets))
+        for signal in self._channels.from_table(offsets):
+            self._act(signal)
+        # The signals just read may have paused or stopped the work.
+        self._collect(0 if self._can_read() else 0.05)
+        if self._can_read() and time.monotonic() >= self._not_before:
+            self._step()
+
+    def _step_down(self) -> None:
+        """After a failed turn: no longer lead, and leave the group (a new member joins)."""
+        self._lose_leadership()
+        try:
+            self._group.close()
+        except KafkaException as exc:
+            log.warning("leaving the snapshot group: %s", exc)
+        self._group = self._group_consumer()
+        self._joined = False
 
     def stop(self) -> None:
         self._stop.set()
@@ -211,13 +253,16 @@ class Coordinator:
         )
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._lose_leadership()
+        consumer.unassign()
+
+    def _lose_leadership(self) -> None:
         if self.state is not None:
             log.info("no longer coordinating incremental snapshots")
         self.state = None
         self._tables.clear()
         self._in_flight.clear()
         self._channels.release()
-        consumer.unassign()
         metrics.SNAPSHOT_LEADER.set(0)
 
     def _load(self) -> SnapshotState | None:

@@ -1,0 +1,72 @@
+"""Riding out an outage of Kafka: a loop that cannot reach the broker waits and tries again.
+
+The data plane and the snapshot coordinator each keep an :class:`Outage`. When
+a turn of the loop fails because Kafka did not answer in time (a timeout, a
+broken connection, records not acknowledged), the loop drops what the turn held
+(the data plane leaves its group, the coordinator its leadership) and tries
+again after a growing pause, instead of stopping the process: the broker may
+only be paused, and a restart would not bring it back sooner. Only when Kafka
+stays unreachable past ``kafka.outage_deadline_s`` does the loop stop, so that
+the orchestrator can restart the process, perhaps elsewhere.
+
+A fatal Kafka error (librdkafka's own verdict: a misconfiguration, a fenced
+producer) is never ridden out.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from confluent_kafka import KafkaError, KafkaException
+
+from processor import metrics
+from tidemark.errors import DeliveryError, TopicError
+
+log = logging.getLogger(__name__)
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` says Kafka did not answer (worth riding out), not that it refused."""
+    if isinstance(exc, KafkaException):
+        error = exc.args[0] if exc.args else None
+        return not isinstance(error, KafkaError) or not error.fatal()
+    return isinstance(exc, DeliveryError | TopicError)
+
+
+class Outage:
+    """One loop's current outage: since when, why, and how long it may last."""
+
+    def __init__(self, loop: str, deadline_s: float) -> None:
+        self._loop = loop
+        self._deadline_s = deadline_s
+        self._since: float | None = None
+        self._failures = 0
+        #: Why the loop waits (``None``: it does not).
+        self.reason: str | None = None
+
+    def failed(self, exc: BaseException) -> float:
+        """Note a turn that failed on ``exc``; the seconds to wait before the next one.
+
+        Re-raises ``exc`` once the outage has lasted past the deadline.
+        """
+        now = time.monotonic()
+        if self._since is None:
+            self._since = now
+        lasted = now - self._since
+        if lasted > self._deadline_s:
+            log.error("%s: Kafka unreachable for %.0f s, past the deadline", self._loop, lasted)
+            raise exc
+        self._failures += 1
+        self.reason = f"Kafka unreachable for {lasted:.0f} s: {exc}"
+        metrics.OUTAGE_SECONDS.labels(self._loop).set(lasted)
+        wait = min(10.0, 0.5 * 2 ** min(self._failures, 5))
+        log.warning("%s: %s; trying again in %.1f s", self._loop, self.reason, wait)
+        return wait
+
+    def passed(self) -> None:
+        """A turn succeeded: the outage, if any, is over."""
+        if self._since is not None:
+            log.info("%s: Kafka answers again", self._loop)
+            metrics.OUTAGE_SECONDS.labels(self._loop).set(0)
+        self._since, self._failures, self.reason = None, 0, None
