@@ -135,6 +135,9 @@ class SnapshotConfig:
     #: ``pg_current_snapshot()``, exact, writes nothing) or ``signal-table`` (DDD-3's
     #: window-open and window-close rows written to ``signal_table``).
     watermarks: Watermarks = "read-only"
+    #: How long a table waits for a source that cannot be reached (a restart, an outage)
+    #: before its snapshot is aborted; meanwhile its status says why it waits.
+    source_outage_deadline_s: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -244,6 +247,7 @@ _POSITIVE = {
     ("snapshot", "min_chunk_size"),
     ("snapshot", "max_chunk_size"),
     ("snapshot", "chunk_target_seconds"),
+    ("snapshot", "source_outage_deadline_s"),
     ("sink", "max_records_per_partition"),
     ("sink", "trigger_interval_s"),
     ("sink", "target_file_size_mb"),

@@ -79,9 +79,6 @@ from tidemark.topics import (
 
 log = logging.getLogger(__name__)
 
-#: Consecutive failed reads of one table before it is aborted.
-READ_ATTEMPTS = 5
-
 
 class Coordinator:
     """Runs incremental snapshots for one pipeline while this instance leads."""
@@ -122,7 +119,9 @@ class Coordinator:
         #: Chunks being read, by number: the table they belong to.
         self._in_flight: dict[int, TableProgress] = {}
         self._chunk_size = config.snapshot.chunk_size
+        #: Failed reads in a row, and since when the source cannot be reached.
         self._failures = 0
+        self._unreachable_since: float | None = None
         self._not_before = 0.0
         self._stop = threading.Event()
         self.failure: BaseException | None = None
@@ -297,9 +296,9 @@ class Coordinator:
                 self._failed(entry, result)
                 continue
             if isinstance(result, ChunkError):
-                self._abort(entry, result)
+                self._abort(entry, str(result))
                 continue
-            self._failures = 0
+            self._failures, self._unreachable_since, entry.waiting = 0, None, None
             # Time left is estimated from busy time: the readers, each kept busy, share it.
             busy = result.seconds / self._workers.count
             self._persist(state.written(entry, job.chunk, result.rows, busy, time.time()))
@@ -331,7 +330,7 @@ class Coordinator:
         try:
             prepared = self._tables.prepare(entry, self._connected())
         except SnapshotRefusedError as exc:
-            self._abort(entry, exc)
+            self._abort(entry, str(exc))
             return
         except SourceUnavailableError as exc:
             self._failed(entry, exc)
@@ -369,7 +368,7 @@ class Coordinator:
             self._failed(entry, exc)
             return
         except ChunkError as exc:  # the source refused the table's query (its filter, say)
-            self._abort(entry, exc)
+            self._abort(entry, str(exc))
             return
         if part is None:
             return  # every part is being read
@@ -399,31 +398,33 @@ class Coordinator:
             self._reader = self._connector.chunk_reader()
         return self._reader
 
-    def _abort(self, entry: TableProgress, exc: Exception) -> None:
-        """``entry``'s table cannot be read: abort it with the reason; the queue goes on."""
-        log.error("snapshot of %s aborted: %s", entry.table, exc)
+    def _abort(self, entry: TableProgress, reason: str) -> None:
+        """``entry``'s table cannot be read: abort it with ``reason``; the queue goes on."""
+        log.error("snapshot of %s aborted: %s", entry.table, reason)
         state = self.state
         assert state is not None
-        self._persist(state.abort(entry, str(exc), time.time()))
+        self._persist(state.abort(entry, reason, time.time()))
 
     def _failed(self, entry: TableProgress, exc: Exception) -> None:
-        """A read failed: reconnect and retry with a growing pause; abort after a few."""
-        self._failures += 1
+        """The source could not be reached: connect again after a growing pause, saying why
+        the table waits, for up to ``snapshot.source_outage_deadline_s``; then abort it."""
         if self._reader is not None:
             self._reader.close()
             self._reader = None
-        state = self.state
-        assert state is not None
-        if self._failures >= READ_ATTEMPTS:
-            log.error(
-                "snapshot of %s aborted after %d failed reads: %s", entry.table, self._failures, exc
-            )
-            self._failures = 0
-            self._persist(state.abort(entry, str(exc), time.time()))
+        now = time.monotonic()
+        if self._unreachable_since is None:
+            self._unreachable_since = now
+        lasted = now - self._unreachable_since
+        if lasted > self.config.snapshot.source_outage_deadline_s:
+            self._failures, self._unreachable_since, entry.waiting = 0, None, None
+            self._abort(entry, f"the source was unreachable for {lasted:.0f} s: {exc}")
             return
+        self._failures += 1
         wait = min(30.0, 2.0**self._failures)
-        log.warning("snapshot of %s: read failed (%s); retrying in %.0f s", entry.table, exc, wait)
-        self._not_before = time.monotonic() + wait
+        entry.waiting = f"the source cannot be reached; trying again in {wait:.0f} s: {exc}"
+        log.warning("snapshot of %s: %s", entry.table, entry.waiting)
+        self._persist([])  # the reason, for status
+        self._not_before = now + wait
 
     # -- writing progress --------------------------------------------------------
 

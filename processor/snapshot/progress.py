@@ -96,6 +96,8 @@ class TableProgress:
     #: Seconds spent reading and writing chunks (not paused time): the rate's base.
     busy_seconds: float = 0.0
     error: str | None = None
+    #: Why the table waits (the source cannot be reached), while it does.
+    waiting: str | None = None
 
     @property
     def percent(self) -> float | None:

@@ -3,6 +3,8 @@
 - The broker stopped (SIGSTOP) for 30 s while changes stream in, then resumed
   (SIGCONT): it keeps its data in memory, so it must not be restarted. The
   processor keeps running, catches up and converges; it never exits.
+- PostgreSQL restarted while a table is being backfilled: the snapshot resumes
+  and completes; it is not aborted.
 """
 
 from __future__ import annotations
@@ -11,9 +13,25 @@ import os
 import signal
 import time
 
+import psycopg
 import pytest
 
-from tests.integration.processes import Processor, final_rows, pipeline_config, reconciled
+from tests.integration.processes import (
+    Processor,
+    final_rows,
+    pipeline_config,
+    reconciled,
+    wait_for,
+)
+from tests.integration.test_snapshots import (
+    cli,
+    leading,
+    notified,
+    progress,
+    snapshot_config,
+    uncaptured_table,
+)
+from tests.integration.test_snapshots import source_rows as snapshot_rows
 from tests.integration.workload import Table, Workload, source_rows
 from tidemark.cli.devstack.procs import pid_alive
 from tidemark.cli.devstack.stack import DevStack
@@ -49,5 +67,89 @@ def test_a_broker_pause_is_ridden_through(stack: DevStack) -> None:
         assert final_rows(reconciled(config, table.name)) == source_rows(config, table)
         assert processor.pid == pid and pid_alive(pid)
         assert processor.health().get("status") == "ok"
+    finally:
+        processor.stop()
+
+
+def test_a_postgresql_restart_during_a_backfill_does_not_abort_it(stack: DevStack) -> None:
+    """PostgreSQL restarted (a fast shutdown cuts every connection) while a table is being
+    backfilled: the snapshot waits for the source, resumes and completes; the table
+    converges. Debezium reconnects by itself."""
+    name, rows = "iso_pgrestart_rows", 6000
+    config = snapshot_config(
+        stack,
+        "pgrestart",
+        chunk_size=300,
+        min_chunk_size=300,
+        max_chunk_size=300,
+        max_rows_per_second=1500,
+    )
+    uncaptured_table(config, name, rows)
+    processor = Processor(stack, config, "pgrestart-processor").start()
+    pid = processor.pid
+    try:
+        wait_for("the coordinator", lambda: leading(processor))
+        table = f"public.{name}"
+        cli(processor, "snapshot", "start", table, "--id", "pgr-1")
+        wait_for("chunks", lambda: progress(config, table, "pgr-1").rows >= 1000)
+        stack.restart_postgres()
+        wait_for("the snapshot", lambda: notified(config, "COMPLETED", "pgr-1"), timeout=240)
+        done = progress(config, table, "pgr-1")
+        assert (done.status, done.rows) == ("completed", rows + 1), done
+        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+            conn.execute(f"UPDATE {name} SET v = 7 WHERE id = 5")  # noqa: S608 - Debezium streams again
+        wait_caught_up(config, timeout=240)
+        assert final_rows(reconciled(config, name)) == snapshot_rows(config, name)
+        assert processor.pid == pid and pid_alive(pid)
+    finally:
+        processor.stop()
+
+
+def test_a_long_source_outage_waits_with_its_reason_then_aborts_the_table(
+    stack: DevStack,
+) -> None:
+    """The source refuses every connection for longer than snapshot.source_outage_deadline_s:
+    meanwhile the table's status says why it waits; then it is aborted with that reason, and
+    the pipeline goes on once the source is back."""
+    name = "iso_srcdown_rows"
+    config = snapshot_config(
+        stack,
+        "srcdown",
+        chunk_size=300,
+        min_chunk_size=300,
+        max_chunk_size=300,
+        max_rows_per_second=600,
+        source_outage_deadline_s=12.0,
+    )
+    uncaptured_table(config, name, 6000)
+    table = f"public.{name}"
+    processor = Processor(stack, config, "srcdown-processor").start()
+    pid = processor.pid
+    admin = {**config.source.conninfo(), "dbname": "postgres"}
+    try:
+        wait_for("the coordinator", lambda: leading(processor))
+        cli(processor, "snapshot", "start", table, "--id", "down-1")
+        wait_for("chunks", lambda: progress(config, table, "down-1").rows >= 600)
+        with psycopg.connect(**admin, autocommit=True) as conn:
+            conn.execute(f"ALTER DATABASE {config.source.dbname} ALLOW_CONNECTIONS false")
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (config.source.dbname,),
+            )
+        try:
+            waiting = wait_for("a reason", lambda: progress(config, table, "down-1").waiting)
+            assert "cannot be reached" in waiting
+            assert "waiting: the source cannot be reached" in cli(processor, "snapshot", "status")
+            wait_for("the abort", lambda: notified(config, "ABORTED", "down-1"), timeout=90)
+        finally:
+            with psycopg.connect(**admin, autocommit=True) as conn:
+                conn.execute(f"ALTER DATABASE {config.source.dbname} ALLOW_CONNECTIONS true")
+        aborted = progress(config, table, "down-1")
+        assert aborted.status == "aborted" and "unreachable for" in (aborted.error or "")
+        assert aborted.waiting is None
+        cli(processor, "snapshot", "start", table, "--id", "down-2")
+        wait_for("the second snapshot", lambda: notified(config, "COMPLETED", "down-2"))
+        assert processor.pid == pid and pid_alive(pid)
     finally:
         processor.stop()

@@ -42,6 +42,8 @@ def _line(t: TableProgress) -> str:
     if reading:
         parts = ", ".join(f"{_key(r.after)}..{_key(r.upto)} (chunk {r.chunk})" for r in reading)
         line += f"\n      reading {parts}"
+    if t.waiting:
+        line += f"\n      waiting: {t.waiting}"
     if t.error:
         line += f"\n      error: {t.error}"
     return line

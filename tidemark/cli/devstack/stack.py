@@ -176,6 +176,12 @@ class DevStack:
 
     # -- internals ---------------------------------------------------------
 
+    def restart_postgres(self) -> None:
+        """Restart the private PostgreSQL (fast shutdown: every connection is cut)."""
+        self._load_state()
+        pg = self._state["postgres"]
+        postgres.restart_cluster(Path(pg["data_dir"]), pg["os_user"])
+
     def _stop_postgres(self) -> list[str]:
         pg = self._state.pop("postgres", None)
         if not pg:
