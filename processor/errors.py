@@ -13,6 +13,11 @@ class ProcessorError(TidemarkError):
     """The processor cannot go on."""
 
 
+class WriterFailedError(ProcessorError):
+    """A partition's producer failed for good, most often fenced by the partition's next
+    owner: the instance lost the partition and joins its group again."""
+
+
 # -- the reconciliation rules -------------------------------------------------
 
 

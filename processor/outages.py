@@ -9,8 +9,9 @@ only be paused, and a restart would not bring it back sooner. Only when Kafka
 stays unreachable past ``kafka.outage_deadline_s`` does the loop stop, so that
 the orchestrator can restart the process, perhaps elsewhere.
 
-A fatal Kafka error (librdkafka's own verdict: a misconfiguration, a fenced
-producer) is never ridden out.
+A fatal Kafka error (librdkafka's own verdict: a misconfiguration) is never
+ridden out, but for a fenced producer: another instance took over what it
+wrote for, and the loop joins again as a new member.
 """
 
 from __future__ import annotations
@@ -21,13 +22,36 @@ import time
 from confluent_kafka import KafkaError, KafkaException
 
 from processor import metrics
+from processor.errors import WriterFailedError
 from tidemark.errors import DeliveryError, TopicError
 
 log = logging.getLogger(__name__)
 
 
+#: A producer of this instance's was fenced by a newer one with its transactional id:
+#: another instance owns the partition now (:mod:`processor.dataplane.writers`).
+FENCED = frozenset(
+    {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+)
+
+
+def fenced(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it: confluent-kafka raises a fatal error met in a
+    delivery callback as a ``SystemError`` caused by it) says this instance was fenced."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        error = cause.args[0] if isinstance(cause, KafkaException) and cause.args else None
+        if isinstance(error, KafkaError) and error.code() in FENCED:
+            return True
+        cause = cause.__cause__
+    return False
+
+
 def is_outage(exc: BaseException) -> bool:
-    """Whether ``exc`` says Kafka did not answer (worth riding out), not that it refused."""
+    """Whether ``exc`` is worth riding out: Kafka did not answer, or this instance was
+    fenced (it joins again as a new member). Not when Kafka refused (a fatal error)."""
+    if fenced(exc) or isinstance(exc, WriterFailedError):
+        return True
     if isinstance(exc, KafkaException):
         error = exc.args[0] if exc.args else None
         return not isinstance(error, KafkaError) or not error.fatal()
@@ -58,7 +82,10 @@ class Outage:
             log.error("%s: Kafka unreachable for %.0f s, past the deadline", self._loop, lasted)
             raise exc
         self._failures += 1
-        self.reason = f"Kafka unreachable for {lasted:.0f} s: {exc}"
+        if fenced(exc) or isinstance(exc, WriterFailedError):
+            self.reason = f"fenced: another instance took over ({exc})"
+        else:
+            self.reason = f"Kafka unreachable for {lasted:.0f} s: {exc}"
         metrics.OUTAGE_SECONDS.labels(self._loop).set(lasted)
         wait = min(10.0, 0.5 * 2 ** min(self._failures, 5))
         log.warning("%s: %s; trying again in %.1f s", self._loop, self.reason, wait)

@@ -131,11 +131,18 @@ class Restorer:
                 key = msg.key()
                 if key is not None:
                     updates.setdefault(tp, {})[key] = msg.value()
-            for tp, offset in last.items():
-                pending = self._pending[tp]
-                pending.store.commit(updates.get(tp, {}), Checkpoint(changelog_offset=offset + 1))
-                pending.position = offset + 1
-                pending.records += read[tp]
+            # The consumer's position passes transaction markers, which are no messages.
+            positions = {
+                (tp.topic, tp.partition): tp.offset
+                for tp in self._consumer.position([TopicPartition(t, p) for t, p in self._pending])
+            }
+            for tp, pending in list(self._pending.items()):
+                position = max(last.get(tp, -1) + 1, positions.get(tp, -1), pending.position)
+                if position == pending.position:
+                    continue
+                pending.store.commit(updates.get(tp, {}), Checkpoint(changelog_offset=position))
+                pending.position = position
+                pending.records += read.get(tp, 0)
                 if pending.position >= pending.end:
                     del self._pending[tp]
                     finished.append(

@@ -1,9 +1,11 @@
 """Crash points for tests: ``TIDEMARK_FAILPOINT=<name>:<N>`` SIGKILLs the processor the Nth
-time the code passes the point ``<name>``. Unset in production, where a point costs one
-``None`` check.
+time the code passes the point ``<name>``; ``<name>:<N>:stop`` SIGSTOPs it there instead (a
+stall: the test resumes it with SIGCONT, a zombie). Unset in production, where a point
+costs one ``None`` check.
 
 Points:
 
+- ``batch-decided``: a batch is decided in memory, nothing of it produced;
 - ``outputs-acked``: a batch's outputs are acknowledged, its changelog records not produced;
 - ``after-flush``: a batch's outputs and changelog records are acknowledged, its state and
   offsets not committed;
@@ -22,16 +24,18 @@ class Failpoint:
     """One named crash point; ``victim`` is the process to kill (default: this one)."""
 
     def __init__(self, name: str, victim: int | None = None) -> None:
-        point, _, count = os.environ.get("TIDEMARK_FAILPOINT", "").partition(":")
+        point, _, rest = os.environ.get("TIDEMARK_FAILPOINT", "").partition(":")
+        count, _, action = rest.partition(":")
         self._left = int(count) if point == name and count.isdigit() else None
+        self._signal = signal.SIGSTOP if action == "stop" else signal.SIGKILL
         self._victim = victim
 
     def passed(self) -> None:
-        """Count one pass; at the Nth, kill the victim (and this process with it)."""
+        """Count one pass; at the Nth, kill (or stop) the victim and this process."""
         if self._left is None:
             return
         self._left -= 1
-        if self._left <= 0:
+        if self._left == 0:
             if self._victim is not None:
-                os.kill(self._victim, signal.SIGKILL)
-            os.kill(os.getpid(), signal.SIGKILL)
+                os.kill(self._victim, self._signal)
+            os.kill(os.getpid(), self._signal)

@@ -79,6 +79,9 @@ def client_config(kafka: KafkaConfig, **extra: Any) -> dict[str, Any]:
     return conf
 
 
+#: Seconds to wait for a transaction coordinator (init, commit, abort).
+TRANSACTION_TIMEOUT = 60.0
+
 #: Room for a record's framing (headers, batch overhead) above ``kafka.max_record_bytes``.
 RECORD_FRAMING = 64 * 1024
 
@@ -179,7 +182,9 @@ def exact_end_offsets(
     batch's base offset + 1, not the end; the records after it are readable. So
     each non-empty partition is read from one before the reported watermark: that
     message exists, and the fetch that brings it brings the rest of its batch.
-    On Apache Kafka this returns the high watermark. ``consumer`` is reassigned:
+    On Apache Kafka this returns the high watermark. Where transactions wrote, the
+    last offset may hold a commit marker, which no reader is given: the consumer's
+    position, past it, says where the partition ends. ``consumer`` is reassigned:
     give it a consumer of its own.
     """
     ends: dict[tuple[str, int], int] = {}
@@ -199,6 +204,11 @@ def exact_end_offsets(
             key = (msg.topic() or "", msg.partition() or 0)
             ends[key] = max(ends[key], (msg.offset() or 0) + 1)
             waiting.discard(key)
+        for tp in consumer.position(starts):  # past markers, too
+            key = (tp.topic, tp.partition)
+            if tp.offset > ends[key] - 1:
+                ends[key] = max(ends[key], tp.offset)
+                waiting.discard(key)
 
     try:
         deadline = time.monotonic() + timeout
@@ -229,7 +239,8 @@ def read_range(
     ``consumer`` until the last is read); ``timeout`` bounds the whole read."""
     if start >= end:
         return
-    consumer.assign([TopicPartition(topic, partition, start)])
+    assigned = [TopicPartition(topic, partition, start)]
+    consumer.assign(assigned)
     deadline = time.monotonic() + timeout
     position = start
     try:
@@ -240,5 +251,7 @@ def read_range(
                 position = (msg.offset() or 0) + 1
                 if position <= end:
                     yield msg
+            # The consumer's position passes transaction markers, which are no messages.
+            position = max(position, consumer.position(assigned)[0].offset)
     finally:
         consumer.unassign()

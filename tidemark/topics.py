@@ -12,7 +12,8 @@ A pipeline named ``p`` reading Debezium's topics of prefix ``x`` uses:
 - consumer groups ``p-dataplane`` (the data plane's, apart from Faust's own)
   and ``p-<role>`` for every other reader.
 
-Nothing else spells these names, so renaming one is an edit here.
+Nothing else spells these names (transactional ids included), so renaming one is an
+edit here.
 """
 
 from __future__ import annotations
@@ -126,3 +127,17 @@ def reader_group(pipeline: str, role: str) -> str:
 def snapshot_group(pipeline: str) -> str:
     """The group whose single member, by owning the signal topic, coordinates snapshots."""
     return f"{pipeline}-snapshots"
+
+
+# -- transactional ids --------------------------------------------------------------
+
+
+def transactional_id(pipeline: str, input_topic: str, partition: int) -> str:
+    """The producer id of one input partition's records: the owner that takes the
+    partition over fences its previous owner's producer by it."""
+    return f"{pipeline}.dataplane.{input_topic}.{partition}"
+
+
+def coordinator_transactional_id(pipeline: str) -> str:
+    """The producer id of the snapshot coordinator's progress: a new leader fences the last."""
+    return f"{pipeline}.snapshots.coordinator"

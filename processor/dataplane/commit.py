@@ -22,10 +22,13 @@ runs the rest. Each step's crash window:
    Kafka, so it is not emitted again (a store restored from the changelog has
    no checkpoint, and re-emits its equal versions).
 
-Two producers, both idempotent: one reports failures only (outputs, dead
-letters, positions and most changelog records, without a Python callback per
-record); the other carries the last changelog record of each partition and
-reports its offset, the changelog position of the store's checkpoint.
+Every record of an input partition goes through that partition's
+transactional producer (:mod:`processor.dataplane.writers`), one transaction a
+batch: a zombie that lost the partition is fenced, and none of its records
+lands after the next owner's. The store's checkpoint keeps how far its
+changelog goes: the partition's end, read at most every few seconds after a
+batch is committed (only the owner writes there), so a restore replays at most
+those seconds again.
 
 Guarantee: at least once, without loss. A crash anywhere replays at most the
 batch in flight, whose changes the rules re-emit (equal versions) instead of
@@ -35,100 +38,110 @@ dropping; the output is idempotent per key.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from processor import metrics
 from processor.dataplane.positions import source_position
-from processor.reconcile.batch import Batch, InputTopic, TopicPartitionKey
+from processor.dataplane.writers import PartitionWriter
+from processor.reconcile.batch import Batch, Reconciler, TopicPartitionKey
 from state.store import Checkpoint, PartitionStore
 from tidemark.config import Config
 from tidemark.errors import InputError
 from tidemark.failpoints import Failpoint
-from tidemark.kafka import (
-    FAILURES_ONLY,
-    Acknowledgements,
-    produce_waiting,
-    producer_config,
-)
-from tidemark.topics import dead_letter_topic, positions_topic
+from tidemark.kafka import consumer_config, produce_waiting
+from tidemark.topics import dead_letter_topic, positions_topic, reader_group
 
 log = logging.getLogger(__name__)
 
 Headers = list[tuple[str, str | bytes | None]]
 
 
-class Committer:
-    """Steps 2 to 5 of the protocol, and the producers they use."""
+#: Seconds between two readings of a changelog partition's end (the checkpoint's position).
+CHANGELOG_POSITION_EVERY = 5.0
 
-    def __init__(self, config: Config, topic: Callable[[str], InputTopic]) -> None:
-        self._topic = topic
+
+class Committer:
+    """Steps 2 to 5 of the protocol over the owned partitions' writers."""
+
+    def __init__(self, config: Config, reconciler: Reconciler) -> None:
+        self._reconciler = reconciler
+        #: Each output topic's input topic (records name their output topic).
+        self._inputs: dict[str, str] = {}
         self._partitions = config.kafka.topic_partitions
         pipeline = config.processor.pipeline
         self.dead_letter_topic = dead_letter_topic(pipeline)
         self.positions_topic = positions_topic(pipeline)
-        settings = {
-            "linger.ms": 5,
-            "compression.type": "lz4",
-            "queue.buffering.max.messages": 500_000,
-        }
-        #: Outputs, dead letters, positions and changelog records: only their
-        #: failures are reported back.
-        self._producer = Producer(producer_config(config.kafka, **settings, **FAILURES_ONLY))
-        self._acks = Acknowledgements(self._producer)
-        #: The last changelog record of each partition's batch, on a producer that
-        #: reports its offset: where the store's changelog has reached.
-        self._changelog = Producer(producer_config(config.kafka, **settings))
-        self._changelog_acks = Acknowledgements(self._changelog)
-        #: Per changelog partition, the offset after its last acknowledged record.
-        self._changelog_ends: dict[TopicPartitionKey, int] = {}
-        #: Bound once: passed with every record.
-        self._on_delivery = self._acks.on_delivery
+        #: Reads where changelog partitions end.
+        self._probe = Consumer(consumer_config(config.kafka, reader_group(pipeline, "commit")))
+        #: Per input partition: when its changelog's end was last read.
+        self._positions_read: dict[TopicPartitionKey, float] = {}
         self._outputs_acked = Failpoint("outputs-acked")
         self._after_flush = Failpoint("after-flush")
         self._window_release = Failpoint("window-release")
 
     def commit(
-        self, batch: Batch, stores: Mapping[TopicPartitionKey, PartitionStore], consumer: Consumer
+        self,
+        batch: Batch,
+        stores: Mapping[TopicPartitionKey, PartitionStore],
+        writers: Mapping[TopicPartitionKey, PartitionWriter],
+        consumer: Consumer,
     ) -> None:
-        """Make ``batch`` durable: outputs first, then state, then input offsets."""
+        """Make ``batch`` durable: outputs first, then state, then input offsets
+        (``writers``: the owned input partitions')."""
+        used: dict[TopicPartitionKey, PartitionWriter] = {}
+
+        def writer(tp: TopicPartitionKey) -> PartitionWriter:
+            found = used.get(tp)
+            if found is None:
+                found = used[tp] = writers[tp]
+                found.begin()
+            return found
+
         # Step 2: outputs, dead letters and source positions, acknowledged.
-        produce, on_delivery = self._producer.produce, self._on_delivery
+        last: tuple[str, int] = ("", -1)
+        target: Any = None
+        produce: Any = None
+        on_delivery: Any = None
         for record in batch.records:
+            if record[1] != last[1] or record[0] != last[0]:  # a run of one partition ends
+                last = (record[0], record[1])
+                target = writer((self._input_of(record[0]), record[1]))
+                produce, on_delivery = target.producer.produce, target.acks.on_delivery
             try:
                 produce(record[0], record[3], record[2], record[1], on_delivery)
             except BufferError:
                 produce_waiting(
-                    self._producer, record[0], record[3], record[2], on_delivery, record[1]
+                    target.producer, record[0], record[3], record[2], on_delivery, record[1]
                 )
         for topic, count in batch.produced.items():
             metrics.EVENTS_OUT.labels(topic).inc(count)
         for error in batch.dead_letters:
-            self._produce_dead_letter(error)
-        self._record_positions(batch)
-        self._acks.wait("batch's outputs")
+            msg = error.message
+            owner = self._reconciler.state_partition((msg.topic, msg.partition))
+            self._produce_dead_letter(writer(owner), error)
+        self._record_positions(batch, writer)
+        for target in used.values():
+            target.wait()
         self._outputs_acked.passed()
-        # Step 3: the changelog records, acknowledged.
+        # Step 3: the changelog records, acknowledged with the transaction's commit.
         for (topic, partition), state in batch.states.items():
             if not state.updates:
                 continue
-            # The last record's offset, reported by its own producer, is the changelog
-            # position of the checkpoint. The batch's other records may land after it:
-            # a restore from that position then applies them again, which changes
-            # nothing (one batch writes a key once, and the next batch's records follow
-            # all of this one's, which are acknowledged before it is decided).
-            changelog, changes = self._topic(topic).changelog, list(state.updates.items())
-            for key, value in changes[:-1]:
+            target = writer((topic, partition))
+            changelog = self._reconciler.topic(topic).changelog
+            on_delivery = target.acks.on_delivery
+            for key, value in state.updates.items():
                 try:
-                    produce(changelog, value, key, partition, on_delivery)
+                    target.producer.produce(changelog, value, key, partition, on_delivery)
                 except BufferError:
-                    produce_waiting(self._producer, changelog, value, key, on_delivery, partition)
-            key, value = changes[-1]
-            produce_waiting(self._changelog, changelog, value, key, self._on_changelog, partition)
-        self._acks.wait("batch's changelog records")
-        self._changelog_acks.wait("batch's last changelog records")
+                    produce_waiting(target.producer, changelog, value, key, on_delivery, partition)
+        for target in used.values():
+            target.commit()
         self._after_flush.passed()
         if batch.released:
             self._window_release.passed()
@@ -137,8 +150,8 @@ class Committer:
             store = stores.get(tp)
             if store is None:
                 continue
-            changelog_end = self._changelog_ends.get((self._topic(tp[0]).changelog, tp[1]))
-            store.commit(state.updates, Checkpoint(batch.next_offsets.get(tp), changelog_end))
+            position = self._changelog_position(tp) if state.updates else None
+            store.commit(state.updates, Checkpoint(batch.next_offsets.get(tp), position))
         # Step 5: the input offsets in Kafka.
         if batch.next_offsets:
             consumer.commit(
@@ -150,32 +163,46 @@ class Committer:
             consumer.pause([rewind])
             consumer.seek(rewind)
 
-    def flush(self, timeout: float) -> None:
-        """Deliver what is still queued (on close)."""
-        self._producer.flush(timeout)
-        self._changelog.flush(timeout)
+    def forget(self, tp: TopicPartitionKey) -> None:
+        """``tp`` left this instance."""
+        self._positions_read.pop(tp, None)
 
-    def _record_positions(self, batch: Batch) -> None:
+    def close(self) -> None:
+        self._probe.close()
+
+    def _input_of(self, output: str) -> str:
+        """The input topic whose output topic ``output`` is."""
+        found = self._inputs.get(output)
+        if found is None:
+            self._inputs = {t.output: name for name, t in self._reconciler.topics.items()}
+            found = self._inputs[output]
+        return found
+
+    def _changelog_position(self, tp: TopicPartitionKey) -> int | None:
+        """The end of ``tp``'s changelog, read at most every few seconds (``None``: not now;
+        the store keeps its last position, a lower bound)."""
+        now = time.monotonic()
+        if now - self._positions_read.get(tp, 0.0) < CHANGELOG_POSITION_EVERY:
+            return None
+        self._positions_read[tp] = now
+        changelog = TopicPartition(self._reconciler.topic(tp[0]).changelog, tp[1])
+        return int(self._probe.get_watermark_offsets(changelog, timeout=10)[1])
+
+    def _record_positions(
+        self, batch: Batch, writer: Callable[[TopicPartitionKey], PartitionWriter]
+    ) -> None:
         """Produce each input partition's source position at its next offset (step 2)."""
         for tp, event in batch.last_events.items():
             position = source_position(event)
             if position is not None and tp in batch.next_offsets:
                 record = orjson.dumps({"at_offset": batch.next_offsets[tp], **position})
                 key = f"{tp[0]}/{tp[1]}".encode()
+                target = writer(tp)
                 produce_waiting(
-                    self._producer, self.positions_topic, record, key, self._on_delivery, 0
+                    target.producer, self.positions_topic, record, key, target.acks.on_delivery, 0
                 )
 
-    def _on_changelog(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None:
-            self._changelog_acks.failures.append(err)
-            return
-        key = (msg.topic() or "", msg.partition() or 0)
-        end = (msg.offset() or 0) + 1
-        if end > self._changelog_ends.get(key, 0):
-            self._changelog_ends[key] = end
-
-    def _produce_dead_letter(self, error: InputError) -> None:
+    def _produce_dead_letter(self, target: PartitionWriter, error: InputError) -> None:
         msg = error.message
         log.warning("dead letter: %s", error)
         headers: Headers = [
@@ -186,11 +213,11 @@ class Committer:
             ("tidemark.error.kind", error.kind.encode()),
         ]
         produce_waiting(
-            self._producer,
+            target.producer,
             self.dead_letter_topic,
             msg.value,
             msg.key,
-            self._on_delivery,
+            target.acks.on_delivery,
             msg.partition % self._partitions,
             headers,
         )

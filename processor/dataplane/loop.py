@@ -32,6 +32,7 @@ from processor.reconcile.batch import Batch, Reconciler, TopicPartitionKey
 from processor.tuning import tune_garbage_collector
 from state.store import StateBackend
 from tidemark.config import Config
+from tidemark.failpoints import Failpoint
 from tidemark.kafka import (
     client_config,
     consumer_config,
@@ -62,7 +63,7 @@ class DataPlane:
             self._admin,
             paused=lambda: self.lifecycle is Lifecycle.PAUSED,
         )
-        self._committer = Committer(config, self.reconciler.topic)
+        self._committer = Committer(config, self.reconciler)
         self._input = re.compile(config.input_pattern())
         self._backfill = backfill_prefix(config.processor.pipeline)
         self._chunk_tags = ChunkTags()
@@ -71,6 +72,7 @@ class DataPlane:
         self._next_lag = 0.0
         #: Kafka not answering: the loop waits and tries again, up to a deadline.
         self.outage = Outage("data plane", config.kafka.outage_deadline_s)
+        self._decided = Failpoint("batch-decided")
         self._stop = threading.Event()
         self.running = False
         #: The lifecycle state this instance has applied (:mod:`processor.pipeline.control_topic`).
@@ -147,7 +149,10 @@ class DataPlane:
         messages = consumer.consume(self.config.processor.batch_size, timeout)
         if messages:
             started = time.perf_counter()
-            self._committer.commit(self.decide(messages), self.partitions.stores, consumer)
+            partitions = self.partitions
+            batch = self.decide(messages)
+            self._decided.passed()
+            self._committer.commit(batch, partitions.stores, partitions.writers, consumer)
             metrics.BATCH_SECONDS.observe(time.perf_counter() - started)
         if self.partitions.busy:
             self.partitions.restore_step(consumer, self._subscribed)
@@ -318,4 +323,4 @@ class DataPlane:
                 self._leave()
         finally:
             self.partitions.close()
-            self._committer.flush(10)
+            self._committer.close()

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processor import metrics
+from processor.dataplane.writers import PartitionWriter
 from processor.reconcile.batch import Reconciler, TopicPartitionKey
 from state.changelog import Restorer
 from state.store import PartitionStore, StateBackend
@@ -45,6 +47,8 @@ class Partitions:
         self._reconciler = reconciler
         self._admin = admin
         self.stores: dict[TopicPartitionKey, PartitionStore] = {}
+        #: Each owned input partition's producer (its id fences the previous owner).
+        self.writers: dict[TopicPartitionKey, PartitionWriter] = {}
         #: Committed offsets of input partitions whose restored state has no checkpoint.
         self._committed: dict[TopicPartitionKey, int] = {}
         self._restorer = Restorer(
@@ -72,7 +76,12 @@ class Partitions:
         consumer.assign(partitions + backfills)
         stores = {}
         for p in partitions:
-            store = self.stores[(p.topic, p.partition)] = self._backend.open(p.topic, p.partition)
+            tp = (p.topic, p.partition)
+            # The producer first: once it exists, the previous owner can write no more.
+            started = time.monotonic()
+            self.writers[tp] = PartitionWriter(self._config, tp)
+            log.debug("producer of %s[%d] in %.2f s", *tp, time.monotonic() - started)
+            store = self.stores[tp] = self._backend.open(p.topic, p.partition)
             stores[(self._reconciler.topic(p.topic).changelog, p.partition)] = store
         self._restorer.add(stores)
         everything = partitions + backfills
@@ -102,6 +111,9 @@ class Partitions:
             store = self.stores.pop(tp, None)
             if store is not None:
                 store.close()
+            writer = self.writers.pop(tp, None)
+            if writer is not None:
+                writer.close()
             self._reconciler.windows.forget(tp)
             self._committed.pop(tp, None)
             with contextlib.suppress(KeyError):

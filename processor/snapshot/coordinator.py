@@ -60,7 +60,7 @@ from processor.snapshot.signals import PauseSnapshot, Signal
 from processor.snapshot.tables import TableChecks
 from tidemark.config import Config
 from tidemark.kafka import (
-    Acknowledgements,
+    TRANSACTION_TIMEOUT,
     client_config,
     consumer_config,
     data_messages,
@@ -70,6 +70,7 @@ from tidemark.kafka import (
 )
 from tidemark.schema_registry import SchemaCache
 from tidemark.topics import (
+    coordinator_transactional_id,
     notification_topic,
     progress_topic,
     reader_group,
@@ -94,13 +95,9 @@ class Coordinator:
         self._connector = connector
         kafka = config.kafka
         self._admin = AdminClient(client_config(kafka))
-        self._producer = Producer(
-            producer_config(
-                kafka,
-                **{"linger.ms": 5},
-            )
-        )
-        self._acks = Acknowledgements(self._producer)
+        #: Progress and notifications, made anew with each leadership (a fenced producer
+        #: cannot be used again): its transactional id fences the last leader's.
+        self._producer: Producer | None = None
         settings = {"enable.partition.eof": False}
         self._group = self._group_consumer()
         self._joined = False
@@ -215,7 +212,8 @@ class Coordinator:
         if self._reader is not None:
             self._reader.close()
         self._workers.close()
-        self._producer.flush(10)
+        if self._producer is not None:
+            self._producer.flush(10)
         metrics.SNAPSHOT_LEADER.set(0)
 
     def _can_read(self) -> bool:
@@ -232,6 +230,20 @@ class Coordinator:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if not partitions:
             return
+        # Fence the last leader first: from here on it can write no progress, so the record
+        # read next is the last it wrote.
+        self._producer = Producer(
+            producer_config(
+                self.config.kafka,
+                **{
+                    "transactional.id": coordinator_transactional_id(
+                        self.config.processor.pipeline
+                    ),
+                    "linger.ms": 5,
+                },
+            )
+        )
+        self._producer.init_transactions(TRANSACTION_TIMEOUT)
         state = self._load()
         if state is None:
             state = SnapshotState()
@@ -429,23 +441,20 @@ class Coordinator:
     # -- writing progress --------------------------------------------------------
 
     def _persist(self, notes: list[Notification]) -> None:
-        """Write the progress record and ``notes``, and wait until Kafka has them."""
-        state = self.state
-        assert state is not None
+        """Write the progress record and ``notes`` in one transaction, and wait until Kafka
+        has them."""
+        state, producer = self.state, self._producer
+        assert state is not None and producer is not None
         pipeline = self.config.processor.pipeline
+        producer.begin_transaction()
         for note in notes:
-            self._producer.produce(
-                self.notifications,
-                note.to_json(pipeline),
-                note.request_id.encode(),
-                0,
-                self._acks.on_delivery,
+            producer.produce(
+                self.notifications, note.to_json(pipeline), note.request_id.encode(), 0
             )
             log.info("snapshot notification %s for request %s", note.type, note.request_id)
-        self._producer.produce(
-            self.progress, state.to_json(), PROGRESS_KEY, 0, self._acks.on_delivery
-        )
-        self._acks.wait("snapshot progress")
+        producer.produce(self.progress, state.to_json(), PROGRESS_KEY, 0)
+        # Raises if a record failed, or if this instance was fenced: it leads no more.
+        producer.commit_transaction(TRANSACTION_TIMEOUT)
         self._export(state)
 
     @staticmethod

@@ -18,7 +18,9 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
+import signal
 import time
 from typing import Any
 
@@ -37,8 +39,10 @@ from tests.integration.processes import (
     pipeline_config,
     read_topic,
     reconciled,
+    wait_for,
 )
 from tests.integration.workload import Table, Workload, source_rows
+from tidemark.cli.devstack.procs import pid_alive
 from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
 from tidemark.config import Config
@@ -251,3 +255,56 @@ def test_a_kill_between_the_outputs_and_the_changelog_loses_nothing(stack: DevSt
         assert read_topic(config, "acks.dlq") == []
     finally:
         second.stop()
+
+
+def test_a_zombie_writes_nothing_after_its_partitions_moved(stack: DevStack) -> None:
+    """Instance A stalls (SIGSTOP, by a failpoint) with a batch decided and nothing of it
+    produced, for longer than the session timeout; B takes its partitions and goes on
+    with newer changes; A then resumes (SIGCONT) and tries to write its stale batch. Its
+    producers are fenced: per key the output never goes back in history, and a third
+    instance restoring from the changelog alone finds state that did not regress (every
+    retraction it emits is the previous row)."""
+    kv, full = Table("iso_zombie_kv"), Table("iso_zombie_full", replica_full=True)
+    config = pipeline_config(
+        stack, "zombie", envelopes={"public.iso_zombie_full": "debezium"}, batch_size=40
+    )
+    workload = Workload(config, [kv, full], seed=61)
+    workload.create_tables()
+    workload.run_some(60)
+    first = Processor(stack, config, "zombie-a")
+    second = Processor(stack, other_instance(config, "b"), "zombie-b")
+    workload.start()
+    try:
+        first.start(failpoint="batch-decided:4:stop", healthy=False)
+        wait_for("the stall", lambda: stopped(first.pid))
+        second.start()
+        wait_for("the takeover", lambda: second.health().get("assigned_partitions") == 6)
+        time.sleep(5)  # B emits newer versions of the keys in A's stale batch
+    finally:
+        workload.stop()
+    try:
+        wait_caught_up(config)
+        # Now A resumes with its stale batch: written, it would be the keys' last word.
+        os.kill(first.pid, signal.SIGCONT)
+        time.sleep(8)
+        wait_caught_up(config)
+        assert pid_alive(first.pid), "a fenced instance joins again, it does not exit"
+        check_table(config, kv, "debezium-upsert")
+        check_table(config, full, "debezium")
+        first.stop()
+        second.stop()
+        third = Processor(stack, other_instance(config, "c"), "zombie-c").start()
+        Workload(config, [kv, full], seed=62).run_some(60)
+        wait_caught_up(config)
+        check_table(config, kv, "debezium-upsert")
+        check_table(config, full, "debezium")
+        third.stop()
+    finally:
+        first.stop()
+        second.stop()
+
+
+def stopped(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] == "T"

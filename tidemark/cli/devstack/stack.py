@@ -137,7 +137,9 @@ class DevStack:
             os.environ, JAVA_HOME=str(java_home()), PYTHONUNBUFFERED="1", **(extra_env or {})
         )
         pid = start_detached(cmd, self.run_dir / f"{name}.log", env=env, cwd=self.run_dir)
-        self._record_process(name, pid, "tidemark.cli")
+        # What the process's command line must hold for a later stop to signal it.
+        marker = cmd[cmd.index("-m") + 1] if "-m" in cmd else cmd[min(1, len(cmd) - 1)]
+        self._record_process(name, pid, marker)
         return pid
 
     def process_pid(self, name: str) -> int | None:
