@@ -44,17 +44,37 @@ class BatchState:
         self._cache[key] = value
         self.updates[key] = value
 
-    def keys(self, prefix: bytes) -> list[bytes]:
-        """Every key that starts with ``prefix`` and is present, as this batch sees them."""
-        found = set(self._store.keys(prefix))
-        for key, value in self._cache.items():
-            if key.startswith(prefix):
-                if value is None:
-                    found.discard(key)
-                else:
-                    found.add(key)
-        return sorted(found)
+    def keys(
+        self,
+        prefix: bytes,
+        *,
+        after: bytes | None = None,
+        before: bytes | None = None,
+        limit: int | None = None,
+    ) -> list[bytes]:
+        """The keys that start with ``prefix`` and are present, as this batch sees them, in
+        order, as :meth:`PartitionStore.keys` gives them: fewer than ``limit`` means no more.
+        """
 
-    def clear(self, prefix: bytes) -> None:
-        for key in self.keys(prefix):
-            self.put(key, None)
+        def inside(key: bytes) -> bool:
+            return (
+                key.startswith(prefix)
+                and (after is None or key > after)
+                and (before is None or key < before)
+            )
+
+        written = [(k, v) for k, v in self.updates.items() if inside(k)]
+        deleted = sum(v is None for _k, v in written)
+        # Enough stored keys that, less this batch's deletes, ``limit`` remain if any do.
+        page = self._store.keys(
+            prefix, after=after, before=before, limit=None if limit is None else limit + deleted
+        )
+        full = limit is not None and len(page) == limit + deleted
+        present = set(page)
+        for key, value in written:
+            if value is None:
+                present.discard(key)
+            elif not full or key < page[-1]:
+                present.add(key)
+        found = sorted(present)
+        return found if limit is None else found[:limit]

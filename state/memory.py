@@ -21,8 +21,22 @@ class MemoryPartitionStore(PartitionStore):
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
         return [self._data.get(k) for k in keys]
 
-    def keys(self, prefix: bytes) -> list[bytes]:
-        return sorted(k for k in self._data if k.startswith(prefix))
+    def keys(
+        self,
+        prefix: bytes,
+        *,
+        after: bytes | None = None,
+        before: bytes | None = None,
+        limit: int | None = None,
+    ) -> list[bytes]:
+        found = sorted(
+            k
+            for k in self._data
+            if k.startswith(prefix)
+            and (after is None or k > after)
+            and (before is None or k < before)
+        )
+        return found if limit is None else found[:limit]
 
     def commit(self, updates: Mapping[bytes, bytes | None], checkpoint: Checkpoint) -> None:
         for key, value in updates.items():

@@ -68,15 +68,27 @@ class RocksDBPartitionStore(PartitionStore):
             return []
         return typing.cast(list[bytes | None], self._db.get(list(keys)))
 
-    def keys(self, prefix: bytes) -> list[bytes]:
+    def keys(
+        self,
+        prefix: bytes,
+        *,
+        after: bytes | None = None,
+        before: bytes | None = None,
+        limit: int | None = None,
+    ) -> list[bytes]:
         found: list[bytes] = []
         bound = _upper_bound(prefix)
-        for key in self._db.keys(from_key=prefix):
+        if before is not None and (bound is None or before < bound):
+            bound = before
+        start = prefix if after is None or after < prefix else after + b"\x00"
+        for key in self._db.keys(from_key=start):
             assert isinstance(key, bytes)  # raw mode
             if bound is not None and key >= bound:
                 break
             if not key.startswith(_RESERVED):
                 found.append(key)
+                if limit is not None and len(found) >= limit:
+                    break
         return found
 
     def commit(self, updates: Mapping[bytes, bytes | None], checkpoint: Checkpoint) -> None:

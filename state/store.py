@@ -33,8 +33,17 @@ class PartitionStore(ABC):
         """Values of ``keys``, in order; ``None`` where a key is absent."""
 
     @abstractmethod
-    def keys(self, prefix: bytes) -> list[bytes]:
-        """Every key that starts with ``prefix``."""
+    def keys(
+        self,
+        prefix: bytes,
+        *,
+        after: bytes | None = None,
+        before: bytes | None = None,
+        limit: int | None = None,
+    ) -> list[bytes]:
+        """The keys that start with ``prefix``, in order: above ``after`` and below
+        ``before`` when given, the first ``limit`` of them (a page: state may be far
+        larger than memory, so a caller that reads it all reads it page by page)."""
 
     @abstractmethod
     def commit(self, updates: Mapping[bytes, bytes | None], checkpoint: Checkpoint) -> None:

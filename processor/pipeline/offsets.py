@@ -70,6 +70,8 @@ from tidemark.topics import (
 ABANDONED_WRITE_SECONDS = 60
 #: Where ``reset`` can go.
 RESET_TARGETS = ("beginning", "end", "timestamp")
+#: Changelog keys ``--reset-state`` remembers as tombstoned, to skip their repeats.
+RECENT_KEYS = 10_000
 
 Partition = tuple[str, int]
 
@@ -381,21 +383,21 @@ def _unknown_positions(kinds: dict[Partition, str]) -> dict[Partition, dict[str,
 
 
 def _delete_state(config: Config, topic: str, partition: int) -> None:
-    """Write a tombstone for every live key of a changelog partition."""
-    live: set[bytes] = set()
-    for key, value in _read_all(config, topic, partition):
-        if key is None:
-            continue
-        if value is None:
-            live.discard(key)
-        else:
-            live.add(key)
-    if not live:
-        return
+    """Write a tombstone for every key of a changelog partition that has a value, streamed:
+    a changelog may hold more keys than memory, so they are not collected first. A key
+    written often gets a tombstone per value (idempotent) unless seen lately."""
     producer = Producer(producer_config(config.kafka, **{"linger.ms": 5}))
     acks = Acknowledgements(producer)
-    for key in live:
-        produce_waiting(producer, topic, None, key, acks.on_delivery, partition)
+    on_delivery = acks.on_delivery  # one object: each record in flight holds a reference
+    recent: set[bytes] = set()
+    for key, value in _read_all(config, topic, partition):
+        if key is None or value is None or key in recent:
+            continue
+        if len(recent) >= RECENT_KEYS:
+            recent.clear()
+            producer.poll(0)  # delivery reports free the records Kafka acknowledged
+        recent.add(key)
+        produce_waiting(producer, topic, None, key, on_delivery, partition)
     acks.wait(f"tombstones of {topic}[{partition}]")
 
 

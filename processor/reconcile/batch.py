@@ -37,7 +37,7 @@ from processor.errors import SourceRefusedError, UnfillableError
 from processor.events.change import Change
 from processor.events.source_codec import SourceCodec
 from processor.events.visibility import Window
-from processor.reconcile.envelopes import ENTRY, STEPS, Step
+from processor.reconcile.envelopes import ENTRY, STEPS, Step, prune_seen
 from processor.reconcile.upsert_fast_path import decide_flat
 from processor.reconcile.window_buffer import Reached, WindowBuffers
 from state.batch import BatchState
@@ -47,6 +47,9 @@ from tidemark.errors import InputError
 from tidemark.messages import RawMessage
 from tidemark.schema_registry import SchemaCache
 from tidemark.topics import backfilled_topic, changelog_topic, output_topic
+
+#: Keys of ended snapshot groups deleted per partition and batch (debezium envelope).
+SEEN_PAGE = 10_000
 
 log = logging.getLogger(__name__)
 
@@ -150,9 +153,10 @@ class Reconciler:
             state = batch.states.get(state_tp)
             if state is None:
                 state = batch.states[state_tp] = BatchState(store)
-            self._decide_partition(
-                self.topic(state_tp[0]), group, state, batch, reached if state_tp != tp else None
-            )
+            topic = self.topic(state_tp[0])
+            self._decide_partition(topic, group, state, batch, reached if state_tp != tp else None)
+            if topic.envelope == "debezium":
+                prune_seen(state, SEEN_PAGE)
         self._release_windows(batch, stores, waiting, reached)
         return batch
 

@@ -10,10 +10,13 @@ State layout (one keyspace per input partition):
 - ``b"k" + key``: an :class:`~processor.reconcile.versions.Entry` (version and last row)
   for ``upsert`` and ``debezium-upsert``;
 - ``HIGH_WATER``: the classic ``debezium`` envelope's high-water mark;
-- ``b"s" + key``: keys already emitted at the high-water mark's version while a
-  snapshot group (rows sharing one position) is being read;
+- ``b"s" + group + key``: keys already emitted in a snapshot group (rows sharing
+  one position, ``group`` its 16 bytes) while it is read; once the position moves
+  on they are garbage, marked by ``SEEN_STALE`` and deleted a page per batch
+  (:func:`prune_seen`), never all at once (a group can hold a whole table);
 - ``WINDOW_BUFFER + key``: a chunk row of a signal-table window waiting until
-  its partition has passed the window (:mod:`processor.reconcile.window_buffer`).
+  its partition has passed the window, and ``WINDOW_DUE + end + key`` its entry
+  in the order they are due (:mod:`processor.reconcile.window_buffer`).
 
 Guarantees, given the commit protocol of :mod:`processor.dataplane.loop`:
 
@@ -49,8 +52,16 @@ from processor.reconcile.versions import Action, Entry, decide, decide_change, d
 ENTRY = b"k"
 SEEN = b"s"
 WINDOW_BUFFER = b"w"
+WINDOW_DUE = b"e"
+#: Present once every buffered row of the partition has its ``WINDOW_DUE`` entry.
+WINDOW_INDEXED = b"\x00tidemark:window-indexed"
 HIGH_WATER = b"\x00tidemark:high-water"
+#: Present while keys of a snapshot group that ended are left to delete.
+SEEN_STALE = b"\x00tidemark:seen-stale"
 _MARK = struct.Struct(">qqB")
+#: A group's position in keys, ordered as positions are (offset to unsigned).
+_GROUP = struct.Struct(">QQ")
+_OFFSET = 1 << 63
 
 
 class KeyState(Protocol):
@@ -62,8 +73,16 @@ class KeyState(Protocol):
     def put(self, key: bytes, value: bytes | None) -> None:
         """Set (``None``: delete) a value."""
 
-    def clear(self, prefix: bytes) -> None:
-        """Delete every key that starts with ``prefix``."""
+    def keys(
+        self,
+        prefix: bytes,
+        *,
+        after: bytes | None = None,
+        before: bytes | None = None,
+        limit: int | None = None,
+    ) -> list[bytes]:
+        """The keys that start with ``prefix`` (above ``after``, below ``before``), in order,
+        the first ``limit``: fewer than ``limit`` means no more."""
 
 
 class RowCodec(Protocol):
@@ -140,8 +159,8 @@ def debezium(change: Change, state: KeyState, rows: RowCodec) -> Emit | None:
     Positions (:func:`processor.events.change.source_version`) follow commit order
     within a partition, so any change at or below the highest position already
     emitted is such a repeat. Snapshot rows share one position per snapshot (or
-    per incremental chunk): among them, keys already emitted are remembered
-    until the position moves on, and a repeated key is dropped.
+    per incremental chunk): among them, keys already emitted are remembered under
+    the group's position, and a repeated key is dropped.
     """
     _validate_classic(change)
     raw = state.get(HIGH_WATER)
@@ -156,20 +175,42 @@ def debezium(change: Change, state: KeyState, rows: RowCodec) -> Emit | None:
     if mark is not None and change.version == mark:
         if not (in_group and group):
             return None  # the same change again
-        seen = SEEN + change.key
+        seen = _seen(mark) + change.key
         if state.get(seen) is not None:
             return None
         state.put(seen, b"")
     else:
         if group:
-            state.clear(SEEN)
+            state.put(SEEN_STALE, b"")  # the ended group's keys: pruned a page at a time
         state.put(HIGH_WATER, _MARK.pack(change.version[0], change.version[1], in_group))
         if in_group:
-            state.put(SEEN + change.key, b"")
+            state.put(_seen(change.version) + change.key, b"")
     if change.toast and change.after is not None:
         _fill(change.after, change.before)
     reason = "snapshot" if in_group else Action.APPLY.value
     return Emit(change.op, change.before, change.after, reason)
+
+
+def _seen(group: Version) -> bytes:
+    return SEEN + _GROUP.pack(group[0] + _OFFSET, group[1] + _OFFSET)
+
+
+def prune_seen(state: KeyState, limit: int) -> None:
+    """Delete up to ``limit`` keys of snapshot groups that ended (of the ``debezium``
+    envelope), so that its state returns to one mark, a page per batch."""
+    if state.get(SEEN_STALE) is None:
+        return
+    raw = state.get(HIGH_WATER)
+    before = None
+    if raw is not None:
+        major, minor, flag = _MARK.unpack(raw)
+        if flag:  # the group being read now keeps its keys
+            before = _seen((major, minor))
+    stale = state.keys(SEEN, before=before, limit=limit)
+    for key in stale:
+        state.put(key, None)
+    if len(stale) < limit:
+        state.put(SEEN_STALE, None)
 
 
 def _validate_classic(change: Change) -> None:

@@ -13,9 +13,13 @@ import json
 import time
 from collections import Counter
 from typing import Any
+from unittest.mock import patch
 
 import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
 
+from processor.pipeline import offsets
 from processor.pipeline.control_topic import read_control
 from tests.integration.processes import (
     Processor,
@@ -30,9 +34,17 @@ from tests.integration.test_api import TOKEN, call
 from tests.integration.test_recovery import check_table, position
 from tests.integration.test_snapshots import cli
 from tests.integration.workload import Table, Workload
+from tests.peak import peak_bytes
 from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
 from tidemark.config import TOKEN_ENV, Config
+from tidemark.kafka import (
+    Acknowledgements,
+    client_config,
+    ensure_topics,
+    produce_waiting,
+    producer_config,
+)
 from tidemark.topics import dataplane_group
 
 pytestmark = pytest.mark.integration
@@ -191,3 +203,37 @@ def test_offsets_rewind_with_state_kept_or_reset(stack: DevStack) -> None:
             assert now.get("source_position") == entry.get("source_position")
     finally:
         processor.stop()
+
+
+def test_resetting_state_streams_the_changelog(stack: DevStack) -> None:
+    """``--reset-state`` tombstones every live key without holding the partition's keys:
+    the peak does not grow with the changelog."""
+    small, large = (reset_peak(stack.config, records) for records in (5_000, 20_000))
+    assert large < 1.5 * small, (small, large)
+
+
+def reset_peak(config: Config, records: int) -> int:
+    """Python's peak memory while the state of a changelog of ``records`` records
+    (``records / 2`` keys, each written twice, a tenth then deleted) is reset."""
+    topic = f"tests.changelog-{records}"
+    ensure_topics(AdminClient(client_config(config.kafka)), {topic: 1})
+    producer = Producer(producer_config(config.kafka, **{"linger.ms": 5}))
+    acks = Acknowledgements(producer)
+    keys = [f"k{i}".encode() for i in range(records // 2)]
+    for round_ in (b"1", b"2"):
+        for key in keys:
+            produce_waiting(producer, topic, round_, key, acks.on_delivery, 0)
+    for key in keys[::10]:
+        produce_waiting(producer, topic, None, key, acks.on_delivery, 0)
+    acks.wait("the changelog")
+    with patch.object(offsets, "RECENT_KEYS", 1_000):
+        peak = peak_bytes(lambda: offsets._delete_state(config, topic, 0))
+    live: dict[bytes, bytes] = {}
+    for record in read_topic(config, topic):
+        assert record.key is not None
+        if record.value is None:
+            live.pop(record.key, None)
+        else:
+            live[record.key] = record.value
+    assert live == {}
+    return peak

@@ -10,6 +10,7 @@ after its outputs were emitted, exactly the window the commit protocol leaves.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import orjson
 import pytest
@@ -19,10 +20,21 @@ from hypothesis import strategies as st
 from processor.errors import SourceRefusedError, UnfillableError
 from processor.events.change import TOAST_PLACEHOLDER, Change, Snapshot
 from processor.events.json_codec import JsonCodec
-from processor.reconcile.envelopes import HIGH_WATER, STEPS, Emit, debezium, debezium_upsert, upsert
+from processor.reconcile.envelopes import (
+    HIGH_WATER,
+    SEEN_STALE,
+    STEPS,
+    Emit,
+    debezium,
+    debezium_upsert,
+    prune_seen,
+    upsert,
+)
 from state.batch import BatchState
 from state.memory import MemoryPartitionStore
+from state.rocksdb import RocksDBBackend
 from state.store import Checkpoint
+from tests.peak import peak_bytes
 
 ROWS = JsonCodec("debezium-upsert")
 
@@ -108,6 +120,7 @@ def run(step, stream: list[Event], batch: int = 4, crash_after: set[int] | None 
             emit = step(event.change(), state, ROWS)
             if emit is not None:
                 emitted.append((event, emit))
+        prune_seen(state, 3)
         if crash_after and batch_number in crash_after:
             crash_after.discard(batch_number)  # outputs are out, state and offsets are not
         else:
@@ -148,6 +161,13 @@ def test_debezium_state_is_constant_outside_snapshots(data: st.DataObject) -> No
     position = events[-1].version[0] + 1
     events.append(Event(0, "u", 1, (position, position)))
     _emitted, store = run(debezium, data.draw(with_restarts(events)))
+    # Ended groups' keys go a page (3 keys) per batch, whatever their number.
+    left = len(store.keys(b"")) - 1
+    for _ in range(left // 3 + 1):
+        state = BatchState(store)
+        prune_seen(state, 3)
+        assert len(state.updates) <= 4  # three keys and the flag
+        store.commit(state.updates, Checkpoint(len(events)))
     assert store.keys(b"") == [HIGH_WATER]
 
 
@@ -247,3 +267,37 @@ def test_every_envelope_has_a_step() -> None:
     from tidemark.config import ENVELOPE_NAMES
 
     assert set(STEPS) == set(ENVELOPE_NAMES)
+
+
+def test_the_end_of_a_large_snapshot_group_keeps_memory_flat(tmp_path: Path) -> None:
+    """The keys a snapshot group remembered go a page per batch once the position moves on:
+    the peak does not grow with the group (Debezium's initial snapshot of a whole table)."""
+    small, large = (seen_prune_peak(tmp_path / str(rows), rows) for rows in (20_000, 80_000))
+    assert large < 1.5 * small, (small, large)
+
+
+def seen_prune_peak(path: Path, rows: int) -> int:
+    """Python's peak memory from the first change after a group of ``rows`` snapshot rows
+    until the group's keys are gone."""
+    store = RocksDBBackend(path).open("t", 0)
+    offset = 0
+
+    def batch(events: list[Event]) -> None:
+        nonlocal offset
+        state = BatchState(store)
+        for event in events:
+            debezium(event.change(), state, ROWS)
+        prune_seen(state, 2_000)
+        offset += len(events)
+        store.commit(state.updates, Checkpoint(offset))
+
+    for start in range(0, rows, 5_000):
+        batch([Event(k, "r", 0, (0, 100), Snapshot.INITIAL) for k in range(start, start + 5_000)])
+
+    def move_on() -> None:
+        batch([Event(0, "u", 1, (200, 200))])
+        while store.get(SEEN_STALE) is not None:
+            batch([])
+        assert store.keys(b"") == [HIGH_WATER]
+
+    return peak_bytes(move_on)

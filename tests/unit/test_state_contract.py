@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from state.batch import BatchState
 from state.errors import StateError
@@ -51,13 +53,76 @@ def test_keys_by_prefix_and_wipe(backend: StateBackend) -> None:
     assert store.checkpoint() == Checkpoint(None, None)
 
 
+KEYS = st.lists(st.sampled_from(b"ab\xff"), max_size=3).map(bytes)  # few: prefixes overlap
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    stored=st.sets(KEYS, max_size=20),
+    updates=st.dictionaries(KEYS, st.sampled_from([None, b"v"]), max_size=10),
+    prefix=st.sampled_from([b"", b"a", b"ab", b"\xff"]),
+    after=st.none() | KEYS,
+    before=st.none() | KEYS,
+    limit=st.none() | st.integers(1, 5),
+)
+def test_keys_pages_as_the_batch_sees_them(
+    backend: StateBackend,
+    stored: set[bytes],
+    updates: dict[bytes, bytes | None],
+    prefix: bytes,
+    after: bytes | None,
+    before: bytes | None,
+    limit: int | None,
+) -> None:
+    """Store and batch give the keys in order, in bounds, the first ``limit`` of them."""
+    store = backend.open("t", 0)
+    store.wipe()
+    store.commit({k: b"" for k in stored}, Checkpoint(1, 1))
+    state = BatchState(store)
+    for key, value in updates.items():
+        state.put(key, value)
+    present = (stored | {k for k, v in updates.items() if v}) - {
+        k for k, v in updates.items() if not v
+    }
+
+    def expected(keys: set[bytes]) -> list[bytes]:
+        found = sorted(
+            k
+            for k in keys
+            if k.startswith(prefix)
+            and (after is None or k > after)
+            and (before is None or k < before)
+        )
+        return found if limit is None else found[:limit]
+
+    page = dict(after=after, before=before, limit=limit)
+    assert store.keys(prefix, **page) == expected(stored)  # type: ignore[arg-type]
+    assert state.keys(prefix, **page) == expected(present)  # type: ignore[arg-type]
+
+
+def test_a_page_of_the_batch_skips_its_deletes_and_defers_its_later_puts(
+    backend: StateBackend,
+) -> None:
+    store = backend.open("t", 0)
+    store.commit({b"a": b"", b"b": b"", b"c": b"", b"d": b""}, Checkpoint(1, 1))
+    state = BatchState(store)
+    state.put(b"b", None)
+    state.put(b"z", b"")
+    assert state.keys(b"", limit=2) == [b"a", b"c"]
+    assert state.keys(b"", after=b"c", limit=2) == [b"d", b"z"]
+    assert state.keys(b"", after=b"d", limit=2) == [b"z"]  # fewer: no more
+
+
 def test_batch_state_buffers_until_commit(backend: StateBackend) -> None:
     store = backend.open("t", 0)
     store.commit({b"s1": b"", b"s2": b"", b"k": b"v"}, Checkpoint(1, 1))
     state = BatchState(store)
     state.prefetch([b"k", b"missing"])
     state.put(b"s3", b"")
-    state.clear(b"s")
+    for key in state.keys(b"s"):
+        state.put(key, None)
     state.put(b"k", b"w")
     assert store.get(b"k") == b"v"  # nothing written yet
     assert state.get(b"k") == b"w" and state.get(b"s1") is None and state.get(b"s3") is None

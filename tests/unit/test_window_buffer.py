@@ -11,7 +11,9 @@ The output must end equal to the source (I1) and never go back per key (I3).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import orjson
 from hypothesis import given, settings
@@ -19,9 +21,13 @@ from hypothesis import strategies as st
 
 from processor.events.chunk_tag import ChunkTag
 from processor.events.visibility import PgSnapshot, Window
+from processor.reconcile import window_buffer
 from processor.reconcile.batch import Reconciler
+from processor.reconcile.envelopes import WINDOW_INDEXED
 from state.memory import MemoryPartitionStore
-from state.store import Checkpoint
+from state.rocksdb import RocksDBBackend
+from state.store import Checkpoint, PartitionStore
+from tests.peak import peak_bytes
 from tests.unit.probe import TOPIC, probe_event
 from tidemark.config import Config, ProcessorConfig
 from tidemark.messages import RawMessage
@@ -66,8 +72,8 @@ def chunk_message(offset: int, key: int, value: int, chunk: int, window: Window)
 class Partition:
     """One input partition's store and what the reconciler emitted, batch after batch."""
 
-    def __init__(self) -> None:
-        self.store = MemoryPartitionStore()
+    def __init__(self, store: PartitionStore | None = None) -> None:
+        self.store = store or MemoryPartitionStore()
         self.reconciler = Reconciler(CONFIG)
         self.reached = 0
         self.emitted: list[tuple[int, int | None, str]] = []
@@ -147,6 +153,79 @@ def test_a_later_chunk_replaces_an_earlier_buffered_row_of_the_same_key() -> Non
     assert part.reconciler.windows.count(TOPIC) == 1
     part.batch(*(change_message(i, 9, i, position=50 + i) for i in range(6)))
     assert [e for e in part.emitted if e[0] == 1] == [(1, 2, "snapshot")]
+
+
+def test_a_lagging_partition_releases_its_rows_a_page_per_batch() -> None:
+    part = Partition()
+    window = Window((10, 10), (20, 20), (1,))
+    part.batch(*(chunk_message(i, i, i, 1, window) for i in range(5)))
+    assert part.reconciler.windows.count(TOPIC) == 5
+    with patch.object(window_buffer, "PAGE_ROWS", 2):
+        part.batch(change_message(0, 9, 9, position=30))  # the partition passes the window
+        assert part.reconciler.windows.count(TOPIC) == 3
+        part.restart()  # the rest is found again
+        part.batch()
+        assert part.reconciler.windows.count(TOPIC) == 1
+        part.batch()
+    assert part.reconciler.windows.count(TOPIC) == 0
+    assert sorted(e for e in part.emitted if e[0] != 9) == [(i, i, "snapshot") for i in range(5)]
+    assert part.store.keys(b"w") == [] and part.store.keys(b"e") == []
+
+
+def test_rows_buffered_without_due_entries_are_indexed_then_released() -> None:
+    """State written by a version that kept no due entries: its rows are released too."""
+    part = Partition()
+    window = Window((10, 10), (20, 20), (1,))
+    part.batch(*(chunk_message(i, i, i, 1, window) for i in range(5)))
+    older = {key: None for key in part.store.keys(b"e")} | {WINDOW_INDEXED: None}
+    part.store.commit(older, Checkpoint(0))
+    part.restart()
+    with patch.object(window_buffer, "PAGE_ROWS", 2):
+        part.batch(change_message(0, 9, 9, position=30))
+        part.batch(chunk_message(5, 7, 7, 1, Window((10, 10), (40, 40), (2,))))  # held meanwhile
+        for _ in range(4):
+            part.batch()
+        assert part.reconciler.windows.count(TOPIC) == 1  # key 7 waits for offset 2
+        part.batch(change_message(1, 9, 10, position=50))
+    assert part.reconciler.windows.count(TOPIC) == 0
+    assert sorted(e for e in part.emitted if e[0] != 9) == [
+        (i, i, "snapshot") for i in (0, 1, 2, 3, 4, 7)
+    ]
+    assert part.store.get(WINDOW_INDEXED) == b""
+
+
+def test_releasing_a_window_buffer_keeps_memory_flat(tmp_path: Path) -> None:
+    """A page of rows at a time: the peak while releasing does not grow with the buffer."""
+    small, large = (release_peak(tmp_path / str(rows), rows) for rows in (2_000, 8_000))
+    assert large < 1.5 * small, (small, large)
+
+
+def release_peak(path: Path, rows: int) -> int:
+    """Python's peak memory while a new process releases ``rows`` buffered rows."""
+    store = RocksDBBackend(path).open(TOPIC, 0)
+    stores = {(TOPIC, 0): store}
+    window = Window((10, 10), (20, 20), (1,))
+
+    def run(reconciler: Reconciler, held: list[RawMessage], reached: int) -> int:
+        batch = reconciler.decide({(BACKFILL, 0): held}, stores, reached=lambda _tp: reached)
+        for state in batch.states.values():
+            store.commit(state.updates, Checkpoint(reached))
+        return len(batch.records)
+
+    holding = Reconciler(CONFIG)
+    for start in range(0, rows, 1_000):
+        held = [chunk_message(i, i, i, 1, window) for i in range(start, start + 1_000)]
+        assert run(holding, held, 0) == 0
+    releasing = Reconciler(CONFIG)  # a new process: nothing of the buffer in memory
+
+    def release_all() -> None:
+        emitted = run(releasing, [], 1)
+        while releasing.windows.count(TOPIC):
+            emitted += run(releasing, [], 1)
+        assert emitted == rows
+
+    with patch.object(window_buffer, "PAGE_ROWS", 500):
+        return peak_bytes(release_all)
 
 
 def test_a_window_without_an_end_for_the_partition_is_a_dead_letter() -> None:
@@ -244,13 +323,17 @@ def test_window_rows_and_changes_converge_and_stay_monotone(data: st.DataObject)
         for i, (k, v, n, w) in enumerate(r for chunk in source.chunks for r in chunk)
     ]
     part = Partition()
-    while changes or rows:
-        take = data.draw(st.integers(0, 3)), data.draw(st.integers(0, 3))
-        batch = changes[: take[0]] + rows[: take[1]]
-        changes, rows = changes[take[0] :], rows[take[1] :]
-        if data.draw(st.booleans()):
-            part.restart()
-        part.batch(*batch)
+    with patch.object(window_buffer, "PAGE_ROWS", 2):  # batches release a page of rows
+        while changes or rows:
+            take = data.draw(st.integers(0, 3)), data.draw(st.integers(0, 3))
+            batch = changes[: take[0]] + rows[: take[1]]
+            changes, rows = changes[take[0] :], rows[take[1] :]
+            if data.draw(st.booleans()):
+                part.restart()
+            part.batch(*batch)
+        for _ in range(len(source.chunks) * 5):
+            part.batch()  # the pages left
+    assert part.reconciler.windows.count(TOPIC) == 0
     last: dict[int, int | None] = {}
     for key, value, _reason in part.emitted:
         last[key] = value
