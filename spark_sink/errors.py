@@ -1,9 +1,10 @@
 """Errors of the sink, and the two signals its executors send the driver.
 
-:class:`SchemaDrift` and :class:`TableStop` keep names that say what happens
-rather than ``...Error``: they are deliberate control flow. An executor raises
-one, Spark carries its text (with a marker) to the driver, and the driver
-re-plans the batch or stops the table (:mod:`spark_sink.job`).
+:class:`SchemaDrift`, :class:`TableStop` and :class:`TableRetry` keep names that
+say what happens rather than ``...Error``: they are deliberate control flow. An
+executor raises one, Spark carries its text (with a marker) to the driver, and
+the driver re-plans the batch, stops the table or tries the batch again
+(:mod:`spark_sink.job`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from tidemark.errors import TidemarkError
 #: Markers that carry an executor's verdict through Spark's exception text to the driver.
 DRIFT_MARKER = "tidemark-schema-drift"
 STOP_MARKER = "tidemark-table-stop"
+RETRY_MARKER = "tidemark-table-retry"
 
 
 class SchemaError(TidemarkError):
@@ -31,3 +33,12 @@ class TableStop(TidemarkError):  # noqa: N818 - named for what happens
 
     def __init__(self, reason: str) -> None:
         super().__init__(f"{STOP_MARKER}: {reason}")
+
+
+class TableRetry(TidemarkError):  # noqa: N818 - named for what happens
+    """A table's batch did not finish for a passing reason (a read stalled, Kafka did not
+    answer, a commit met a concurrent one): it is tried again, from the table's commits."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"{RETRY_MARKER}: {reason}")
+        self.reason = reason

@@ -178,8 +178,15 @@ class RowBuilder:
             get = row.get
             for at, name in direct:
                 values[at] = get(name)
-            for at, name, convert in converted:
-                values[at] = convert(get(name))
+            name = ""
+            try:
+                for at, name, convert in converted:
+                    values[at] = convert(get(name))
+            except (ArithmeticError, TypeError, ValueError) as exc:
+                raise TableStop(
+                    f"offset {offset}: column {name} ({self.planned[self.index[name]].sql_type}) "
+                    f"cannot hold {get(name)!r:.100}: {exc}"
+                ) from None
         else:
             self._schemaless(row, values)
         return (offset, deleted, timestamp_ms, *values)

@@ -12,10 +12,15 @@ Guarantees:
 - Topics are found by name and pattern on every batch, so a new reconciled
   topic is picked up without a restart.
 - A new column appears in its table without a restart; an incompatible schema
-  change or an event that cannot be decoded stops that table only, with the
-  reason in the log and the ``tidemark_sink_table_stopped`` metric; the other
-  tables go on. Failures of Spark, the catalog or Kafka end the process: a
-  restart resumes from the committed offsets.
+  change, an event that cannot be decoded or a value that does not fit its
+  column stops that table only, with the reason in the log and the
+  ``tidemark_sink_table_stopped`` metric; the other tables go on.
+- A batch that fails for a passing reason (a read that stalled, Kafka not
+  answering, a commit that met a concurrent one, as ``sink maintain``'s) is
+  tried again from the table's commits, on the next round, for up to
+  ``kafka.outage_deadline_s``; then its table stops. Kafka not answering when
+  the sink lists its topics is waited out as long. Other failures (of Spark or
+  the catalog) end the process: a restart resumes from the committed offsets.
 - With ``once`` the sink drains every topic to the end it had when the sink
   started, then returns (1 when a table stopped); otherwise it runs a batch
   every ``sink.trigger_interval_s`` until SIGTERM or SIGINT, finishing the
@@ -31,10 +36,19 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
+from pyspark.sql.types import StructType, _parse_datatype_string
 
 from spark_sink import metrics
-from spark_sink.errors import DRIFT_MARKER, STOP_MARKER, SchemaError, TableStop
+from spark_sink.errors import (
+    DRIFT_MARKER,
+    RETRY_MARKER,
+    STOP_MARKER,
+    SchemaError,
+    TableRetry,
+    TableStop,
+)
 from spark_sink.reader import (
     Range,
     decode_range,
@@ -48,7 +62,7 @@ from spark_sink.reader import (
 )
 from spark_sink.schema import Spec, evolve, union
 from spark_sink.session import create_session, stop_session
-from spark_sink.writer import DELETED, OFFSET, TIME, Table, quote
+from spark_sink.writer import DELETED, OFFSET, TIME, Table, commit_conflict, quote
 from tidemark.config import Config
 from tidemark.failpoints import Failpoint
 from tidemark.kafka import client_config
@@ -78,6 +92,8 @@ class Sink:
         self.progress: dict[str, dict[int, int]] = {}
         #: Stopped tables: topic to the reason.
         self.stopped: dict[str, str] = {}
+        #: Tables whose batch is being tried again: topic to since when (monotonic).
+        self.retrying: dict[str, float] = {}
         self._shapes: dict[str, Shape] = {}
         self._committed = Failpoint("sink-committed")
 
@@ -99,9 +115,31 @@ class Sink:
                 continue
             try:
                 read += self._topic_batch(topic, ends)
-            except (SchemaError, TableStop) as exc:
-                self._stop(topic, str(exc))
+            except Exception as exc:
+                verdict = _verdict(exc)
+                if isinstance(verdict, TableRetry):
+                    read += self._retry(topic, verdict.reason)
+                elif isinstance(verdict, SchemaError | TableStop):
+                    self._stop(topic, str(verdict))
+                else:
+                    raise
+            else:
+                self.retrying.pop(topic, None)
         return read
+
+    def _retry(self, topic: str, reason: str) -> int:
+        """Try ``topic``'s batch again from its table's commits (1), or stop the table once
+        it has been tried for longer than the outage deadline (0)."""
+        self.progress.pop(topic, None)
+        self._shapes.pop(topic, None)
+        lasted = time.monotonic() - self.retrying.setdefault(topic, time.monotonic())
+        deadline = self.config.kafka.outage_deadline_s
+        if lasted > deadline:
+            self._stop(topic, f"{reason} (tried again for {lasted:.0f} s)")
+            return 0
+        metrics.RETRIES.labels(self.table(topic).path).inc()
+        log.warning("%s: %s; the batch is tried again", topic, reason)
+        return 1
 
     def _stop(self, topic: str, reason: str) -> None:
         self.stopped[topic] = reason
@@ -143,15 +181,12 @@ class Sink:
             merged = self._apply(topic, table, ranges, union(specs, topic), keys)
         except Exception as exc:  # Spark wraps what the executors raised
             if DRIFT_MARKER not in str(exc):
-                raise _table_stop(exc) from None
+                raise
             log.info("%s: an event's schema is not in the plan; planning from all", topic)
             everything = self.spark.sparkContext.parallelize(ranges, len(ranges))
             context = self.context
             found = everything.flatMap(lambda r: scan(context, r)).distinct().collect()
-            try:
-                merged = self._apply(topic, table, ranges, union(sampled + found, topic), keys)
-            except Exception as again:
-                raise _table_stop(again) from None
+            merged = self._apply(topic, table, ranges, union(sampled + found, topic), keys)
         self._committed.passed()
         for r in ranges:
             self.progress[topic][r.partition] = r.end
@@ -206,23 +241,38 @@ class Sink:
             + [f"{quote(c.name)} {c.sql_type}" for c in planned]
         )
         context = self.context
+        schema = _parse_datatype_string(ddl)
+        assert isinstance(schema, StructType)
         pieces = split(ranges, 2 * self.spark.sparkContext.defaultParallelism)
         rows = self.spark.sparkContext.parallelize(pieces, len(pieces)).flatMap(
-            lambda r: decode_range(context, r, planned, keys)
+            lambda r: decode_range(context, r, planned, keys, schema)
         )
-        return self.spark.createDataFrame(rows, schema=ddl)
+        return self.spark.createDataFrame(rows, schema=schema, verifySchema=False)  # verified
 
 
-def _table_stop(exc: BaseException) -> BaseException:
-    """A stop of one table when ``exc`` is about its data; else ``exc`` itself (fatal)."""
-    if isinstance(exc, SchemaError | TableStop):
+def _verdict(exc: BaseException) -> BaseException:
+    """What a failed batch means for its table: a :class:`TableStop` (the data cannot go
+    in), a :class:`TableRetry` (a passing failure), or ``exc`` itself (fatal)."""
+    if isinstance(exc, SchemaError | TableStop | TableRetry):
         return exc
+    if isinstance(exc, KafkaException) and not _fatal(exc):
+        return TableRetry(f"Kafka: {exc}")
     text = str(exc)
-    for marker in (STOP_MARKER, DRIFT_MARKER):
+    for marker, verdict in (
+        (STOP_MARKER, TableStop),
+        (DRIFT_MARKER, TableStop),  # still, once planned from every schema of the batch
+        (RETRY_MARKER, TableRetry),
+    ):
         if marker in text:
-            line = text[text.index(marker) :].splitlines()[0]
-            return TableStop(line.removeprefix(f"{marker}: "))
+            return verdict(text[text.index(marker) :].splitlines()[0].removeprefix(f"{marker}: "))
+    if commit_conflict(exc):
+        return TableRetry(f"a concurrent commit: {text.splitlines()[0][:300]}")
     return exc
+
+
+def _fatal(exc: KafkaException) -> bool:
+    error = exc.args[0] if exc.args else None
+    return isinstance(error, KafkaError) and error.fatal()
 
 
 def run_sink(config: Config, once: bool, *, spark: SparkSession | None = None) -> int:
@@ -234,14 +284,14 @@ def run_sink(config: Config, once: bool, *, spark: SparkSession | None = None) -
     try:
         sink = Sink(config, session)
         if once:
-            targets = sink.ends()
+            targets = _ends(sink, stop)
             log.info("draining %d topics to their current ends", len(targets))
             while not stop.is_set() and sink.run_batch(targets):
                 pass
         else:
             _serve_metrics(config)
             while not stop.is_set():
-                sink.run_batch(sink.ends())
+                sink.run_batch(_ends(sink, stop))
                 stop.wait(config.sink.trigger_interval_s)
         for topic, reason in sorted(sink.stopped.items()):
             log.error("%s stopped: %s", topic, reason)
@@ -250,6 +300,20 @@ def run_sink(config: Config, once: bool, *, spark: SparkSession | None = None) -
         restore()
         if own:
             stop_session(session)
+
+
+def _ends(sink: Sink, stop: threading.Event) -> dict[str, dict[int, int]]:
+    """:meth:`Sink.ends`, waiting while Kafka does not answer, up to the outage deadline."""
+    since = time.monotonic()
+    while True:
+        try:
+            return sink.ends()
+        except KafkaException as exc:
+            lasted = time.monotonic() - since
+            if _fatal(exc) or lasted > sink.config.kafka.outage_deadline_s or stop.is_set():
+                raise
+            log.warning("Kafka unreachable for %.0f s: %s; trying again", lasted, exc)
+            stop.wait(min(10.0, 1.0 + lasted / 10))
 
 
 def _serve_metrics(config: Config) -> None:

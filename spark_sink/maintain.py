@@ -1,12 +1,19 @@
 """``tidemark sink maintain``: compact small files and expire old snapshots of the sink's tables.
 
-Guarantees: the sink's committed offsets survive maintenance. The compaction
-commit carries the offsets of the snapshot it compacted (as its own summary
-property), and snapshots are expired only when older than both the retention
-and the newest snapshot that holds offsets, keeping the newest
-``sink.retain_last_snapshots`` whatever their age. Run it between the sink's
-batches or beside a running sink: a compaction that conflicts with a concurrent
-MERGE fails its commit (Iceberg validates it) and changes nothing.
+Guarantees: the sink's committed offsets survive maintenance and never move
+back. Only the sink's MERGE commits carry offsets: the compaction's commit does
+not (a MERGE may commit while the compaction runs, and offsets copied from
+before it would take the table back), so the sink finds them in the lineage
+below it. Snapshots are expired only when older than both the retention and the
+newest snapshot that holds offsets, keeping the newest
+``sink.retain_last_snapshots`` whatever their age.
+
+Run it between the sink's batches or beside a running sink, on a catalog with
+atomic commits (``jdbc``, ``rest``, ``hive``; a ``hadoop`` catalog's commits
+from two processes may overwrite each other). A compaction and a MERGE that
+rewrite the same files conflict: Iceberg fails the later commit, which changes
+nothing; maintenance tries again (``MAINTAIN_TRIES``), and the sink merges the
+batch again.
 """
 
 from __future__ import annotations
@@ -19,13 +26,15 @@ from typing import TYPE_CHECKING
 from spark_sink.job import Sink
 from spark_sink.reader import sink_topics
 from spark_sink.session import create_session, stop_session
-from spark_sink.writer import OFFSETS_PROPERTY, Table, format_offsets
+from spark_sink.writer import Table, commit_conflict
 from tidemark.config import Config
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
+#: Compactions tried per table while concurrent commits conflict with them.
+MAINTAIN_TRIES = 5
 
 
 @dataclass(frozen=True)
@@ -61,17 +70,21 @@ def _maintain_table(config: Config, spark: SparkSession, table: Table) -> Mainta
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     actions = jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
-    offsets, holder = table.committed()
-    rewrite = (
-        actions.rewriteDataFiles(table.iceberg())
-        .option("min-input-files", str(sink.min_input_files))
-        .option("target-file-size-bytes", str(sink.target_file_size_mb * 1024 * 1024))
-    )
-    if holder is not None:
-        rewrite = rewrite.snapshotProperty(OFFSETS_PROPERTY, format_offsets(offsets))
-    rewritten = rewrite.execute()
+    for attempt in range(1, MAINTAIN_TRIES + 1):
+        try:
+            rewritten = (
+                actions.rewriteDataFiles(table.iceberg())
+                .option("min-input-files", str(sink.min_input_files))
+                .option("target-file-size-bytes", str(sink.target_file_size_mb * 1024 * 1024))
+                .execute()
+            )
+            break
+        except Exception as exc:
+            if attempt == MAINTAIN_TRIES or not commit_conflict(exc):
+                raise
+            log.warning("%s: the compaction met a concurrent commit; again", table.path)
     cutoff_ms = int((time.time() - sink.snapshot_retention_hours * 3600) * 1000)
-    _offsets, holder = table.committed()  # the compaction's own snapshot, when it made one
+    _offsets, holder = table.committed()  # read after the compaction: the newest holder
     if holder is not None:
         cutoff_ms = min(cutoff_ms, holder.timestampMillis())
     expired = (

@@ -31,3 +31,8 @@ TABLE_STOPPED = Gauge(
     "1 while a table is stopped by an error (an incompatible schema change, an undecodable event)",
     ["table"],
 )
+RETRIES = Counter(
+    "tidemark_sink_batch_retries_total",
+    "Batches of a table tried again: a read stalled, Kafka did not answer, a commit conflicted",
+    ["table"],
+)

@@ -17,8 +17,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
+from pyspark.sql.types import StructType, _make_type_verifier
 
-from spark_sink.errors import SchemaError, TableStop
+from spark_sink.errors import SchemaError, TableRetry, TableStop
 from spark_sink.events import Decoded, EventDecoder, RowBuilder, specs_of
 from spark_sink.schema import Spec
 from tidemark.config import Config, KafkaConfig
@@ -28,9 +29,6 @@ from tidemark.kafka import client_config, exact_end_offsets
 from tidemark.messages import RawMessage
 from tidemark.schema_registry import SchemaCache, configured_schemas
 from tidemark.topics import reader_group
-
-#: Seconds a range's reader waits for a record before it gives up on the range.
-STALL_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -51,6 +49,8 @@ class ReadContext:
     kafka: KafkaConfig
     #: The driver's process id: the crash tests' failpoints in executors kill the driver.
     driver_pid: int
+    #: Seconds a range's reader waits for a record before its batch is tried again.
+    stall_s: float = 60.0
 
     def schemas(self) -> SchemaCache | None:
         """A registry cache of this executor's own."""
@@ -72,7 +72,7 @@ def read_context(config: Config, driver_pid: int) -> ReadContext:
             "log_level": 3,
         },
     )
-    return ReadContext(consumer, config.kafka, driver_pid)
+    return ReadContext(consumer, config.kafka, driver_pid, config.sink.read_stall_s)
 
 
 def sink_topics(admin: AdminClient, pattern: str, names: list[str]) -> dict[str, int]:
@@ -123,26 +123,31 @@ def split(ranges: list[Range], tasks: int, smallest: int = 5000) -> list[Range]:
     return pieces
 
 
-def read_messages(consumer_conf: dict[str, Any], r: Range) -> Iterator[Message]:
-    """The messages of one range, in offset order."""
-    consumer = Consumer(consumer_conf)
+def read_messages(context: ReadContext, r: Range) -> Iterator[Message]:
+    """The messages of one range, in offset order; :class:`TableRetry` when none comes for
+    ``context.stall_s`` (Kafka paused, a partition's leader gone)."""
+    consumer = Consumer(context.consumer)
     try:
         consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
         position = r.start
-        stalled = time.monotonic() + STALL_SECONDS
+        stalled = time.monotonic() + context.stall_s
         while position < r.end:
             # consume() waits for a full batch or the timeout: keep the timeout short
             messages = consumer.consume(1000, 0.2)
             if messages:
-                stalled = time.monotonic() + STALL_SECONDS
+                stalled = time.monotonic() + context.stall_s
             elif time.monotonic() > stalled:
-                raise TableStop(f"{r.topic}[{r.partition}]: no record after {position} in time")
+                raise TableRetry(
+                    f"{r.topic}[{r.partition}]: no record after {position} in {context.stall_s} s"
+                )
             for msg in messages:
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
                         return
-                    raise KafkaException(err)
+                    if err.fatal():
+                        raise KafkaException(err)
+                    raise TableRetry(f"{r.topic}[{r.partition}] at {position}: {err.str()}")
                 offset = msg.offset() or 0
                 if offset >= r.end:
                     return
@@ -183,7 +188,7 @@ def sample(
     keys: list[str] = []
     for r in ranges:
         window = Range(r.topic, r.partition, max(r.start, r.end - lookback), r.end)
-        for msg in read_messages(context.consumer, window):
+        for msg in read_messages(context, window):
             if not keys:
                 keys = _key_names(decoder, msg)
             specs += specs_of(_decoded(decoder, msg))
@@ -194,7 +199,7 @@ def scan(context: ReadContext, r: Range) -> Iterator[Spec]:
     """The distinct column specs of every event in one range (in an executor)."""
     decoder = EventDecoder(context.schemas())
     seen: set[Spec] = set()
-    for msg in read_messages(context.consumer, r):
+    for msg in read_messages(context, r):
         for spec in specs_of(_decoded(decoder, msg)):
             if spec not in seen:
                 seen.add(spec)
@@ -202,15 +207,23 @@ def scan(context: ReadContext, r: Range) -> Iterator[Spec]:
 
 
 def decode_range(
-    context: ReadContext, r: Range, planned: list[Spec], key_names: list[str]
+    context: ReadContext, r: Range, planned: list[Spec], key_names: list[str], schema: StructType
 ) -> Iterator[tuple[Any, ...]]:
-    """Rows ``(offset, deleted, time, *planned columns)`` of one range (in an executor).
+    """Rows ``(offset, deleted, time, *planned columns)`` of one range (in an executor),
+    each checked against ``schema`` (the rows' Spark schema) here, where a value that
+    does not fit its column can stop its table alone.
 
     A delete (``op = d`` or a tombstone) carries only the key columns.
     """
     decoder = EventDecoder(context.schemas())
     builder = RowBuilder(planned, key_names)
     failpoint = Failpoint("sink-read", victim=context.driver_pid)
-    for msg in read_messages(context.consumer, r):
+    verify = _make_type_verifier(schema)  # what createDataFrame would check, pyspark pinned
+    for msg in read_messages(context, r):
         failpoint.passed()
-        yield builder.row(msg.offset() or 0, msg.timestamp()[1], _decoded(decoder, msg))
+        row = builder.row(msg.offset() or 0, msg.timestamp()[1], _decoded(decoder, msg))
+        try:
+            verify(row)
+        except (TypeError, ValueError) as exc:
+            raise TableStop(f"{r.topic}[{r.partition}] at {msg.offset()}: {exc}") from None
+        yield row

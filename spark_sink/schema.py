@@ -86,11 +86,19 @@ def _scaled(unscaled: int, scale: int) -> decimal.Decimal:
     return decimal.Decimal(f"{unscaled}E-{scale}")
 
 
-def _decimal(scale: int) -> Callable[[Any], Any]:
+def _decimal(precision: int, scale: int) -> Callable[[Any], Any]:
+    """Decimals of ``decimal(precision, scale)``; a ``ValueError`` for one with more
+    digits (a source's precision above Spark's 38)."""
+    limit = decimal.Decimal(10) ** (precision - scale)
+
     def convert(value: Any) -> Any:
-        if value is None or isinstance(value, decimal.Decimal):
-            return value
-        return _scaled(int.from_bytes(_raw_bytes(value), "big", signed=True), scale)
+        if value is None:
+            return None
+        if not isinstance(value, decimal.Decimal):
+            value = _scaled(int.from_bytes(_raw_bytes(value), "big", signed=True), scale)
+        if not -limit < value < limit:
+            raise ValueError(f"more than {precision - scale} digits before the point")
+        return value
 
     return convert
 
@@ -194,7 +202,7 @@ def column_from_connect(field: dict[str, Any]) -> Column:
         params = field.get("parameters") or {}
         scale = int(params.get("scale", 0))
         precision = min(int(params.get("connect.decimal.precision", 38)), 38)
-        return Column(name, f"decimal({precision},{scale})", _decimal(scale))
+        return Column(name, f"decimal({precision},{scale})", _decimal(precision, scale))
     if logical in _LOGICAL:
         sql_type, convert = _LOGICAL[logical]
         return Column(name, sql_type, convert)

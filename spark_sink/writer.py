@@ -173,6 +173,19 @@ class Table:
         )
 
 
+def commit_conflict(exc: BaseException) -> bool:
+    """Whether ``exc`` is Iceberg refusing a commit that conflicts with a concurrent one
+    (the commit changed nothing: it can be tried again)."""
+    text = str(exc)
+    return any(
+        name in text
+        for name in (
+            "org.apache.iceberg.exceptions.CommitFailedException",
+            "org.apache.iceberg.exceptions.ValidationException",
+        )
+    )
+
+
 class _Callable:
     """A Python function as ``java.util.concurrent.Callable`` (through py4j's callback server)."""
 

@@ -168,6 +168,8 @@ class SinkConfig:
     #: Most records read per topic-partition in one micro-batch.
     max_records_per_partition: int = 500_000
     trigger_interval_s: float = 10.0
+    #: Seconds a read waits for a record before its table's batch is tried again.
+    read_stall_s: float = 60.0
     #: Deletes set ``tidemark_deleted`` and ``tidemark_deleted_at`` instead of removing rows.
     soft_delete: bool = False
     #: How new tables apply updates and deletes: ``copy-on-write`` rewrites the data files
@@ -250,6 +252,7 @@ _POSITIVE = {
     ("snapshot", "source_outage_deadline_s"),
     ("sink", "max_records_per_partition"),
     ("sink", "trigger_interval_s"),
+    ("sink", "read_stall_s"),
     ("sink", "target_file_size_mb"),
     ("sink", "min_input_files"),
     ("sink", "retain_last_snapshots"),

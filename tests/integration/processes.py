@@ -311,11 +311,13 @@ class SinkProcess:
     def log(self) -> Path:
         return self.stack.run_dir / f"{self.name}.log"
 
-    def start(self, *args: str, failpoint: str = "") -> SinkProcess:
+    def start(
+        self, *args: str, failpoint: str = "", env: dict[str, str] | None = None
+    ) -> SinkProcess:
         """``tidemark sink <args>``; ``failpoint``: ``TIDEMARK_FAILPOINT`` for the driver and
-        its executors."""
+        its executors; ``env``: more environment variables (secrets)."""
         cmd = [*self.command, "sink", *args, "--config", str(self.path)]
-        env = {"TIDEMARK_FAILPOINT": failpoint} if failpoint else {}
+        env = dict(env or {}, **({"TIDEMARK_FAILPOINT": failpoint} if failpoint else {}))
         self._log_from = self.log.stat().st_size if self.log.exists() else 0
         self.pid = self.stack.start_process(self.name, cmd, env)
         return self

@@ -2,22 +2,27 @@
 
 - The broker stopped (SIGSTOP) for 30 s while changes stream in, then resumed
   (SIGCONT): it keeps its data in memory, so it must not be restarted. The
-  processor keeps running, catches up and converges; it never exits.
+  processor and a continuous sink keep running, catch up and converge; neither
+  exits.
 - PostgreSQL restarted while a table is being backfilled: the snapshot resumes
   and completes; it is not aborted.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
 
 import psycopg
 import pytest
+from pyspark.sql import SparkSession
 
+from spark_sink.session import create_session
 from tests.integration.processes import (
     Processor,
+    SinkProcess,
     final_rows,
     pipeline_config,
     reconciled,
@@ -33,6 +38,7 @@ from tests.integration.test_snapshots import (
 )
 from tests.integration.test_snapshots import source_rows as snapshot_rows
 from tests.integration.workload import Table, Workload, source_rows
+from tidemark.cli.demo import compare_table
 from tidemark.cli.devstack.procs import pid_alive
 from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
@@ -40,13 +46,26 @@ from tidemark.cli.verify import wait_caught_up
 pytestmark = pytest.mark.integration
 
 
-def test_a_broker_pause_is_ridden_through(stack: DevStack) -> None:
+def test_a_broker_pause_is_ridden_through(stack: DevStack, spark: SparkSession) -> None:
     table = Table("iso_pause_rows")
     config = pipeline_config(stack, "pause")
+    config = dataclasses.replace(
+        config,
+        sink=dataclasses.replace(
+            config.sink,
+            catalog_name="pause",
+            warehouse=str(stack.run_dir / "pause-warehouse"),
+            topics=[f"{config.source.topic_prefix}.reconciled.public.{table.name}"],
+            metrics_port=0,
+            trigger_interval_s=1.0,
+            read_stall_s=5.0,
+        ),
+    )
     workload = Workload(config, [table], seed=51)
     workload.create_tables()
     workload.run_some(40)
     processor = Processor(stack, config, "pause-processor").start()
+    sink = SinkProcess(stack, config, "pause-sink").start()
     pid = processor.pid
     broker = stack.process_pid("broker")
     assert broker is not None
@@ -57,6 +76,7 @@ def test_a_broker_pause_is_ridden_through(stack: DevStack) -> None:
         try:
             time.sleep(30)
             assert pid_alive(pid)
+            assert sink.alive(), sink.log_tail()
         finally:
             os.kill(broker, signal.SIGCONT)
         time.sleep(5)
@@ -67,8 +87,18 @@ def test_a_broker_pause_is_ridden_through(stack: DevStack) -> None:
         assert final_rows(reconciled(config, table.name)) == source_rows(config, table)
         assert processor.pid == pid and pid_alive(pid)
         assert processor.health().get("status") == "ok"
+        create_session(config)  # the test's session learns the catalog
+
+        def merged() -> bool:
+            spark.sql(f"REFRESH TABLE pause.public.{table.name}")
+            return compare_table(config, spark, "public", table.name).equal
+
+        wait_for("the sink to catch up", merged, timeout=240)
+        assert sink.alive(), sink.log_tail()
     finally:
         processor.stop()
+        sink.terminate()
+        assert sink.wait(120) == 0, sink.log_tail()
 
 
 def test_a_postgresql_restart_during_a_backfill_does_not_abort_it(stack: DevStack) -> None:

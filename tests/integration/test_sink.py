@@ -1,5 +1,6 @@
 """The Spark sink against real Debezium output: schema evolution, soft deletes, the JDBC
-catalog on PostgreSQL, and maintenance that keeps the committed offsets.
+catalog on PostgreSQL, maintenance that keeps the committed offsets (between batches and
+beside a running sink), a value that does not fit its column, and a stalled read.
 
 A processor of its own reconciles the ``iso_sink_*`` tables; each test merges
 them into a catalog of its own through the session's Spark, with a
@@ -10,10 +11,13 @@ restarts it on purpose.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,7 +29,8 @@ from pyspark.sql import SparkSession
 
 from spark_sink.job import Sink
 from spark_sink.session import create_session
-from tests.integration.processes import Processor, pipeline_config
+from spark_sink.writer import OFFSETS_PROPERTY, parse_offsets
+from tests.integration.processes import Processor, SinkProcess, pipeline_config, wait_for
 from tidemark.cli.demo import compare_table
 from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
@@ -39,6 +44,10 @@ TABLES = {
     "iso_sink_soft": "id int PRIMARY KEY, v text",
     "iso_sink_keys": "region text, n int, amount numeric(10,2), at timestamptz, "
     "PRIMARY KEY (region, n)",
+    "iso_sink_live": "id int PRIMARY KEY, n int",
+    "iso_sink_wide": "id int PRIMARY KEY, v numeric(50,2)",
+    "iso_sink_fits": "id int PRIMARY KEY, v numeric(50,2)",
+    "iso_sink_stall": "id int PRIMARY KEY, v text",
 }
 
 
@@ -250,14 +259,165 @@ def test_jdbc_catalog_on_postgresql_and_maintenance_that_keeps_the_offsets(
     assert compacted == files_before and written < compacted and expired >= snapshots_before - 1
 
     assert data_files(spark, table) == written
-    assert snapshots(spark, table) == 1
+    # the compaction's snapshot, and below it the last MERGE, which holds the offsets
+    assert snapshots(spark, table) == 2
     assert sink.table("tidemark.reconciled.public.iso_sink_keys").committed()[0] == offsets
     assert_equal(config, spark, "iso_sink_keys")
 
-    # a restarted sink resumes from the offsets the compaction carried
+    # a restarted sink resumes from the offsets under the compaction
     execute(config, "UPDATE iso_sink_keys SET amount = 0 WHERE region = 'eu'")
     wait_caught_up(config)
     restarted = Sink(config, spark)
     drain(restarted)
     assert_equal(config, spark, "iso_sink_keys")
     assert restarted.progress["tidemark.reconciled.public.iso_sink_keys"] != offsets
+
+
+def test_maintenance_beside_a_continuous_sink_never_moves_its_offsets_back(
+    pipeline: Config, spark: SparkSession, stack: DevStack
+) -> None:
+    """``sink maintain`` runs while a continuous sink merges a stream of changes into a table
+    of a JDBC catalog: every snapshot that carries offsets advances them (a compaction that
+    committed over a newer MERGE carried older ones), the sink never stops, and the table
+    ends equal to the source."""
+    source = pipeline.source
+    execute(pipeline, "CREATE DATABASE iceberg_live")
+    config = sink_config(
+        pipeline,
+        "live",
+        ["iso_sink_live"],
+        catalog_type="jdbc",
+        catalog_uri=f"jdbc:postgresql://{source.host}:{source.port}/iceberg_live",
+        catalog_user=source.user,
+        catalog_password=source.password,
+        catalog_properties={"cache-enabled": "false"},
+        max_records_per_partition=20,  # many small commits, and files to compact
+        trigger_interval_s=0.2,
+        min_input_files=2,
+    )
+    execute(config, "INSERT INTO iso_sink_live SELECT i, 0 FROM generate_series(1, 200) i")
+    secret = {"TIDEMARK_SINK__CATALOG_PASSWORD": source.password}
+    unsecret = dataclasses.replace(config.sink, catalog_password="")
+    sink = SinkProcess(stack, dataclasses.replace(config, sink=unsecret), "live-sink")
+    sink.start(env=secret)
+    stop = threading.Event()
+
+    def write() -> None:
+        with psycopg.connect(**source.conninfo(), autocommit=True) as conn:
+            for i in itertools.count():
+                if stop.wait(0.1):
+                    return
+                conn.execute("UPDATE iso_sink_live SET n = n + 1 WHERE id = %s", (i % 200 + 1,))
+
+    create_session(config)  # the test's session learns the catalog
+    table = "live.public.iso_sink_live"
+
+    def merged() -> int:
+        if not spark.catalog.tableExists(table):
+            return 0
+        spark.sql(f"REFRESH TABLE {table}")
+        return snapshots(spark, table)
+
+    wait_for("the sink's first commits", lambda: merged() >= 3, timeout=120)
+    writer = threading.Thread(target=write)
+    writer.start()
+    compacted = 0
+    try:
+        for _ in range(2):
+            result = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "tidemark.cli",
+                    "sink",
+                    "maintain",
+                    "--config",
+                    str(sink.path),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                check=False,
+                env={**os.environ, **secret},
+            )
+            assert result.returncode == 0, result.stderr[-3000:]
+            report = re.search(r"(\d+) files compacted", result.stdout)
+            assert report, result.stdout
+            compacted += int(report.group(1))
+    finally:
+        stop.set()
+        writer.join()
+    try:
+        wait_caught_up(config)
+
+        def equal() -> bool:
+            spark.sql(f"REFRESH TABLE {table}")
+            return compare_table(config, spark, "public", "iso_sink_live").equal
+
+        wait_for("the table equal to its source", equal, timeout=240)
+        assert sink.alive(), sink.log_tail()
+    finally:
+        sink.terminate()
+        assert sink.wait(120) == 0, sink.log_tail()
+    assert compacted > 0
+    rows = spark.sql(
+        f"SELECT summary['{OFFSETS_PROPERTY}'] AS o FROM {table}.snapshots ORDER BY committed_at"
+    ).collect()
+    offsets = [parse_offsets(r["o"]) for r in rows if r["o"] is not None]
+    assert len(offsets) > 10
+    for before, after in itertools.pairwise(offsets):
+        assert all(after.get(p, 0) >= o for p, o in before.items()), (before, after)
+
+
+def test_a_value_that_does_not_fit_its_column_stops_only_its_table(
+    pipeline: Config, spark: SparkSession
+) -> None:
+    """PostgreSQL's numeric(50,2) is Iceberg's decimal(38,2): a value of 40 digits cannot go
+    in. Its table stops with the reason; the other table goes on."""
+    config = sink_config(pipeline, "fit", ["iso_sink_wide", "iso_sink_fits"])
+    execute(
+        config,
+        "INSERT INTO iso_sink_wide VALUES (1, 1.5), (2, 1e40), (3, 2.5)",
+        "INSERT INTO iso_sink_fits SELECT i, i * 1.25 FROM generate_series(1, 20) i",
+    )
+    wait_caught_up(config)
+    sink = Sink(config, create_session(config))
+    drain(sink)
+    wide = "tidemark.reconciled.public.iso_sink_wide"
+    assert list(sink.stopped) == [wide]
+    assert "column v (decimal(38,2))" in sink.stopped[wide], sink.stopped
+    assert_equal(config, spark, "iso_sink_fits")
+    execute(config, "UPDATE iso_sink_fits SET v = -v WHERE id % 2 = 0")
+    wait_caught_up(config)
+    drain(sink)
+    assert_equal(config, spark, "iso_sink_fits")
+
+
+def test_a_stalled_read_is_tried_again_not_stopped(
+    pipeline: Config, spark: SparkSession, stack: DevStack
+) -> None:
+    """The broker paused (SIGSTOP) while the sink reads: each read gives up after
+    ``sink.read_stall_s`` and the batch is tried again; once the broker answers, the batch
+    completes and the table is not stopped."""
+    config = sink_config(pipeline, "stall", ["iso_sink_stall"], read_stall_s=2.0)
+    execute(config, "INSERT INTO iso_sink_stall SELECT i, 'v' || i FROM generate_series(1, 50) i")
+    wait_caught_up(config)
+    sink = Sink(config, create_session(config))
+    targets = sink.ends()
+    broker = stack.process_pid("broker")
+    assert broker is not None
+    os.kill(broker, signal.SIGSTOP)
+    resume = threading.Timer(7.0, os.kill, (broker, signal.SIGCONT))
+    resume.start()
+    try:
+        while sink.run_batch(targets):
+            pass
+    finally:
+        resume.cancel()
+        os.kill(broker, signal.SIGCONT)
+    assert sink.stopped == {}
+    retries = REGISTRY.get_sample_value(
+        "tidemark_sink_batch_retries_total", {"table": "stall.public.iso_sink_stall"}
+    )
+    assert retries is not None and retries >= 1
+    assert_equal(config, spark, "iso_sink_stall")

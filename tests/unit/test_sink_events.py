@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import decimal
 import json
 from typing import Any
@@ -113,6 +114,39 @@ def test_undecodable_events_are_input_errors_with_their_coordinates() -> None:
         RowBuilder([Spec("id", "int")], ["id"]).row(
             3, 0, decoder.decode(msg(None, b'{"other": 1}'))
         )
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        (  # PostgreSQL's numeric(50,2) becomes decimal(38,2): 40 digits do not fit
+            {
+                "field": "v",
+                "type": "bytes",
+                "name": "org.apache.kafka.connect.data.Decimal",
+                "parameters": {"scale": "2", "connect.decimal.precision": "50"},
+            },
+            base64.b64encode((10**42).to_bytes(18, "big", signed=True)).decode(),
+            "more than 36 digits before the point",
+        ),
+        (  # a date past Python's year 9999 (PostgreSQL goes to 5874897)
+            {"field": "v", "type": "int32", "name": "io.debezium.time.Date"},
+            3_000_000,  # days: the year 10183
+            "date value out of range",
+        ),
+    ],
+)
+def test_a_value_that_does_not_fit_its_column_stops_the_table_with_its_offset(
+    field: dict[str, Any], value: Any, reason: str
+) -> None:
+    fields = [{"field": "id", "type": "int32"}, {**field, "optional": True}]
+    schema = {"type": "struct", "fields": [{"field": "after", "type": "struct", "fields": fields}]}
+    payload = {"op": "c", "before": None, "after": {"id": 1, "v": value}, "source": {}}
+    decoded = EventDecoder(None).decode(
+        msg(orjson.dumps({"schema": schema, "payload": payload}), b'{"id": 1}', offset=9)
+    )
+    with pytest.raises(TableStop, match=f"offset 9: column v .*{reason}"):
+        RowBuilder(specs_of(decoded), ["id"]).row(9, 0, decoded)
 
 
 def test_ranges_are_cut_evenly_so_every_core_reads() -> None:

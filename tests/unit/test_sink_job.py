@@ -1,0 +1,57 @@
+"""What a failed batch means for its table: stop it, try it again, or end the sink."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from spark_sink.errors import TableRetry, TableStop
+from spark_sink.job import _verdict
+
+
+class Py4JLike(Exception):
+    """Spark's wrapping of an executor's failure: its text carries the executor's."""
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind", "reason"),
+    [
+        (
+            Py4JLike("Job aborted\nPythonException: tidemark-table-stop: offset 3: no\n at"),
+            TableStop,
+            "offset 3: no",
+        ),
+        (
+            Py4JLike("x tidemark-table-retry: t[0]: no record after 5 in 60.0 s\n..."),
+            TableRetry,
+            "t[0]: no record after 5 in 60.0 s",
+        ),
+        (
+            Py4JLike("x tidemark-schema-drift: column v is not in the batch's plan"),
+            TableStop,
+            "column v",
+        ),
+        (
+            Py4JLike(
+                "An error occurred while calling o93.sql.\n: org.apache.iceberg.exceptions."
+                "ValidationException: Found conflicting files that can contain records"
+            ),
+            TableRetry,
+            "a concurrent commit",
+        ),
+        (KafkaException(KafkaError(KafkaError._TRANSPORT)), TableRetry, "Kafka"),
+    ],
+)
+def test_failures_of_the_data_stop_the_table_and_passing_ones_retry_it(
+    exc: Exception, kind: type[Exception], reason: str
+) -> None:
+    verdict = _verdict(exc)
+    assert isinstance(verdict, kind)
+    assert reason in str(verdict)
+
+
+def test_other_failures_end_the_sink() -> None:
+    fatal = KafkaException(KafkaError(KafkaError._FATAL, fatal=True))
+    assert _verdict(fatal) is fatal
+    spark = Py4JLike("java.lang.OutOfMemoryError: Java heap space")
+    assert _verdict(spark) is spark
