@@ -68,10 +68,11 @@ def processor_lag(config: Config) -> dict[str, int]:
             for name, meta in listed.items()
             if pattern.match(backfilled_topic(pipeline, name) or name)
         }
+        # a topic just created may be listed before its partitions are: not readable yet
+        lag = {name: 1 for name, meta in topics.items() if meta.error or not meta.partitions}
         parts = [TopicPartition(t, p) for t, m in topics.items() for p in m.partitions]
         committed = consumer.committed(parts, timeout=10) if parts else []
         ends = exact_end_offsets(consumer, parts)
-        lag: dict[str, int] = {}
         for tp in committed:
             done = tp.offset if tp.offset >= 0 else 0
             lag[tp.topic] = lag.get(tp.topic, 0) + max(0, ends[(tp.topic, tp.partition)] - done)
