@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup system-deps demo test lint bench clean
+.PHONY: setup system-deps demo test lint bench chaos clean
 
 setup: system-deps $(VENV)/.installed
 
@@ -41,6 +41,14 @@ lint: setup
 
 test: setup lint
 	$(BIN)/python -m pytest
+
+# The long fault schedule (tests/chaos/run.py); SEED=n repeats one. Writes bench/results/chaos.json.
+SEED ?= 1
+CHAOS_FAULTS ?= 200
+CHAOS_CHANGES ?= 1000000
+
+chaos: setup
+	$(BIN)/python -m tests.chaos.run --seed $(SEED) --faults $(CHAOS_FAULTS) --changes $(CHAOS_CHANGES)
 
 # Quix Streams pins an older confluent-kafka, so it gets a virtualenv of its own.
 QUIX := .venv-quix

@@ -131,6 +131,12 @@ def _parser() -> argparse.ArgumentParser:
     down = command("down", _dev_down, "stop everything 'dev up' started", dev_sub)
     down.add_argument("--run-dir", help="folder of the stack (default: dev.run_dir)")
     command("debezium", _dev_debezium, "run the Debezium bridge in the foreground", dev_sub)
+    command(
+        "repair-groups",
+        _dev_repair_groups,
+        "unwedge the pipeline's consumer groups on the embedded broker (a lost leader)",
+        dev_sub,
+    )
     return parser
 
 
@@ -374,4 +380,14 @@ def _dev_debezium(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, required=True)
     run(config, Path(config.dev.run_dir))
+    return 0
+
+
+def _dev_repair_groups(args: argparse.Namespace) -> int:
+    from tidemark.cli.devstack.group_repair import repair_pipeline_groups
+
+    config = _config(args)
+    repaired = repair_pipeline_groups(config)
+    for group, leader in repaired.items():
+        print(f"{group}: " + (f"lost leader {leader} set to expire" if leader else "not wedged"))
     return 0

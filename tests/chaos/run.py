@@ -1,0 +1,575 @@
+"""The chaos run: a random fault schedule against the whole pipeline, judged by PostgreSQL.
+
+``make chaos`` (``SEED=n`` to repeat one) starts a development stack of its own
+(schemaless JSON: the broker keeps every record in memory) and runs
+:func:`run_chaos`; CI runs a short schedule on the test session's stack
+(``tests/integration/test_chaos.py``).
+
+1. Three tables, written by two connections (:mod:`tests.chaos.workload`), are
+   reconciled by two processor instances of one pipeline; one table uses the
+   classic ``debezium`` envelope.
+2. While the workload runs, faults drawn from the seed (:func:`schedule`), one
+   after another with a pause between: SIGKILL of an instance (restarted), an
+   instance restarted with a failpoint that SIGKILLs it at the Nth pass of a
+   point of the commit protocol, SIGSTOP of an instance for up to 15 s (past the
+   session timeout it is a zombie) then SIGCONT, the broker paused, PostgreSQL
+   restarted, poison records in a change topic, a backfill started.
+3. Once the changes are written and the processors caught up, the sink runs
+   continuously into Iceberg and is SIGKILLed and restarted on the way.
+4. The verdict (:mod:`tests.oracle`): per table, the reconciled topic
+   folded per key equals the table; no key in two partitions; per key no row
+   goes back in history (re-sent runs aside); every poison record is a dead
+   letter; every backfill completed; the Iceberg tables equal the tables; no
+   process exited unless the schedule killed it (``unplanned_restarts``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import random
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import Producer
+
+from tests.chaos.workload import TABLES, Workload, create_tables
+from tests.integration.processes import (
+    Processor,
+    SinkProcess,
+    decoder,
+    pipeline_config,
+    read_topic,
+    reconciled,
+    run_cli,
+)
+from tests.integration.test_recovery import other_instance
+from tests.oracle import Verdict, check_topic, digest
+from tidemark.cli.demo import compare_table
+from tidemark.cli.devstack.group_repair import repair_group
+from tidemark.cli.devstack.procs import pid_alive
+from tidemark.cli.devstack.stack import DevStack
+from tidemark.cli.verify import wait_caught_up
+from tidemark.config import Config, DevConfig, ProcessorConfig, SinkConfig
+from tidemark.kafka import Acknowledgements, produce_waiting, producer_config
+from tidemark.ports import free_port
+from tidemark.topics import dataplane_group, snapshot_group
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+PIPELINE = "chaos"
+#: Seconds a group may stay without an owner before the run repairs it: Tansu's
+#: rebalances take 3 to 10 s here.
+GROUP_STALL_S = 45
+#: Fault kinds of the processors' phase and their weights.
+KINDS = {
+    "kill": 25,
+    "failpoint": 20,
+    "stall": 15,
+    "broker-pause": 8,
+    "pg-restart": 7,
+    "poison": 15,
+    "backfill": 10,
+}
+#: The tables' envelopes (``debezium-upsert`` but those named).
+ENVELOPES = {"public.iso_chaos_b": "debezium"}
+#: Tables a backfill may run on: incremental snapshots need ``debezium-upsert``.
+BACKFILLED = [t for t in TABLES if f"public.{t}" not in ENVELOPES]
+#: Points of the commit protocol a failpoint kills an instance at (``tidemark.failpoints``).
+POINTS = ("batch-decided", "outputs-acked", "after-flush", "window-release")
+POISON = [
+    b"{not json",
+    b'{"payload": {"op": "x", "after": {"id": 1}}}',
+    b'{"op": "u", "after": {"id": 1}, "source": {"lsn": [1, 2], "ts_ms": 1}}',
+    b'{"op": "c", "after": {"id": 1}, "source": {"lsn": 123456789012345678901234567890}}',
+    b"[]",
+]
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault: its kind, the instance it hits, an amount (seconds, a count or the Nth
+    pass), the failpoint, and the pause before the next fault."""
+
+    kind: str
+    instance: int
+    amount: float
+    point: str
+    pause_s: float
+
+
+def schedule(seed: int, faults: int) -> list[Fault]:
+    """The faults of a run, drawn from ``seed`` alone."""
+    rng = random.Random(seed)
+    kinds, weights = list(KINDS), list(KINDS.values())
+    drawn = []
+    for _ in range(faults):
+        kind = rng.choices(kinds, weights)[0]
+        amount = {
+            "kill": rng.uniform(0, 2),
+            "failpoint": rng.randint(1, 40),
+            "stall": rng.uniform(1, 15),
+            "broker-pause": rng.uniform(2, 15),
+            "pg-restart": 0,
+            "poison": rng.randint(1, 5),
+            "backfill": rng.randrange(len(BACKFILLED)),
+        }[kind]
+        drawn.append(Fault(kind, rng.randrange(2), amount, rng.choice(POINTS), rng.uniform(0.5, 4)))
+    return drawn
+
+
+@dataclass
+class Instance:
+    """A processor instance the run supervises: a death it did not plan is counted."""
+
+    processor: Processor
+    armed: str = ""
+    planned: bool = False
+
+    def start(self, failpoint: str = "") -> None:
+        self.armed, self.planned = failpoint, False
+        self.processor.start(timeout=180, failpoint=failpoint, healthy=not failpoint)
+
+    def exit_code(self) -> int | None:
+        """The exit code once the process ended (negative: its signal), else ``None``."""
+        try:
+            done, status = os.waitpid(self.processor.pid, os.WNOHANG)
+        except ChildProcessError:
+            return None if pid_alive(self.processor.pid) else 0
+        return os.waitstatus_to_exitcode(status) if done else None
+
+
+@dataclass
+class Run:
+    """What a run did and saw."""
+
+    seed: int
+    faults: Counter[str] = field(default_factory=Counter)
+    planned_restarts: int = 0
+    unplanned_restarts: int = 0
+    unplanned: list[str] = field(default_factory=list)
+    poison: list[tuple[str, int, int]] = field(default_factory=list)
+    backfills: list[str] = field(default_factory=list)
+    last_pg_restart: float = 0.0
+    #: Groups repaired after the broker lost their leader (``group_repair``).
+    group_repairs: Counter[str] = field(default_factory=Counter)
+    #: Since when each group has had no partition owner (monotonic seconds).
+    stalled: dict[str, float] = field(default_factory=dict)
+
+
+def run_chaos(
+    stack: DevStack,
+    spark: SparkSession,
+    seed: int,
+    changes: int,
+    faults: int,
+    keys: int,
+    sink_kills: int,
+    rate: float,
+) -> dict[str, Any]:
+    """One run on ``stack``; the figures of ``bench/results/chaos.json``."""
+    started = time.monotonic()
+    config = chaos_config(stack)
+    create_tables(config)
+    run = Run(seed)
+    instances = [
+        Instance(Processor(stack, other_instance(config, name), f"chaos-{name}"))
+        for name in ("a", "b")
+    ]
+    for instance in instances:
+        instance.start()
+    workload = Workload(config, seed, keys, rate)
+    workload.start()
+    try:
+        for fault in schedule(seed, faults):
+            supervise(stack, run, instances)
+            apply(stack, config, run, instances, fault)
+            run.faults[fault.kind] += 1
+            pause(stack, run, instances, fault.pause_s)
+        while workload.changes < changes:
+            pause(stack, run, instances, 1.0)
+    finally:
+        workload.stop()
+    for instance in instances:  # an armed failpoint that has not fired: disarm it
+        if instance.armed and instance.exit_code() is None:
+            instance.planned = True
+            instance.processor.stop()
+            instance.start()
+    deadline = time.monotonic() + 900
+    while True:
+        supervise(stack, run, instances)
+        try:
+            wait_caught_up(config, timeout=30)
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+    backfills = {request: backfill_state(config, request) for request in run.backfills}
+    sink = sink_phase(stack, config, spark, run, sink_kills)
+    verdict = judge(config)
+    dead = dead_letters(config)
+    for instance in instances:
+        instance.processor.stop()
+    return {
+        "seed": seed,
+        "faults": dict(sorted(run.faults.items())),
+        "events": verdict.events,
+        "changes_written": workload.changes,
+        "changes_checked": verdict.total.changes_checked,
+        "lost": verdict.total.lost,
+        "stale": verdict.total.stale,
+        "split_keys": verdict.total.split_keys,
+        "unplanned_restarts": run.unplanned_restarts,
+        "planned_restarts": run.planned_restarts,
+        "poison_records": len(run.poison),
+        "poison_not_dead_lettered": len(set(run.poison) - dead),
+        "backfills": dict(Counter(backfills.values())),
+        "iceberg_tables_equal": sink,
+        "broker_group_repairs": dict(run.group_repairs),
+        "broker_peak_rss_mb": broker_peak_rss_mb(stack),
+        "duration_s": round(time.monotonic() - started),
+        "examples": verdict.total.examples + run.unplanned,
+    }
+
+
+def chaos_config(stack: DevStack) -> Config:
+    config = pipeline_config(stack, PIPELINE, envelopes=ENVELOPES, batch_size=500)
+    sink = dataclasses.replace(
+        config.sink,
+        catalog_name="chaos",
+        warehouse=str(stack.run_dir / "chaos-warehouse"),
+        topics=[f"{config.source.topic_prefix}.reconciled.public.{t}" for t in TABLES],
+        topic_pattern="",
+        metrics_port=0,
+        trigger_interval_s=1.0,
+        read_stall_s=10.0,
+    )
+    return dataclasses.replace(config, sink=sink)
+
+
+def apply(
+    stack: DevStack, config: Config, run: Run, instances: list[Instance], fault: Fault
+) -> None:
+    """Send one fault (and undo it: resume, restart) before returning."""
+    instance = instances[fault.instance]
+    pid = instance.processor.pid
+    if fault.kind == "kill":
+        instance.planned = True
+        instance.processor.kill()
+        run.planned_restarts += 1
+        time.sleep(fault.amount)
+        instance.start()
+    elif fault.kind == "failpoint":
+        instance.planned = True
+        instance.processor.stop()
+        run.planned_restarts += 1
+        instance.start(failpoint=f"{fault.point}:{int(fault.amount)}")
+    elif fault.kind == "stall":
+        if pid_alive(pid):
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                time.sleep(fault.amount)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+    elif fault.kind == "broker-pause":
+        with stopped(stack.process_pid("broker")):
+            time.sleep(fault.amount)
+    elif fault.kind == "pg-restart":
+        stack.restart_postgres()
+        run.last_pg_restart = time.monotonic()
+    elif fault.kind == "poison":
+        run.poison += produce_poison(config, int(fault.amount), fault.instance)
+    elif fault.kind == "backfill":
+        table = BACKFILLED[int(fault.amount)]
+        request = f"chaos-{len(run.backfills)}"
+        live = [i for i in instances if i.exit_code() is None and i.processor.health()]
+        if live:
+            done = run_cli(
+                live[0].processor, "snapshot", "start", f"public.{table}", "--id", request
+            )
+            if done.returncode == 0:
+                run.backfills.append(request)
+
+
+@contextmanager
+def stopped(pid: int | None) -> Iterator[None]:
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def pause(stack: DevStack, run: Run, instances: list[Instance], seconds: float) -> None:
+    """Wait ``seconds``, supervising."""
+    deadline = time.monotonic() + seconds
+    while True:
+        supervise(stack, run, instances)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(left, 0.5))
+
+
+def supervise(stack: DevStack, run: Run, instances: list[Instance]) -> None:
+    """Restart what ended: planned when the schedule caused it (a kill, a failpoint's
+    SIGKILL), else counted as unplanned, with the end of its log."""
+    for instance in instances:
+        code = instance.exit_code()
+        if code is None:
+            continue
+        if instance.planned or (instance.armed and code == -signal.SIGKILL):
+            run.planned_restarts += 1
+        else:
+            run.unplanned_restarts += 1
+            tail = instance.processor.log.read_text(errors="replace")[-1500:]
+            run.unplanned.append(f"{instance.processor.name} exited {code}: {tail}")
+        instance.processor.stop()
+        instance.start()
+    watch_groups(stack, run, instances)
+    debezium = stack.process_pid("debezium")
+    if debezium is not None and not pid_alive(debezium):
+        if time.monotonic() - run.last_pg_restart < 120:
+            run.planned_restarts += 1
+        else:
+            run.unplanned_restarts += 1
+            run.unplanned.append("debezium exited")
+        stack.start_debezium()
+
+
+def watch_groups(stack: DevStack, run: Run, instances: list[Instance]) -> None:
+    """Repair a group of the broker's that has had no owner for ``GROUP_STALL_S`` while
+    every instance is up: no partition assigned to either instance (the data plane), no
+    snapshot leader (the coordinator). A wedge of the broker's, not of the processors'."""
+    health = [instance.processor.health() for instance in instances]
+    if not all(h.get("status") == "ok" for h in health):
+        run.stalled.clear()
+        return
+    now = time.monotonic()
+    ownerless = {
+        dataplane_group(PIPELINE): sum(h.get("assigned_partitions", 0) for h in health) == 0,
+        snapshot_group(PIPELINE): all(h.get("snapshots") != "leader" for h in health),
+    }
+    for group, stalled in ownerless.items():
+        if not stalled:
+            run.stalled.pop(group, None)
+        elif now - run.stalled.setdefault(group, now) > GROUP_STALL_S:
+            if repair_group(stack.config.kafka.bootstrap_servers, group):
+                run.group_repairs[group] += 1
+            run.stalled[group] = now
+
+
+def produce_poison(config: Config, count: int, partition: int) -> list[tuple[str, int, int]]:
+    """``count`` records no envelope can read, in a change topic: where they landed."""
+    topic = f"{config.source.topic_prefix}.public.iso_chaos_a"
+    producer = Producer(producer_config(config.kafka))
+    landed: list[tuple[str, int, int]] = []
+    acks = Acknowledgements(producer)
+
+    def delivered(err: Any, msg: Any) -> None:
+        acks.on_delivery(err, msg)
+        if err is None:
+            landed.append((msg.topic(), msg.partition(), msg.offset()))
+
+    for value in POISON[:count]:
+        produce_waiting(producer, topic, value, b'{"id": 1}', delivered, partition)
+    acks.wait("poison records")
+    return landed
+
+
+def backfill_state(config: Config, request: str) -> str:
+    """``COMPLETED`` or ``ABORTED`` once a backfill ended (waiting up to 10 minutes)."""
+    topic = f"{config.processor.pipeline}.notifications"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        for record in read_topic(config, topic):
+            note = json.loads(record.value or b"{}")
+            if note.get("additional_data", {}).get("request_id") == request and note.get(
+                "type"
+            ) in ("COMPLETED", "ABORTED"):
+                return str(note["type"])
+        time.sleep(2)
+    return "UNFINISHED"
+
+
+def sink_phase(stack: DevStack, config: Config, spark: SparkSession, run: Run, kills: int) -> bool:
+    """A continuous sink, SIGKILLed ``kills`` times on the way: whether every Iceberg table
+    ends equal to its source table."""
+    from spark_sink.session import create_session
+
+    rng = random.Random(run.seed)
+    sink = SinkProcess(stack, config, "chaos-sink").start()
+    try:
+        for _ in range(kills):
+            time.sleep(rng.uniform(5, 25))
+            sink.kill()
+            run.faults["sink-kill"] += 1
+            run.planned_restarts += 1
+            sink.start()
+        create_session(config)  # the session learns the catalog
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            if not sink.alive():
+                run.unplanned_restarts += 1
+                run.unplanned.append(f"the sink exited: {sink.log_tail()}")
+                sink.start()
+            if all(_lake_equal(config, spark, table) for table in TABLES):
+                return True
+            time.sleep(3)
+        return False
+    finally:
+        if sink.alive():
+            sink.terminate()
+            sink.wait(120)
+
+
+def _lake_equal(config: Config, spark: SparkSession, table: str) -> bool:
+    try:
+        spark.sql(f"REFRESH TABLE chaos.public.{table}")
+        return compare_table(config, spark, "public", table).equal
+    except Exception:  # the table may not exist yet
+        return False
+
+
+@dataclass
+class Judged:
+    total: Verdict
+    events: int
+
+
+def judge(config: Config) -> Judged:
+    """The oracle on every table: history from its change topic, rows from PostgreSQL."""
+    from tests.integration.workload import Table, source_rows
+
+    decode = decoder(config)
+    total, events = Verdict(), 0
+    for table, columns in TABLES.items():
+        history: dict[tuple[Any, ...], list[bytes | None]] = {}
+        topic = f"{config.source.topic_prefix}.public.{table}"
+        for record in sorted(read_topic(config, topic), key=lambda r: (r.partition, r.offset)):
+            event = _event(decode, record.key, record.value)
+            if event is None:
+                continue
+            key, after = event
+            history.setdefault(key, [None]).append(digest(after))
+            events += 1
+        emitted = (
+            (tuple(e.key.values()), e.partition, digest(e.after))
+            for e in reconciled(config, table)
+            if e.value is not None
+        )
+        rows = source_rows(config, Table(table, composite=len(columns) > 1))
+        source = {key: digest(row) for key, row in rows.items()}
+        total.add(check_topic(history, emitted, source, table))
+    return Judged(total, events)
+
+
+def _event(
+    decode: Callable[[bytes], Any], key: bytes | None, value: bytes | None
+) -> tuple[tuple[Any, ...], dict[str, Any] | None] | None:
+    """A change event's key and row, or ``None`` (a tombstone, or poison)."""
+    if key is None or value is None:
+        return None
+    try:
+        decoded_key, event = decode(key), decode(value)
+    except ValueError:
+        return None
+    if not isinstance(event, dict) or event.get("op") not in ("c", "u", "d", "r"):
+        return None
+    if not isinstance(event.get("source"), dict) or not isinstance(decoded_key, dict):
+        return None
+    after = event.get("after")
+    return tuple(decoded_key.values()), after if isinstance(after, dict) else None
+
+
+def dead_letters(config: Config) -> set[tuple[str, int, int]]:
+    """Where each dead letter came from: (topic, partition, offset)."""
+    found = set()
+    for record in read_topic(config, f"{config.processor.pipeline}.dlq"):
+        headers = record.headers
+        if "tidemark.source.topic" in headers:
+            found.add(
+                (
+                    headers["tidemark.source.topic"].decode(),
+                    int(headers["tidemark.source.partition"]),
+                    int(headers["tidemark.source.offset"]),
+                )
+            )
+    return found
+
+
+def broker_peak_rss_mb(stack: DevStack) -> int:
+    """The broker's peak resident memory so far (``VmHWM``), in MB."""
+    pid = stack.process_pid("broker")
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) // 1024
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--changes", type=int, default=1_000_000)
+    parser.add_argument("--faults", type=int, default=200)
+    parser.add_argument("--keys", type=int, default=20_000)
+    parser.add_argument("--sink-kills", type=int, default=3)
+    parser.add_argument("--rate", type=float, default=500, help="row changes a second")
+    parser.add_argument("--out", type=Path, default=Path("bench/results/chaos.json"))
+    args = parser.parse_args(argv)
+    from spark_sink.session import create_session, stop_session
+
+    with tempfile.TemporaryDirectory(prefix="tidemark-chaos-") as run_dir:
+        base = Config(
+            processor=ProcessorConfig(web_port=free_port(), state_dir=f"{run_dir}/state"),
+            sink=SinkConfig(warehouse=f"{run_dir}/warehouse", metrics_port=0),
+            dev=DevConfig(debezium_format="json-schemaless"),
+        )
+        stack = DevStack(Path(run_dir), base)
+        stack.up()
+        spark = create_session(stack.config)
+        try:
+            result = run_chaos(
+                stack,
+                spark,
+                args.seed,
+                args.changes,
+                args.faults,
+                args.keys,
+                args.sink_kills,
+                args.rate,
+            )
+        finally:
+            stop_session(spark)
+            stack.down()
+    result["command"] = " ".join(["python -m tests.chaos.run", *sys.argv[1:]])
+    text = json.dumps(result, indent=2)
+    print(text)
+    args.out.write_text(text + "\n")
+    failed = (
+        result["lost"]
+        or result["stale"]
+        or result["split_keys"]
+        or result["unplanned_restarts"]
+        or result["poison_not_dead_lettered"]
+        or not result["iceberg_tables_equal"]
+        or set(result["backfills"]) - {"COMPLETED"}
+    )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

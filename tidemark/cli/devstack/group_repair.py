@@ -1,0 +1,79 @@
+"""Unwedge a consumer group of the embedded broker (Tansu 0.6.0) whose leader is gone.
+
+Tansu's group coordinator (``tansu-broker/src/coordinator/group/administrator.rs``
+at v0.6.0) keeps a leader that is no longer a member while the group is forming:
+when the leader sends LeaveGroup during a rebalance (a graceful stop while another
+instance joins), or when a heartbeat removed it before the next join. Every
+JoinGroup then names that leader, no one sends the SyncGroup only the leader may
+send, and each follower's SyncGroup answers REBALANCE_IN_PROGRESS, forever: the
+group has no partitions assigned until the broker restarts, which, memory-only,
+loses every topic.
+
+The coordinator drops a forming group's leader only when the leader is a member
+whose session expired. So :func:`repair_group` joins under the lost leader's
+member id (the broker checks no caller) and sends nothing more: a session
+timeout later, the next join of a live member expires it, clears the leader,
+and becomes the leader itself. Apache Kafka has no such defect: there the
+probe's join and a join under a live leader's id would only cause rebalances.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiokafka.client import AIOKafkaClient, CoordinationType
+from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
+
+from tidemark.config import Config
+from tidemark.topics import dataplane_group, snapshot_group
+
+log = logging.getLogger(__name__)
+
+#: Kafka's MEMBER_ID_REQUIRED: a first join learns its member id from the answer.
+MEMBER_ID_REQUIRED = 79
+#: An empty ``consumer`` protocol subscription (version 0, no topics, no user data).
+NO_SUBSCRIPTION = b"\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff"
+
+
+def repair_group(bootstrap: str, group: str, protocol: str = "range") -> str | None:
+    """Make the lost leader of ``group`` a member that expires; its member id, or
+    ``None`` when the group has no leader other than the probe (nothing to repair)."""
+    return asyncio.run(_repair(bootstrap, group, protocol))
+
+
+async def _repair(bootstrap: str, group: str, protocol: str) -> str | None:
+    client = AIOKafkaClient(bootstrap_servers=bootstrap, client_id="tidemark-group-repair")
+    await client.bootstrap()
+    try:
+        node = await client.coordinator_lookup(CoordinationType.GROUP, group)
+
+        async def join(member: str) -> tuple[int, str, str]:
+            request = JoinGroupRequest(
+                group, 6000, 10000, member, None, "consumer", [(protocol, NO_SUBSCRIPTION)]
+            )
+            answer = await client.send(node, request)
+            return answer.error_code, answer.member_id, answer.leader_id
+
+        error, probe, _ = await join("")
+        if error == MEMBER_ID_REQUIRED:
+            error, probe, leader = await join(probe)
+        else:
+            leader = ""
+        await client.send(node, LeaveGroupRequest(group, probe))
+        if error or not leader or leader == probe:
+            return None
+        error, _, _ = await join(leader)
+        log.warning("group %s: joined as its lost leader %s (%s)", group, leader, error)
+        return leader
+    finally:
+        await client.close()
+
+
+def repair_pipeline_groups(config: Config) -> dict[str, str | None]:
+    """:func:`repair_group` on the data plane's and the snapshot coordinator's groups."""
+    pipeline, bootstrap = config.processor.pipeline, config.kafka.bootstrap_servers
+    return {
+        group: repair_group(bootstrap, group)
+        for group in (dataplane_group(pipeline), snapshot_group(pipeline))
+    }
