@@ -75,14 +75,33 @@ def read_context(config: Config, driver_pid: int) -> ReadContext:
     return ReadContext(consumer, config.kafka, driver_pid, config.sink.read_stall_s)
 
 
-def sink_topics(admin: AdminClient, pattern: str, names: list[str]) -> dict[str, int]:
-    """Reconciled topics named in ``names`` or matching ``pattern``, with partition counts."""
+def sink_topics(
+    admin: AdminClient,
+    pattern: str,
+    names: list[str],
+    settle_s: float = 5.0,
+    pause_s: float = 0.5,
+) -> dict[str, int]:
+    """Reconciled topics named in ``names`` or matching ``pattern``, with partition counts.
+
+    A topic the broker lists without its partitions, or with an error (one it has just
+    created, here), is listed again for up to ``settle_s``, then left out until the
+    next listing: read as it was, it would have no partition to drain.
+    """
     matcher = re.compile(pattern) if pattern else None
-    return {
-        name: len(meta.partitions)
-        for name, meta in admin.list_topics(timeout=10).topics.items()
-        if meta.error is None and (name in names or (matcher and matcher.match(name)))
-    }
+    deadline = time.monotonic() + settle_s
+    while True:
+        wanted = {
+            name: meta
+            for name, meta in admin.list_topics(timeout=10).topics.items()
+            if name in names or (matcher and matcher.match(name))
+        }
+        ready = {
+            n: len(m.partitions) for n, m in wanted.items() if m.error is None and m.partitions
+        }
+        if len(ready) == len(wanted) or time.monotonic() >= deadline:
+            return ready
+        time.sleep(pause_s)
 
 
 def end_offsets(consumer_conf: dict[str, Any], topic: str, partitions: int) -> dict[int, int]:

@@ -56,7 +56,7 @@ from tests.integration.processes import (
 from tests.integration.test_recovery import other_instance
 from tests.oracle import Verdict, check_topic, digest
 from tidemark.cli.demo import compare_table
-from tidemark.cli.devstack.group_repair import repair_group
+from tidemark.cli.devstack.group_repair import pipeline_groups, repair_group
 from tidemark.cli.devstack.procs import pid_alive
 from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
@@ -350,23 +350,24 @@ def supervise(stack: DevStack, run: Run, instances: list[Instance]) -> None:
 
 
 def watch_groups(stack: DevStack, run: Run, instances: list[Instance]) -> None:
-    """Repair a group of the broker's that has had no owner for ``GROUP_STALL_S`` while
-    every instance is up: no partition assigned to either instance (the data plane), no
-    snapshot leader (the coordinator). A wedge of the broker's, not of the processors'."""
+    """Repair a group of the broker's that has had no owner for ``GROUP_STALL_S``: an
+    instance alive but not up (Faust's group), no partition assigned to either instance
+    (the data plane's), no snapshot leader (the coordinator's). A wedge of the broker's,
+    not of the processors'."""
     health = [instance.processor.health() for instance in instances]
-    if not all(h.get("status") == "ok" for h in health):
-        run.stalled.clear()
-        return
-    now = time.monotonic()
-    ownerless = {
-        dataplane_group(PIPELINE): sum(h.get("assigned_partitions", 0) for h in health) == 0,
-        snapshot_group(PIPELINE): all(h.get("snapshots") != "leader" for h in health),
+    up = all(h.get("status") == "ok" for h in health)
+    ownerless = {  # Faust's group: a worker that never starts its data plane
+        PIPELINE: not up and all(i.exit_code() is None for i in instances),
+        dataplane_group(PIPELINE): up and sum(h.get("assigned_partitions", 0) for h in health) == 0,
+        snapshot_group(PIPELINE): up and all(h.get("snapshots") != "leader" for h in health),
     }
+    now = time.monotonic()
     for group, stalled in ownerless.items():
         if not stalled:
             run.stalled.pop(group, None)
         elif now - run.stalled.setdefault(group, now) > GROUP_STALL_S:
-            if repair_group(stack.config.kafka.bootstrap_servers, group):
+            protocol = pipeline_groups(PIPELINE)[group]
+            if repair_group(stack.config.kafka.bootstrap_servers, group, protocol):
                 run.group_repairs[group] += 1
             run.stalled[group] = now
 

@@ -70,10 +70,20 @@ async def _repair(bootstrap: str, group: str, protocol: str) -> str | None:
         await client.close()
 
 
-def repair_pipeline_groups(config: Config) -> dict[str, str | None]:
-    """:func:`repair_group` on the data plane's and the snapshot coordinator's groups."""
-    pipeline, bootstrap = config.processor.pipeline, config.kafka.bootstrap_servers
+def pipeline_groups(pipeline: str) -> dict[str, str]:
+    """The groups a processor joins, with their protocols: Faust's own (named after the
+    pipeline, Faust's assignor), the data plane's and the snapshot coordinator's."""
     return {
-        group: repair_group(bootstrap, group)
-        for group in (dataplane_group(pipeline), snapshot_group(pipeline))
+        pipeline: "faust",
+        dataplane_group(pipeline): "range",
+        snapshot_group(pipeline): "range",
+    }
+
+
+def repair_pipeline_groups(config: Config) -> dict[str, str | None]:
+    """:func:`repair_group` on every group of the pipeline."""
+    bootstrap = config.kafka.bootstrap_servers
+    return {
+        group: repair_group(bootstrap, group, protocol)
+        for group, protocol in pipeline_groups(config.processor.pipeline).items()
     }
