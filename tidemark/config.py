@@ -59,6 +59,10 @@ class KafkaConfig:
     max_poll_interval_ms: int = 10000
     #: How long a loop rides out Kafka being unreachable before the process stops.
     outage_deadline_s: float = 600.0
+    #: A rebalance of the data plane's or the coordinator's group that has not completed
+    #: in this time is repaired (``tidemark.group_repair``: the embedded broker can lose a
+    #: group's leader for good); 0 turns it off.
+    stuck_rebalance_s: float = 60.0
     #: Confluent-compatible schema registry of Avro topics; empty: Avro input is a dead letter.
     schema_registry_url: str = ""
     schema_registry_user: str = ""
@@ -408,6 +412,11 @@ def _check_ranges(config: Config) -> None:
             "kafka: heartbeat_interval_ms < session_timeout_ms <= max_poll_interval_ms, "
             f"not {kafka.heartbeat_interval_ms}, {kafka.session_timeout_ms}, "
             f"{kafka.max_poll_interval_ms}"
+        )
+    if kafka.stuck_rebalance_s and kafka.stuck_rebalance_s * 1000 < 3 * kafka.max_poll_interval_ms:
+        raise ConfigError(
+            "kafka.stuck_rebalance_s: 0 (off) or at least 3 max_poll_interval_ms (a rebalance "
+            f"may take that long), not {kafka.stuck_rebalance_s}"
         )
     if config.kafka.max_record_bytes < MIN_RECORD_BYTES:
         raise ConfigError(

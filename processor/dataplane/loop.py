@@ -33,6 +33,7 @@ from processor.tuning import tune_garbage_collector
 from state.store import StateBackend
 from tidemark.config import Config
 from tidemark.failpoints import Failpoint
+from tidemark.group_repair import RebalanceWatch, repair_stuck
 from tidemark.kafka import (
     client_config,
     consumer_config,
@@ -54,6 +55,7 @@ class DataPlane:
     def __init__(self, config: Config, backend: StateBackend) -> None:
         self.config = config
         self.group = dataplane_group(config.processor.pipeline)
+        self._rebalance = RebalanceWatch(config.kafka.stuck_rebalance_s)
         self.reconciler = Reconciler(config, configured_schemas(config.kafka))
         self._admin = AdminClient(client_config(config.kafka))
         self.partitions = Partitions(
@@ -159,6 +161,7 @@ class DataPlane:
         if now >= self._next_lag:
             self.partitions.update_lag(consumer)
             self._next_lag = now + 2.0
+            repair_stuck(self._rebalance, self.config.kafka.bootstrap_servers, self.group)
 
     def stop(self) -> None:
         """Ask the loop to finish its batch and leave the group."""
@@ -240,9 +243,11 @@ class DataPlane:
                     "fetch.wait.max.ms": 50,
                     # Partition p of an input topic and of its backfill topic go together.
                     "partition.assignment.strategy": "range",
+                    **self._rebalance.settings(),
                 },
             )
         )
+        self._rebalance.restart()
         self._subscribed = []
         self._next_discovery = 0.0
         self.lifecycle = Lifecycle.RUNNING

@@ -59,6 +59,7 @@ from processor.snapshot.signal_channels import SignalChannels
 from processor.snapshot.signals import PauseSnapshot, Signal
 from processor.snapshot.tables import TableChecks
 from tidemark.config import Config
+from tidemark.group_repair import RebalanceWatch, repair_stuck
 from tidemark.kafka import (
     TRANSACTION_TIMEOUT,
     client_config,
@@ -99,6 +100,8 @@ class Coordinator:
         #: cannot be used again): its transactional id fences the last leader's.
         self._producer: Producer | None = None
         settings = {"enable.partition.eof": False}
+        self._group_id = snapshot_group(config.processor.pipeline)
+        self._rebalance = RebalanceWatch(kafka.stuck_rebalance_s)
         self._group = self._group_consumer()
         self._joined = False
         #: Kafka not answering: the loop waits and tries again, up to a deadline.
@@ -129,9 +132,13 @@ class Coordinator:
 
     def _group_consumer(self) -> Consumer:
         """A member of the group whose owner of the signal topic coordinates snapshots."""
-        group = snapshot_group(self.config.processor.pipeline)
+        self._rebalance.restart()
         return Consumer(
-            consumer_config(self.config.kafka, group, **{"enable.partition.eof": False})
+            consumer_config(
+                self.config.kafka,
+                self._group_id,
+                **{"enable.partition.eof": False, **self._rebalance.settings()},
+            )
         )
 
     # -- lifecycle -------------------------------------------------------------
@@ -179,6 +186,7 @@ class Coordinator:
         else:
             wait = 0.0 if self._workers.busy() else 0.2
         messages = self._group.consume(100, min(wait, 0.2))
+        repair_stuck(self._rebalance, self.config.kafka.bootstrap_servers, self._group_id)
         if self.state is None:
             self._collect(0)  # reads for a leadership lost: dropped
             return

@@ -384,7 +384,7 @@ def _dev_debezium(args: argparse.Namespace) -> int:
 
 
 def _dev_repair_groups(args: argparse.Namespace) -> int:
-    from tidemark.cli.devstack.group_repair import repair_pipeline_groups
+    from tidemark.group_repair import repair_pipeline_groups
 
     config = _config(args)
     repaired = repair_pipeline_groups(config)

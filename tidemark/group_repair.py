@@ -1,4 +1,4 @@
-"""Unwedge a consumer group of the embedded broker (Tansu 0.6.0) whose leader is gone.
+"""Unwedge a consumer group whose leader is gone (the embedded broker, Tansu 0.6.0).
 
 Tansu's group coordinator (``tansu-broker/src/coordinator/group/administrator.rs``
 at v0.6.0) keeps a leader that is no longer a member while the group is forming:
@@ -15,12 +15,19 @@ member id (the broker checks no caller) and sends nothing more: a session
 timeout later, the next join of a live member expires it, clears the leader,
 and becomes the leader itself. Apache Kafka has no such defect: there the
 probe's join and a join under a live leader's id would only cause rebalances.
+
+A member sees the wedge as a rebalance that never ends: :class:`RebalanceWatch`
+reads librdkafka's statistics, and the data plane and the snapshot coordinator
+repair their own group once its join has not reached ``steady`` for
+``kafka.stuck_rebalance_s``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import time
 
 from aiokafka.client import AIOKafkaClient, CoordinationType
 from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
@@ -36,10 +43,12 @@ MEMBER_ID_REQUIRED = 79
 NO_SUBSCRIPTION = b"\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff"
 
 
-def repair_group(bootstrap: str, group: str, protocol: str = "range") -> str | None:
+def repair_group(
+    bootstrap: str, group: str, protocol: str = "range", timeout_s: float = 30.0
+) -> str | None:
     """Make the lost leader of ``group`` a member that expires; its member id, or
     ``None`` when the group has no leader other than the probe (nothing to repair)."""
-    return asyncio.run(_repair(bootstrap, group, protocol))
+    return asyncio.run(asyncio.wait_for(_repair(bootstrap, group, protocol), timeout_s))
 
 
 async def _repair(bootstrap: str, group: str, protocol: str) -> str | None:
@@ -87,3 +96,48 @@ def repair_pipeline_groups(config: Config) -> dict[str, str | None]:
         group: repair_group(bootstrap, group, protocol)
         for group, protocol in pipeline_groups(config.processor.pipeline).items()
     }
+
+
+class RebalanceWatch:
+    """Whether a consumer's rebalance has gone on for longer than ``limit_s`` (0: never),
+    from librdkafka's statistics: pass :meth:`observe` as the consumer's ``stats_cb``.
+
+    A member with no partition in a group that formed is ``steady``; one whose group
+    never forms goes round join and sync without reaching it.
+    """
+
+    #: How often librdkafka reports (``statistics.interval.ms``).
+    INTERVAL_MS = 5000
+
+    def __init__(self, limit_s: float) -> None:
+        self.limit_s = limit_s
+        self._steady_at = time.monotonic()
+
+    def settings(self) -> dict[str, object]:
+        """The consumer settings that feed :meth:`observe`."""
+        if not self.limit_s:
+            return {}
+        return {"statistics.interval.ms": self.INTERVAL_MS, "stats_cb": self.observe}
+
+    def observe(self, stats: str) -> None:
+        if json.loads(stats).get("cgrp", {}).get("join_state") == "steady":
+            self._steady_at = time.monotonic()
+
+    def stuck(self) -> bool:
+        return bool(self.limit_s) and time.monotonic() - self._steady_at > self.limit_s
+
+    def restart(self) -> None:
+        """Count from now (a new member, a repair just sent)."""
+        self._steady_at = time.monotonic()
+
+
+def repair_stuck(watch: RebalanceWatch, bootstrap: str, group: str) -> None:
+    """Repair ``group`` once ``watch`` says its rebalance is stuck; errors are logged."""
+    if not watch.stuck():
+        return
+    watch.restart()
+    log.warning("group %s: no rebalance completed in %.0f s, repairing", group, watch.limit_s)
+    try:
+        repair_group(bootstrap, group)
+    except Exception as exc:  # the broker may be away: the next stuck period tries again
+        log.warning("group %s: the repair failed: %r", group, exc)
