@@ -30,6 +30,7 @@ import dataclasses
 import json
 import os
 import random
+import shutil
 import signal
 import sys
 import tempfile
@@ -135,10 +136,14 @@ class Instance:
     processor: Processor
     armed: str = ""
     planned: bool = False
+    #: Since when the instance has not been up (monotonic seconds), else ``None``.
+    down_since: float | None = None
 
-    def start(self, failpoint: str = "") -> None:
+    def start(self, failpoint: str = "", wait: bool = False) -> None:
+        """Start; ``wait``: until healthy. Otherwise :func:`watch_groups` follows it up."""
         self.armed, self.planned = failpoint, False
-        self.processor.start(timeout=180, failpoint=failpoint, healthy=not failpoint)
+        self.down_since = time.monotonic()
+        self.processor.start(timeout=180, failpoint=failpoint, healthy=wait)
 
     def exit_code(self) -> int | None:
         """The exit code once the process ended (negative: its signal), else ``None``."""
@@ -163,8 +168,6 @@ class Run:
     last_pg_restart: float = 0.0
     #: Groups repaired after the broker lost their leader (``group_repair``).
     group_repairs: Counter[str] = field(default_factory=Counter)
-    #: Since when each group has had no partition owner (monotonic seconds).
-    stalled: dict[str, float] = field(default_factory=dict)
 
 
 def run_chaos(
@@ -187,7 +190,7 @@ def run_chaos(
         for name in ("a", "b")
     ]
     for instance in instances:
-        instance.start()
+        instance.start(wait=True)
     workload = Workload(config, seed, keys, rate)
     workload.start()
     try:
@@ -354,20 +357,20 @@ def supervise(stack: DevStack, run: Run, instances: list[Instance]) -> None:
 
 
 def watch_groups(stack: DevStack, run: Run, instances: list[Instance]) -> None:
-    """Repair Faust's group when an instance has stayed alive but not up for
-    ``GROUP_STALL_S``: a worker that never finishes joining never starts its data plane.
-    (The processors repair their own groups: ``kafka.stuck_rebalance_s``.)"""
-    health = [instance.processor.health() for instance in instances]
-    alive = all(i.exit_code() is None for i in instances)
-    if all(h.get("status") == "ok" for h in health) or not alive:
-        run.stalled.pop(PIPELINE, None)
-        return
+    """Repair Faust's group when an instance has been alive but not up for
+    ``GROUP_STALL_S`` since it started: a worker that never finishes joining never
+    starts its data plane. (The processors repair their own groups.)"""
     now = time.monotonic()
-    if now - run.stalled.setdefault(PIPELINE, now) > GROUP_STALL_S:
-        protocol = pipeline_groups(PIPELINE)[PIPELINE]
-        if repair_group(stack.config.kafka.bootstrap_servers, PIPELINE, protocol):
-            run.group_repairs["faust, by the run"] += 1
-        run.stalled[PIPELINE] = now
+    for instance in instances:
+        if instance.down_since is None or instance.exit_code() is not None:
+            continue
+        if instance.processor.health().get("status") == "ok":
+            instance.down_since = None
+        elif now - instance.down_since > GROUP_STALL_S:
+            protocol = pipeline_groups(PIPELINE)[PIPELINE]
+            if repair_group(stack.config.kafka.bootstrap_servers, PIPELINE, protocol):
+                run.group_repairs["faust, by the run"] += 1
+            instance.down_since = now
 
 
 def produce_poison(config: Config, count: int, partition: int) -> list[tuple[str, int, int]]:
@@ -531,34 +534,44 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from spark_sink.session import create_session, stop_session
 
-    with tempfile.TemporaryDirectory(prefix="tidemark-chaos-") as run_dir:
-        base = Config(
-            processor=ProcessorConfig(web_port=free_port(), state_dir=f"{run_dir}/state"),
-            sink=SinkConfig(warehouse=f"{run_dir}/warehouse", metrics_port=0),
-            dev=DevConfig(debezium_format="json-schemaless"),
+    run_dir = tempfile.mkdtemp(prefix="tidemark-chaos-")
+    base = Config(
+        processor=ProcessorConfig(web_port=free_port(), state_dir=f"{run_dir}/state"),
+        sink=SinkConfig(warehouse=f"{run_dir}/warehouse", metrics_port=0),
+        dev=DevConfig(debezium_format="json-schemaless"),
+    )
+    stack = DevStack(Path(run_dir), base)
+    stack.up()
+    spark = create_session(stack.config)
+    result: dict[str, Any] = {}
+    try:
+        result = run_chaos(
+            stack,
+            spark,
+            args.seed,
+            args.changes,
+            args.faults,
+            args.keys,
+            args.sink_kills,
+            args.rate,
         )
-        stack = DevStack(Path(run_dir), base)
-        stack.up()
-        spark = create_session(stack.config)
-        try:
-            result = run_chaos(
-                stack,
-                spark,
-                args.seed,
-                args.changes,
-                args.faults,
-                args.keys,
-                args.sink_kills,
-                args.rate,
-            )
-        finally:
-            stop_session(spark)
-            stack.down()
+    finally:
+        stop_session(spark)
+        stack.down()
+        if result and not failed(result):
+            shutil.rmtree(run_dir)
+        else:  # the processes' logs, for the failing seed
+            print(f"logs kept in {run_dir}", file=sys.stderr)
     result["command"] = " ".join(["python -m tests.chaos.run", *sys.argv[1:]])
     text = json.dumps(result, indent=2)
     print(text)
     args.out.write_text(text + "\n")
-    failed = (
+    return 1 if failed(result) else 0
+
+
+def failed(result: dict[str, Any]) -> bool:
+    """Whether a run's figures break a promise."""
+    return bool(
         result["lost"]
         or result["stale"]
         or result["split_keys"]
@@ -567,7 +580,6 @@ def main(argv: list[str] | None = None) -> int:
         or not result["iceberg_tables_equal"]
         or set(result["backfills"]) - {"COMPLETED"}
     )
-    return 1 if failed else 0
 
 
 if __name__ == "__main__":
