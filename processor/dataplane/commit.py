@@ -7,12 +7,16 @@ runs the rest. Each step's crash window:
 2. produce outputs, dead letters and the partitions' source positions, and
    wait until Kafka acknowledged every one: a crash before that replays the
    batch against state that has not moved; outputs already written are
-   re-emitted (equal versions);
+   re-emitted (equal versions). A partition whose batch read chunk rows or
+   released window rows first records, in its changelog, what it read
+   (:mod:`processor.reconcile.batch_reads`): its replay reads exactly that
+   again, so it decides as the crashed batch did;
 3. produce the batch's changelog records, and wait for them: no state of the
    batch, in the changelog or in a store, is durable before the outputs it
    implies. A crash before they all land leaves the changelog at the previous
    batch or partly into this one, whose outputs are all in Kafka already: a
-   restore from it drops nothing that was not emitted;
+   restore from it drops nothing that was not emitted. The removal of the
+   batch's reads goes last in its partition, so it lands only with all of them;
 4. write state, the next input offsets and the changelog position in one
    RocksDB batch per partition: a crash before it leaves local state at the
    previous batch; on restart the changelog brings it forward (or the replay
@@ -49,6 +53,7 @@ from processor import metrics
 from processor.dataplane.positions import source_position
 from processor.dataplane.writers import PartitionWriter
 from processor.reconcile.batch import Batch, Reconciler, TopicPartitionKey
+from processor.reconcile.batch_reads import READS_KEY
 from state.store import Checkpoint, PartitionStore
 from tidemark.config import Config
 from tidemark.errors import InputError
@@ -102,7 +107,11 @@ class Committer:
                 found.begin()
             return found
 
-        # Step 2: outputs, dead letters and source positions, acknowledged.
+        # Step 2: first what partitions whose decisions depend on how their two topics
+        # interleaved read (processor.reconcile.batch_reads); then outputs, dead letters and
+        # source positions, acknowledged.
+        if batch.reads:
+            self._record_reads(batch, writer)
         last: tuple[str, int] = ("", -1)
         target: Any = None
         produce: Any = None
@@ -201,6 +210,24 @@ class Committer:
                 produce_waiting(
                     target.producer, self.positions_topic, record, key, target.acks.on_delivery, 0
                 )
+
+    def _record_reads(
+        self, batch: Batch, writer: Callable[[TopicPartitionKey], PartitionWriter]
+    ) -> None:
+        """Produce each partition's batch reads to its changelog, and wait for them."""
+        for tp, reads in batch.reads.items():
+            target = writer(tp)
+            changelog = self._reconciler.topic(tp[0]).changelog
+            produce_waiting(
+                target.producer,
+                changelog,
+                reads.encode(),
+                READS_KEY,
+                target.acks.on_delivery,
+                tp[1],
+            )
+        for tp in batch.reads:
+            writer(tp).wait()
 
     def _produce_dead_letter(self, target: PartitionWriter, error: InputError) -> None:
         msg = error.message

@@ -6,6 +6,8 @@ topic, obey the pipeline's lifecycle (join or leave the consumer group, pause
 or resume), consume a batch, decide it (:mod:`processor.reconcile.batch`),
 commit it (:mod:`processor.dataplane.commit`, the one place where the protocol
 lives), and take a step of any state restore (:mod:`processor.dataplane.partitions`).
+A partition whose state holds a crashed batch's reads decides exactly those
+again first (:mod:`processor.dataplane.replay`).
 
 Guarantee: at least once, without loss; see :mod:`processor.dataplane.commit`.
 """
@@ -17,12 +19,13 @@ import re
 import threading
 import time
 
-from confluent_kafka import Consumer, KafkaException, Message
+from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processor import metrics
 from processor.dataplane.commit import Committer
 from processor.dataplane.partitions import Partitions
+from processor.dataplane.replay import Replays
 from processor.errors import ProcessorError
 from processor.events.chunk_tag import ChunkTags
 from processor.outages import Outage, is_outage
@@ -58,12 +61,14 @@ class DataPlane:
         self._rebalance = RebalanceWatch(config.kafka.stuck_rebalance_s)
         self.reconciler = Reconciler(config, configured_schemas(config.kafka))
         self._admin = AdminClient(client_config(config.kafka))
+        self._replays = Replays(config.processor.pipeline)
         self.partitions = Partitions(
             config,
             backend,
             self.reconciler,
             self._admin,
             paused=lambda: self.lifecycle is Lifecycle.PAUSED,
+            released=self._replays.forget,
         )
         self._committer = Committer(config, self.reconciler)
         self._input = re.compile(config.input_pattern())
@@ -149,12 +154,13 @@ class DataPlane:
         restoring = self.partitions.busy
         timeout = 0.01 if restoring else self.config.processor.batch_timeout_ms / 1000
         messages = consumer.consume(self.config.processor.batch_size, timeout)
-        if messages:
+        if messages or self._replays.waiting:
             started = time.perf_counter()
             partitions = self.partitions
             batch = self.decide(messages)
             self._decided.passed()
             self._committer.commit(batch, partitions.stores, partitions.writers, consumer)
+            self._replays.resume(consumer, self._held)
             metrics.BATCH_SECONDS.observe(time.perf_counter() - started)
         if self.partitions.busy:
             self.partitions.restore_step(consumer, self._subscribed)
@@ -186,12 +192,22 @@ class DataPlane:
             group.append(make(RawMessage, fields))
         consumer = self._member()
         partitions = self.partitions
-        return self.reconciler.decide(
-            groups,
-            partitions.stores,
-            partitions.restoring,
-            lambda owned: partitions.reached(consumer, owned),
-        )
+        replays = self._replays
+        replays.check(partitions.stores, lambda owned: not partitions.restoring(owned))
+        if replays.waiting:
+            replays.take(groups, consumer)
+
+        def reached(owned: TopicPartitionKey) -> int:
+            # The batch's own messages first: a replay's consumer position may be elsewhere.
+            group = groups.get(owned)
+            decided = group[-1].offset + 1 if group else -1
+            return max(decided, partitions.reached(consumer, owned))
+
+        def waiting(owned: TopicPartitionKey) -> bool:
+            # No decision on a partition whose replay is still collecting its batch.
+            return partitions.restoring(owned) or replays.collecting(owned)
+
+        return self.reconciler.decide(groups, partitions.stores, waiting, reached)
 
     @property
     def refused(self) -> dict[str, str]:
@@ -274,6 +290,12 @@ class DataPlane:
         if self._consumer is None:
             raise ProcessorError("the data plane is not a member of its consumer group")
         return self._consumer
+
+    def _held(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """Those of ``partitions`` that must not be read now."""
+        if self.lifecycle is Lifecycle.PAUSED:
+            return partitions
+        return self.partitions.held(partitions)
 
     def _set_paused(self, paused: bool) -> None:
         """Pause every assigned partition, or resume those not held back for a reason."""

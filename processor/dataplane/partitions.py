@@ -40,6 +40,7 @@ class Partitions:
         reconciler: Reconciler,
         admin: AdminClient,
         paused: Callable[[], bool],
+        released: Callable[[TopicPartitionKey], None],
     ) -> None:
         self._config = config
         self._pipeline = config.processor.pipeline
@@ -56,6 +57,8 @@ class Partitions:
         )
         #: Whether the pipeline is paused: newly assigned or restored partitions stay paused.
         self._paused = paused
+        #: Told of each input partition that leaves this instance.
+        self._released = released
 
     # -- the group's callbacks -----------------------------------------------------
 
@@ -115,6 +118,7 @@ class Partitions:
             if writer is not None:
                 writer.close()
             self._reconciler.windows.forget(tp)
+            self._released(tp)
             self._committed.pop(tp, None)
             with contextlib.suppress(KeyError):
                 metrics.CONSUMER_LAG.remove(tp[0], str(tp[1]))
@@ -191,8 +195,9 @@ class Partitions:
         """The next offset of input partition ``tp`` that its state has not seen.
 
         Every message consumed so far has been decided by then (input partitions
-        go first in a batch); the state's checkpoint covers a replay after a crash,
-        and the group's committed offset a store restored from the changelog.
+        go first in a batch), but those a replay cut (:mod:`processor.dataplane.replay`),
+        whose seek leaves no position; the state's checkpoint covers a replay after a
+        crash, and the group's committed offset a store restored from the changelog.
         """
         position = consumer.position([TopicPartition(tp[0], tp[1])])[0].offset
         known = self.stores[tp].checkpoint().input_offset

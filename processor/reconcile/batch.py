@@ -37,6 +37,7 @@ from processor.errors import SourceRefusedError, UnfillableError
 from processor.events.change import Change
 from processor.events.source_codec import SourceCodec
 from processor.events.visibility import Window
+from processor.reconcile.batch_reads import READS_KEY, BatchReads, Span
 from processor.reconcile.envelopes import ENTRY, STEPS, Step, prune_seen
 from processor.reconcile.upsert_fast_path import decide_flat
 from processor.reconcile.window_buffer import Reached, WindowBuffers
@@ -46,7 +47,7 @@ from tidemark.config import Config
 from tidemark.errors import InputError
 from tidemark.messages import RawMessage
 from tidemark.schema_registry import SchemaCache
-from tidemark.topics import backfilled_topic, changelog_topic, output_topic
+from tidemark.topics import backfill_topic, backfilled_topic, changelog_topic, output_topic
 
 #: Keys of ended snapshot groups deleted per partition and batch (debezium envelope).
 SEEN_PAGE = 10_000
@@ -85,6 +86,9 @@ class Batch:
     released: int = 0
     #: Per input partition, the decoded event of its last change (its source position).
     last_events: dict[TopicPartitionKey, object] = field(default_factory=dict)
+    #: Per input partition whose decisions depend on how its two topics interleaved
+    #: here (it read chunk rows or released window rows): what it read of each.
+    reads: dict[TopicPartitionKey, BatchReads] = field(default_factory=dict)
 
 
 class Reconciler:
@@ -131,8 +135,13 @@ class Reconciler:
         before backfill partitions, so a chunk row meets state that holds every
         change of the batch; ``reached`` says how far an input partition's state
         (this batch included) reflects its input, which releases window buffers.
+        A partition that read chunk rows or released window rows records its
+        :class:`BatchReads`, removed with its state (:mod:`processor.reconcile.batch_reads`).
         """
         batch = Batch()
+        #: What each decided group read, and the input partitions that read rows.
+        spans: dict[TopicPartitionKey, Span] = {}
+        with_rows: set[TopicPartitionKey] = set()
         for owned, owned_store in stores.items():
             if not waiting(owned):
                 self.windows.load(owned, owned_store)
@@ -157,7 +166,16 @@ class Reconciler:
             self._decide_partition(topic, group, state, batch, reached if state_tp != tp else None)
             if topic.envelope == "debezium":
                 prune_seen(state, SEEN_PAGE)
-        self._release_windows(batch, stores, waiting, reached)
+            end = batch.next_offsets.get(tp, group[0].offset)
+            if end > group[0].offset:
+                spans[tp] = (group[0].offset, end - 1)
+                if state_tp != tp:
+                    with_rows.add(state_tp)
+        with_rows.update(self._release_windows(batch, stores, waiting, reached))
+        for tp in with_rows:
+            backfill = (backfill_topic(self.config.processor.pipeline, tp[0]), tp[1])
+            batch.reads[tp] = BatchReads(spans.get(tp), spans.get(backfill))
+            batch.states[tp].put(READS_KEY, None)  # the batch is done once its state is
         return batch
 
     def _release_windows(
@@ -166,8 +184,10 @@ class Reconciler:
         stores: Mapping[TopicPartitionKey, PartitionStore],
         waiting: Callable[[TopicPartitionKey], bool],
         reached: Reached,
-    ) -> None:
-        """Decide the buffered rows of partitions whose state has now passed their window."""
+    ) -> list[TopicPartitionKey]:
+        """Decide the buffered rows of partitions whose state has now passed their window;
+        return those partitions."""
+        releasing = []
         for tp in self.windows.pending():
             store = stores.get(tp)
             if store is None or waiting(tp) or tp[0] in self.refused:
@@ -181,6 +201,8 @@ class Reconciler:
             released = self.windows.release(tp, state, position)
             batch.released += len(released)
             self._decide_partition(self.topic(tp[0]), released, state, batch, None, False)
+            releasing.append(tp)
+        return releasing
 
     def state_partition(self, tp: TopicPartitionKey) -> TopicPartitionKey:
         """The input partition whose state decides ``tp``'s records (itself, or a backfill's)."""

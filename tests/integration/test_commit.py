@@ -13,22 +13,29 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
+import orjson
 import pytest
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from processor.dataplane.commit import Committer
 from processor.dataplane.writers import PartitionWriter
+from processor.events.chunk_tag import ChunkTag
 from processor.events.source_codec import SourceCodec
+from processor.events.visibility import PgSnapshot
 from processor.reconcile.batch import Batch, InputTopic, Reconciler
 from processor.reconcile.envelopes import STEPS
 from state.batch import BatchState
 from state.memory import MemoryPartitionStore
-from tests.integration.processes import read_topic
+from tests.integration.processes import Processor, pipeline_config, read_topic, reconciled, wait_for
+from tests.oracle import strip_resent
 from tidemark.cli.devstack.stack import DevStack
+from tidemark.cli.verify import processor_lag
 from tidemark.errors import DeliveryError
-from tidemark.kafka import client_config, consumer_config, ensure_topics
+from tidemark.kafka import Acknowledgements, client_config, consumer_config, ensure_topics
+from tidemark.topics import backfill_topic
 
 pytestmark = pytest.mark.integration
 
@@ -65,3 +72,65 @@ def test_no_changelog_record_is_durable_before_the_batchs_outputs(stack: DevStac
     finally:
         consumer.close()
         committer.close()
+
+
+def _change(table: str, op: str, name: str, txid: int | None) -> bytes:
+    """A Debezium-shaped event of key 1 (``txid`` None: a backfill's chunk row)."""
+    source = {
+        "version": "3.6.3.Final",
+        "connector": "postgresql",
+        "name": "tidemark",
+        "ts_ms": 1,
+        "snapshot": "false" if txid is not None else "incremental",
+        "db": "postgres",
+        "sequence": None if txid is None else f'["{txid}","{txid}"]',
+        "schema": "public",
+        "table": table,
+        "txId": txid,
+        "lsn": txid,
+    }
+    after = {"id": 1, "name": name}
+    return orjson.dumps({"before": None, "after": after, "source": source, "op": op, "ts_ms": 2})
+
+
+def test_a_batch_replayed_after_a_crash_decides_as_the_crashed_one_did(stack: DevStack) -> None:
+    """A batch's decisions depend on how its change topic and backfill topic interleave; its
+    replay after a crash must decide as it did. Here a chunk row (read in a snapshot that
+    sees changes c1 to c3) is decided alone: it shows c3's row. The processor is killed
+    with the batch's outputs in Kafka and its state nowhere; c2 and c3 arrive meanwhile.
+    Were the replay to read them before the row, it would emit c2 after c3's row: a step
+    back that no re-send explains."""
+    table = "iso_replay_t"
+    config = pipeline_config(stack, "replay")
+    topic = f"{config.source.topic_prefix}.public.{table}"
+    backfill = backfill_topic("replay", topic)
+    ensure_topics(AdminClient(client_config(config.kafka)), {topic: 1}, 1)
+    producer = Producer(client_config(config.kafka, **{"enable.idempotence": True}))
+    acks = Acknowledgements(producer)
+
+    def send(target: str, value: bytes, headers: Any = None) -> None:
+        producer.produce(target, value, b'{"id":1}', 0, acks.on_delivery, headers=headers)
+        acks.wait("test records")
+
+    send(topic, _change(table, "c", "c1", 101))
+    processor = Processor(stack, config, "replay-processor").start()
+    try:
+        wait_for(
+            "c1",
+            lambda: processor_lag(config).get(topic) == 0 and backfill in processor_lag(config),
+        )
+        processor.stop()
+        processor.start(failpoint="outputs-acked:1")
+        tag = ChunkTag(1, PgSnapshot.parse("200:200:"), "replay-1")
+        send(backfill, _change(table, "r", "c3", None), tag.headers())
+        processor.crashed()  # the row's output is in Kafka, its state is not
+        send(topic, _change(table, "u", "c2", 102))
+        send(topic, _change(table, "u", "c3", 103))
+        processor.start()
+        wait_for("the pipeline", lambda: not any(processor_lag(config).values()))
+    finally:
+        processor.stop()
+    names = [e.after["name"] for e in reconciled(config, table) if e.after is not None]
+    kept, stale = strip_resent([int(name[1:]) for name in names])
+    assert stale == 0, names
+    assert kept[-1] == 3, names

@@ -367,9 +367,19 @@ def history_check(config: Config, table: str, events: list[Event]) -> None:
         history = [digest(row) for row in versions.get(key, [None])]
         indices = positions(history, [digest(row) for row in emitted])
         _forward, stale = strip_resent([i for i in indices if i >= 0])
-        assert -1 not in indices and not stale, (
-            f"{table} {key}: emitted rows went back in history: positions {indices}"
-        )
+        if -1 in indices or stale:
+            # What a failure needs to be understood: where and why each row was emitted.
+            outputs = [(e.partition, e.offset, e.value["tidemark"]) for e in events_of(events, key)]
+            raise AssertionError(
+                f"{table} {key}: emitted rows went back in history: positions {indices}; "
+                f"outputs (partition, offset, tidemark) {outputs}"
+            )
+
+
+def events_of(events: list[Event], key: tuple[Any, ...]) -> list[Event]:
+    """``key``'s events that carry a value, in partition and offset order."""
+    ordered = sorted(events, key=lambda e: (e.partition, e.offset))
+    return [e for e in ordered if e.value is not None and tuple(e.key.values()) == key]
 
 
 def emitted_by_key(events: list[Event]) -> dict[tuple[Any, ...], list[dict[str, Any] | None]]:

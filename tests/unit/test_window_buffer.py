@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from processor.events.chunk_tag import ChunkTag
 from processor.events.visibility import PgSnapshot, Window
 from processor.reconcile import window_buffer
-from processor.reconcile.batch import Reconciler
+from processor.reconcile.batch import Batch, Reconciler
 from processor.reconcile.envelopes import WINDOW_INDEXED
 from state.memory import MemoryPartitionStore
 from state.rocksdb import RocksDBBackend
@@ -77,6 +77,7 @@ class Partition:
         self.reconciler = Reconciler(CONFIG)
         self.reached = 0
         self.emitted: list[tuple[int, int | None, str]] = []
+        self.last = Batch()
 
     def batch(self, *messages: RawMessage) -> None:
         groups: dict[tuple[str, int], list[RawMessage]] = {}
@@ -84,7 +85,7 @@ class Partition:
             groups.setdefault((msg.topic, msg.partition), []).append(msg)
             if msg.topic == TOPIC:
                 self.reached = msg.offset + 1
-        batch = self.reconciler.decide(
+        batch = self.last = self.reconciler.decide(
             groups, {(TOPIC, 0): self.store}, reached=lambda _tp: self.reached
         )
         for state in batch.states.values():
