@@ -40,7 +40,7 @@ def wedge(config: Config, topic: str) -> Consumer:
     follower.subscribe([topic])
     follower.poll(0.5)  # its join is under way: the group is forming
     leader.close()  # the leader leaves now
-    assert not assigned_within(follower, 15), "the broker no longer wedges the group"
+    assert not assigned_within(follower, 10), "the broker no longer wedges the group"
     return follower
 
 
@@ -62,7 +62,8 @@ def test_a_processor_in_a_wedged_group_repairs_it(stack: DevStack) -> None:
     name = f"stuck{uuid.uuid4().hex[:6]}"
     config = pipeline_config(stack, name)
     config = dataclasses.replace(
-        config, kafka=dataclasses.replace(config.kafka, stuck_rebalance_s=30.0)
+        config,
+        kafka=dataclasses.replace(config.kafka, max_poll_interval_ms=6000, stuck_rebalance_s=20.0),
     )
     topic = f"{config.source.topic_prefix}.public.iso_{name}_t"
     wedge(config, topic).close()  # the wedge outlives its members
@@ -73,6 +74,6 @@ def test_a_processor_in_a_wedged_group_repairs_it(stack: DevStack) -> None:
             lambda: processor.health().get("assigned_partitions") == 2,
             timeout=120,
         )
-        assert "no rebalance completed in 30 s, repairing" in processor.log.read_text()
+        assert "no rebalance completed in 20 s, repairing" in processor.log.read_text()
     finally:
         processor.stop()
