@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup system-deps demo test lint bench chaos clean
+.PHONY: setup system-deps demo test lint bench chaos fidelity clean
 
 setup: system-deps $(VENV)/.installed
 
@@ -49,6 +49,11 @@ CHAOS_CHANGES ?= 1000000
 
 chaos: setup
 	$(BIN)/python -m tests.chaos.run --seed $(SEED) --faults $(CHAOS_FAULTS) --changes $(CHAOS_CHANGES)
+
+# Every value of every Debezium value setting against a real connector (tests/fidelity/run.py).
+# Writes bench/results/fidelity.json.
+fidelity: setup
+	$(BIN)/python -m tests.fidelity.run
 
 # Quix Streams pins an older confluent-kafka, so it gets a virtualenv of its own.
 QUIX := .venv-quix

@@ -56,7 +56,12 @@ class SourceUnavailableError(ChunkError):
 
 
 class SnapshotRefusedError(ProcessorError):
-    """A table that this pipeline cannot backfill; the message says why."""
+    """A table that this pipeline cannot backfill; the message says why, and ``reason``
+    (the setting that disagrees, or ``other``) labels the refusal's metric."""
+
+    def __init__(self, message: str, reason: str = "other") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class ShapeError(ProcessorError):

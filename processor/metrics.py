@@ -59,6 +59,12 @@ SNAPSHOT_REMAINING_SECONDS = Gauge(
 SNAPSHOT_QUEUED_TABLES = Gauge(
     "tidemark_snapshot_queued_tables", "Tables waiting for or in an incremental snapshot"
 )
+SNAPSHOT_REFUSED = Counter(
+    "tidemark_snapshot_refused_total",
+    "Backfills of a table refused before its first row, by reason (the Debezium setting "
+    "the table's events disagree with, or other)",
+    ["table", "reason"],
+)
 SNAPSHOT_PAUSED = Gauge("tidemark_snapshot_paused", "1 while incremental snapshots are paused")
 SNAPSHOT_LEADER = Gauge(
     "tidemark_snapshot_leader", "1 on the instance that coordinates incremental snapshots"

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import yaml
 
 from tidemark import topics
+from tidemark.debezium_settings import ValueSettings
 from tidemark.errors import ConfigError
 
 ENV_PREFIX = "TIDEMARK_"
@@ -87,6 +88,14 @@ class SourceConfig:
     #: Debezium's replication slot (its ``slot.name``): its confirmed position tells
     #: what Debezium has written to Kafka (signal-table watermarks, ``tidemark verify``).
     replication_slot: str = "debezium"
+    #: The connector's settings that change how values are encoded, by Debezium's own
+    #: names (``decimal.handling.mode: string``); unset ones are the connector's defaults.
+    #: Backfill rows follow them; ``tidemark dev`` starts its connector with them.
+    debezium: dict[str, str] = field(default_factory=dict)
+
+    def value_settings(self) -> ValueSettings:
+        """``debezium`` read and checked."""
+        return ValueSettings.read(self.debezium)
 
     def conninfo(self) -> dict[str, Any]:
         """Keyword arguments for ``psycopg.connect``."""
@@ -406,6 +415,7 @@ def _check_ranges(config: Config) -> None:
                 f"processor.envelopes.{source}: {envelope!r} is not one of "
                 + ", ".join(map(repr, ENVELOPE_NAMES))
             )
+    config.source.value_settings()
     kafka = config.kafka
     if not kafka.heartbeat_interval_ms < kafka.session_timeout_ms <= kafka.max_poll_interval_ms:
         raise ConfigError(

@@ -21,7 +21,15 @@ import orjson
 
 from processor.errors import ShapeError
 from processor.snapshot.connect_values import Column, to_avro, to_json
+from processor.snapshot.encoding_check import (
+    Disagreement,
+    avro_fields,
+    declared_disagreements,
+    json_fields,
+    value_disagreements,
+)
 from tidemark.avro_wire import HEADER, MAGIC
+from tidemark.debezium_settings import ValueSettings
 from tidemark.json_envelope import PAYLOAD_HEAD, SCHEMA_HEAD
 from tidemark.schema_registry import SchemaCache
 
@@ -46,13 +54,18 @@ class _Side:
     parsed: Any = None
     #: Field order (the key's columns; the envelope's fields).
     fields: tuple[str, ...] = ()
+    #: JSON with schema: the schema document.
+    schema: Any = None
 
 
 class TableShape:
     """A table's Debezium event layout, learned from one of its events."""
 
-    def __init__(self, key: _Side, value: _Side, source: dict[str, Any]) -> None:
+    def __init__(
+        self, key: _Side, value: _Side, source: dict[str, Any], row: dict[str, Any]
+    ) -> None:
         self._key, self._value, self._source = key, value, source
+        self._row = row  # the learned event's row: what a schemaless topic says of its types
 
     @staticmethod
     def learn(key: bytes, value: bytes, schemas: SchemaCache | None) -> TableShape:
@@ -65,7 +78,18 @@ class TableShape:
             raise ShapeError("a Debezium key is a struct of the key columns")
         key_side.fields = tuple(key_payload)
         value_side.fields = tuple(payload)
-        return TableShape(key_side, value_side, dict(payload["source"]))
+        row = payload.get("after") or payload.get("before") or {}
+        return TableShape(key_side, value_side, dict(payload["source"]), dict(row))
+
+    def disagreements(self, columns: list[Column], settings: ValueSettings) -> list[Disagreement]:
+        """The ``columns`` whose encoding under ``settings`` is not the events' own."""
+        if self._value.format == "avro":
+            fields = avro_fields(self._value.parsed)
+        elif self._value.format == "json-schema":
+            fields = json_fields(self._value.schema)
+        else:
+            return value_disagreements(self._row, columns, settings)
+        return declared_disagreements(fields, columns, settings)
 
     @property
     def key_columns(self) -> tuple[str, ...]:
@@ -149,7 +173,8 @@ def _learn(raw: bytes, schemas: SchemaCache | None, what: str) -> tuple[_Side, A
     document = orjson.loads(raw)
     if isinstance(document, dict) and set(document) == {"schema", "payload"}:
         end = raw.index(PAYLOAD_HEAD, len(SCHEMA_HEAD)) + len(PAYLOAD_HEAD)
-        return _Side("json-schema", head=raw[:end]), document["payload"]
+        side = _Side("json-schema", head=raw[:end], schema=document["schema"])
+        return side, document["payload"]
     return _Side("json"), document
 
 

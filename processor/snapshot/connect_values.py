@@ -30,6 +30,10 @@ class Column:
     convert: Callable[[Any], Any]
     #: The JSON converter's form of the query's value; ``None``: the value is its own.
     json: Callable[[Any], Any] | None = None
+    #: The Connect schema Debezium declares for the column, ``(type, logical name)``, where
+    #: a connector setting decides it (``setting``); checked against the topic's events.
+    schema: tuple[str, str | None] | None = None
+    setting: str | None = None
 
 
 def same(value: Any) -> Any:

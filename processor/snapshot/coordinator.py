@@ -350,6 +350,7 @@ class Coordinator:
         try:
             prepared = self._tables.prepare(entry, self._connected())
         except SnapshotRefusedError as exc:
+            metrics.SNAPSHOT_REFUSED.labels(entry.table, exc.reason).inc()
             self._abort(entry, str(exc))
             return
         except SourceUnavailableError as exc:

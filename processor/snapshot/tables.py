@@ -91,7 +91,7 @@ class TableChecks:
         except ChunkError as exc:
             raise SnapshotRefusedError(str(exc)) from None
         try:
-            self._connector.columns(info)  # refuses a type whose encoding is not reproduced
+            columns = self._connector.columns(info)  # refuses a type it does not reproduce
         except TidemarkError as exc:
             raise SnapshotRefusedError(str(exc)) from None
         event = latest_event(self._probe, topic, counts[topic])
@@ -105,6 +105,13 @@ class TableChecks:
             shape = TableShape.learn(event[0], event[1], self._schemas)
         except (TidemarkError, ValueError) as exc:
             raise SnapshotRefusedError(f"cannot learn the events of {topic}: {exc}") from None
+        disagreements = shape.disagreements(columns, self._config.source.value_settings())
+        if disagreements:
+            first = disagreements[0]
+            raise SnapshotRefusedError(
+                f"{entry.table} would be backfilled in another encoding than {topic}'s: {first}",
+                reason=first.setting,
+            )
         missing = [c for c in shape.key_columns if c not in info.columns]
         if missing:
             raise SnapshotRefusedError(

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 import fastavro
 import orjson
+import psycopg
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from tidemark.cli.devstack.procs import pid_alive
@@ -373,3 +374,57 @@ class SinkProcess:
 
     def log_tail(self) -> str:
         return self.output()[-4000:]
+
+
+class Debezium:
+    """A Debezium bridge of a test beside the stack's own (its own topic prefix, slot and
+    offsets), capturing ``tables`` under connector settings of its own."""
+
+    def __init__(
+        self, stack: DevStack, name: str, tables: list[str], settings: dict[str, str], fmt: str
+    ) -> None:
+        base = stack.config
+        run_dir = stack.run_dir / f"{name}-debezium"
+        run_dir.mkdir(exist_ok=True)
+        source = dataclasses.replace(
+            base.source, topic_prefix=name, replication_slot=name, tables=tables, debezium=settings
+        )
+        dev = dataclasses.replace(base.dev, run_dir=str(run_dir), debezium_format=fmt)
+        self.config = dataclasses.replace(base, source=source, dev=dev)
+        self.stack, self.name = stack, name
+        self.path = run_dir / "config.yaml"
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(dump_config(self.config))
+
+    def start(self) -> Debezium:
+        """Start the bridge and wait until its slot streams."""
+        cmd = [*TIDEMARK, "dev", "debezium", "--config", str(self.path)]
+        pid = self.stack.start_process(self.name, cmd)
+        log = self.stack.run_dir / f"{self.name}.log"
+
+        def streaming() -> bool:
+            assert pid_alive(pid), log.read_text()[-3000:]
+            with psycopg.connect(**self.config.source.conninfo()) as conn:
+                row = conn.execute(
+                    "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (self.name,)
+                ).fetchone()
+                return bool(row and row[0])
+
+        wait_for(f"{self.name}'s slot", streaming, timeout=180)
+        return self
+
+    def stop(self) -> None:
+        """Stop the bridge and drop its slot (which would hold WAL back)."""
+        self.stack.stop_process(self.name)
+        with psycopg.connect(**self.config.source.conninfo(), autocommit=True) as conn:
+            wait_for(
+                f"{self.name}'s slot released",
+                lambda: (
+                    not conn.execute(
+                        "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (self.name,)
+                    ).fetchone()[0]
+                ),
+                timeout=60,
+            )
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (self.name,))

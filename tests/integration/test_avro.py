@@ -37,12 +37,14 @@ from tests.integration.processes import (
     read_topic,
     reconciled,
 )
+from tests.integration.test_chunk_events import SETTINGS, compare_under_settings
 from tidemark.cli.demo import compare_table
 from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
 from tidemark.config import Config, DevConfig, ProcessorConfig
 from tidemark.kafka import client_config
 from tidemark.ports import free_port
+from tidemark.schema_registry import HttpRegistry, SchemaCache
 
 pytestmark = pytest.mark.integration
 
@@ -271,3 +273,8 @@ def test_avro_backfill_rows_are_debeziums_own(avro_stack: DevStack) -> None:
         assert decoded == source
     finally:
         processor.stop()
+
+
+def test_chunk_rows_follow_debeziums_value_settings_in_avro(avro_stack: DevStack) -> None:
+    registry = SchemaCache(HttpRegistry(avro_stack.config.kafka.schema_registry_url))
+    compare_under_settings(avro_stack, "avro", registry, SETTINGS["avro"], "iso_modes_avro")

@@ -10,6 +10,7 @@ test does the same for Avro (``test_avro.py``).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import orjson
@@ -20,10 +21,12 @@ from processor.errors import UnsupportedTypeError
 from processor.snapshot.chunk_events import TableShape
 from processor.snapshot.postgres.reader import PostgresChunkReader
 from processor.snapshot.postgres.values import column
-from tests.integration.processes import read_topic
+from tests.integration.processes import Debezium, decoder, read_topic
 from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import source_lsn, wait_debezium
 from tidemark.config import Config
+from tidemark.debezium_settings import ValueSettings
+from tidemark.schema_registry import SchemaCache
 
 pytestmark = pytest.mark.integration
 
@@ -32,7 +35,7 @@ KINDS = """CREATE TABLE {name} (
   n numeric(12,3), nv numeric, money_c money, t text, vc varchar(10), ch char(3),
   d date, ts timestamp, ts3 timestamp(3), tstz timestamptz, tm time, tmtz timetz,
   iv interval, u uuid, j json, jb jsonb, ba bytea, ip inet, arr int[], tarr text[], x xml,
-  e_mood iso_mood, tstz3 timestamptz(3), tstz0 timestamptz(0), tzarr timestamptz[],
+  e_mood iso_mood, tstz3 timestamptz(3), tstz0 timestamptz(0), tzarr timestamptz[], tm3 time(3),
   PRIMARY KEY (id, region))"""
 ROWS = """INSERT INTO {name} VALUES
   (1, 'eu', -3, 9007199254740993, 1.5, 0.1, true, 123.450, 1.10, 12.30, 'héllo', 'v', 'ab',
@@ -78,7 +81,8 @@ def test_chunk_rows_are_debeziums_own_events(stack: DevStack) -> None:
     config = stack.config
     name = "iso_types_kinds"
     with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
-        conn.execute("CREATE TYPE iso_mood AS ENUM ('sad', 'happy')")
+        with contextlib.suppress(psycopg.errors.DuplicateObject):
+            conn.execute("CREATE TYPE iso_mood AS ENUM ('sad', 'happy')")
         conn.execute(KINDS.format(name=name))
         conn.execute(ROWS.format(name=name))
     wait_debezium(config, source_lsn(config))
@@ -113,7 +117,112 @@ def test_chunk_rows_are_debeziums_own_events(stack: DevStack) -> None:
         assert ours["source"]["snapshot"] == "incremental" and ours["source"]["lsn"] is None
         assert ours["source"]["table"] == name and set(ours) == set(debezium)
         assert value.startswith(their_value[: their_value.index(b',"payload":')])  # same schema
-    assert compared == 4 * 32
+    assert compared == 4 * 33
+
+
+#: Values the settings' encodings turn on: seconds that a double cannot hold exactly, a
+#: fraction below a millisecond, variable-scale trailing zeros, bytes of every base64 form.
+EDGES = """INSERT INTO {name} (id, region, n, nv, money_c, d, ts, ts3, tm, iv, ba, tm3) VALUES
+  (5, 'eu', 1.5, 1.500, 1234.56, '1969-12-31', '1969-12-31 23:59:59.999999',
+   '2019-07-09 02:28:57', '13:51:30.123999', '00:00:01.003691', '\\x010203fbff', '13:51:30.5'),
+  (6, 'eu', -0.001, 1e-7, -0.01, '2000-01-01', '2019-07-09 02:28:57.1', '1970-01-01 00:00:00',
+   '00:00:00', '-1 years -2 mons +3 days -04:05:06.78', '\\xfbff', '00:00:00.001')"""
+
+#: One Debezium run per format; together they give every setting a value other than its
+#: default (``make fidelity`` runs each value on its own).
+SETTINGS = {
+    "json": {
+        "decimal.handling.mode": "string",
+        "time.precision.mode": "isostring",
+        "binary.handling.mode": "hex",
+        "interval.handling.mode": "string",
+    },
+    "json-schemaless": {
+        "decimal.handling.mode": "double",
+        "time.precision.mode": "connect",
+        "binary.handling.mode": "base64-url-safe",
+    },
+    "avro": {
+        "money.fraction.digits": "3",
+        "time.precision.mode": "adaptive_time_microseconds",
+        "binary.handling.mode": "base64",
+        "interval.handling.mode": "string",
+    },
+}
+
+
+def compare_under_settings(
+    stack: DevStack, fmt: str, schemas: SchemaCache | None, settings: dict[str, str], name: str
+) -> int:
+    """Debezium with ``settings`` streams the kinds rows into table ``name``; chunk rows
+    encoded under the same settings equal its events column by column, and under the
+    defaults they are refused, naming each setting. The columns compared."""
+    with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
+        with contextlib.suppress(psycopg.errors.DuplicateObject):
+            conn.execute("CREATE TYPE iso_mood AS ENUM ('sad', 'happy')")
+        conn.execute(KINDS.format(name=name))
+    debezium = Debezium(stack, name.replace("_", ""), [f"public.{name}"], settings, fmt).start()
+    config = debezium.config
+    try:
+        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+            conn.execute(ROWS.format(name=name))
+            conn.execute(EDGES.format(name=name))
+        wait_debezium(config, source_lsn(config))
+        theirs = {}
+        decode = decoder(config)
+        for record in read_topic(config, f"{config.source.topic_prefix}.public.{name}"):
+            if record.key is not None and record.value is not None:
+                theirs[tuple(decode(record.key).values())] = (record.key, record.value)
+    finally:
+        debezium.stop()
+    assert len(theirs) == 6
+    reader = PostgresChunkReader(config.source.conninfo())
+    try:
+        info = reader.table_info(f"public.{name}")
+        value_settings = config.source.value_settings()
+        columns = [
+            column(n, *t, value_settings) for n, t in zip(info.columns, info.types, strict=True)
+        ]
+        top = reader.max_key(info)
+        assert top is not None
+        rows = reader.read_chunk(
+            info, None, top, casts={c.name: c.cast for c in columns if c.cast}
+        ).rows
+    finally:
+        reader.close()
+    any_key, any_value = next(iter(theirs.values()))
+    shape = TableShape.learn(any_key, any_value, schemas)
+    assert shape.disagreements(columns, value_settings) == []
+    defaults = [column(n, *t) for n, t in zip(info.columns, info.types, strict=True)]
+    refused = {d.setting for d in shape.disagreements(defaults, ValueSettings())}
+    moved = {c.setting for c, d in zip(columns, defaults, strict=True) if c.schema != d.schema}
+    # the fraction digits move no schema, and adaptive_time_microseconds only time(0..3)'s
+    assert moved == set(settings) - {"money.fraction.digits"}
+    assert (
+        refused == moved
+        if fmt != "json-schemaless"
+        else refused <= moved and (refused or not moved)
+    )
+    compared = 0
+    for values, (key, value) in zip(rows, shape.encode_chunk(rows, columns), strict=True):
+        row = dict(zip(info.columns, values, strict=True))
+        their_key, their_value = theirs[(row["id"], row["region"])]
+        assert key == their_key
+        ours, debezium_event = decode(value), decode(their_value)
+        for col in info.columns:
+            assert ours["after"][col] == debezium_event["after"][col], (row["id"], col, fmt)
+            compared += 1
+    assert compared == 6 * 33
+    return compared
+
+
+def test_chunk_rows_follow_debeziums_value_settings_in_json(stack: DevStack) -> None:
+    compare_under_settings(stack, "json", None, SETTINGS["json"], "iso_modes_json")
+
+
+def test_chunk_rows_follow_debeziums_value_settings_in_schemaless_json(stack: DevStack) -> None:
+    settings = SETTINGS["json-schemaless"]
+    compare_under_settings(stack, "json-schemaless", None, settings, "iso_modes_schemaless")
 
 
 def test_a_type_without_a_known_encoding_is_refused() -> None:

@@ -37,9 +37,10 @@ import pytest
 from psycopg import sql
 
 from processor.events.change import TOAST_PLACEHOLDER
-from processor.snapshot.client import read_state
+from processor.snapshot.client import read_state, send_signal
 from processor.snapshot.progress import TableProgress
 from tests.integration.processes import (
+    Debezium,
     Event,
     Processor,
     decoder,
@@ -55,7 +56,7 @@ from tests.integration.workload import Table, Workload
 from tests.integration.workload import source_rows as source_rows_of
 from tests.oracle import digest, positions, strip_resent
 from tidemark.cli.devstack.stack import DevStack
-from tidemark.cli.verify import wait_caught_up
+from tidemark.cli.verify import source_lsn, wait_caught_up, wait_debezium
 from tidemark.config import Config, SnapshotConfig
 
 pytestmark = pytest.mark.integration
@@ -598,5 +599,67 @@ def test_a_filter_that_fails_aborts_its_table_and_nothing_else(stack: DevStack) 
         assert len(reasons) == 2
         assert progress(config, "public.iso_snapbad_ok", "bad-1").rows == 301
         assert processor.pid == pid and processor.health().get("status") == "ok"
+    finally:
+        processor.stop()
+
+
+def test_a_backfill_in_another_encoding_than_its_topic_is_refused_naming_the_setting(
+    stack: DevStack,
+) -> None:
+    """Debezium runs with ``decimal.handling.mode=string``; the processor is left at the
+    connector's default (``precise``). The table's backfill is refused before its first
+    row: ABORTED with a reason that names the setting, counted in the refusal metric, and
+    nothing in its backfill topic; set as the connector has it, the backfill completes."""
+    name = "iso_snapenc_t"
+    with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {name} (id integer PRIMARY KEY, amount numeric(10, 2))")
+    connector = {"decimal.handling.mode": "string"}
+    debezium = Debezium(stack, "snapenc", [f"public.{name}"], connector, "json").start()
+    try:
+        with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
+            conn.execute(f"INSERT INTO {name} SELECT g, g * 1.25 FROM generate_series(1, 50) g")
+        wait_debezium(debezium.config, source_lsn(debezium.config))
+        base = pipeline_config(stack, "snapenc", batch_size=500)
+        processor_settings = dataclasses.replace(
+            base.processor, input_pattern=rf"^snapenc\.public\.{name}$"
+        )
+        defaults = dataclasses.replace(
+            debezium.config, processor=processor_settings, snapshot=base.snapshot
+        )
+        defaults = dataclasses.replace(
+            defaults, source=dataclasses.replace(defaults.source, debezium={})
+        )
+        backfill = f"snapenc.backfill.snapenc.public.{name}"
+        refused = backfill_once(stack, defaults, f"public.{name}", "enc-1", "ABORTED")
+        reason = progress(defaults, f"public.{name}", "enc-1").error or ""
+        assert "decimal.handling.mode=precise" in reason, reason
+        assert "set source.debezium.decimal.handling.mode" in reason, reason
+        assert (
+            metric(
+                refused,
+                "tidemark_snapshot_refused_total",
+                table=f"public.{name}",
+                reason="decimal.handling.mode",
+            )
+            == 1
+        )
+        assert not read_topic(defaults, backfill)
+        matching = dataclasses.replace(
+            defaults, source=dataclasses.replace(defaults.source, debezium=connector)
+        )
+        backfill_once(stack, matching, f"public.{name}", "enc-2", "COMPLETED")
+        assert len(read_topic(defaults, backfill)) == 50
+    finally:
+        debezium.stop()
+
+
+def backfill_once(stack: DevStack, config: Config, table: str, request: str, outcome: str) -> str:
+    """Run a processor until its backfill of ``table`` ends in ``outcome``; its metrics."""
+    processor = Processor(stack, config, f"{config.processor.pipeline}-{request}").start()
+    try:
+        wait_for("the coordinator", lambda: leading(processor))
+        send_signal(config, "execute-snapshot", {"data-collections": [table]}, request)
+        wait_for(outcome, lambda: notified(config, outcome, request))
+        return processor.metrics()
     finally:
         processor.stop()

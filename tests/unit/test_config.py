@@ -75,6 +75,10 @@ def test_the_catalog_password_comes_from_the_environment_and_stays_out_of_repr(
         ("sink:\n  catalog_type: jdbc\n", "sink.catalog_uri: a jdbc catalog needs its URI"),
         ("sink:\n  catalog_type: glue\n", "sink.catalog_type: 'glue' is not one of"),
         ("sink:\n  catalog_name: 'lake; DROP'\n", "sink.catalog_name: use letters"),
+        (
+            "source:\n  debezium:\n    decimal.handling.mode: exact\n",
+            "source.debezium.decimal.handling.mode: 'exact' is not one of precise",
+        ),
         ("kafka: {bootstrap_servers: [\n", "not valid YAML"),
         ("- just\n- a list\n", "the top level must be a mapping"),
     ],

@@ -14,6 +14,8 @@ from hypothesis import strategies as st
 from processor.errors import UnsupportedTypeError
 from processor.snapshot.connect_values import to_avro, to_json
 from processor.snapshot.postgres.values import column
+from tidemark.debezium_settings import ValueSettings
+from tidemark.errors import ConfigError
 
 
 def convert(type_name: str, value: object, typmod: int = -1) -> object:
@@ -99,3 +101,104 @@ def test_enums_and_text_types_are_read_as_text_and_arrays_convert_elements() -> 
 def test_unknown_types_are_refused(type_name: str) -> None:
     with pytest.raises(Exception, match=type_name):
         column("c", type_name, -1, "G", None)
+
+
+def under(setting: str, value: str, type_name: str, raw: object, typmod: int = -1) -> object:
+    settings = ValueSettings.read({setting: value})
+    return column("c", type_name, typmod, "", None, settings).convert(raw)
+
+
+def json_under(setting: str, value: str, type_name: str, raw: object, typmod: int = -1) -> object:
+    col = column("c", type_name, typmod, "", None, ValueSettings.read({setting: value}))
+    return col.convert(raw) if col.json is None else col.json(raw)
+
+
+NUMERIC_6_4 = (6 << 16 | 4) + 4
+
+
+def test_decimal_handling_modes() -> None:
+    d = decimal.Decimal
+    mode = "decimal.handling.mode"
+    assert under(mode, "string", "numeric", d("22.22"), NUMERIC_6_4) == "22.2200"
+    assert under(mode, "string", "numeric", d("1.500")) == "1.500"  # PostgreSQL's digits
+    assert under(mode, "string", "numeric", d("1E+3")) == "1000"  # never an exponent
+    assert under(mode, "string", "numeric", d("NaN")) == "NAN"
+    assert under(mode, "string", "numeric", d("-Infinity")) == "NEGATIVE_INFINITY"
+    assert under(mode, "double", "numeric", d("22.22"), NUMERIC_6_4) == 22.22
+    assert under(mode, "double", "numeric", d("12345678901234567890")) == 1.2345678901234567e19
+    for mode_value in ("double", "precise"):
+        with pytest.raises(UnsupportedTypeError, match=f"decimal.handling.mode={mode_value}"):
+            json_under(mode, mode_value, "numeric", d("NaN"), NUMERIC_6_4)
+    assert json_under(mode, "string", "money", d("1234.11")) == "1234.11"
+    assert json_under(mode, "double", "money", d("1234.11")) == 1234.11
+
+
+def test_money_fraction_digits_set_the_precise_scale_rounding_half_up() -> None:
+    four = column("m", "money", -1, "", None, ValueSettings.read({"money.fraction.digits": "4"}))
+    assert four.convert(decimal.Decimal("1234.11")) == decimal.Decimal("1234.1100")
+    assert four.json is not None
+    assert base64.b64decode(four.json(decimal.Decimal("1234.11"))) == (12341100).to_bytes(4, "big")
+    none = column("m", "money", -1, "", None, ValueSettings.read({"money.fraction.digits": "0"}))
+    assert none.convert(decimal.Decimal("2.50")) == decimal.Decimal("3")  # half up, not even
+
+
+def test_time_precision_modes() -> None:
+    mode = "time.precision.mode"
+    naive = dt.datetime(1969, 12, 31, 23, 59, 59, 999999)  # noqa: DTZ001
+    assert under(mode, "connect", "timestamp", naive) == -1  # floored to milliseconds
+    assert under(mode, "adaptive_time_microseconds", "timestamp", naive, 3) == -1
+    assert under(mode, "isostring", "timestamp", naive) == "1969-12-31T23:59:59.999999Z"
+    whole = dt.datetime(2019, 7, 9, 2, 28, 57)  # noqa: DTZ001
+    assert under(mode, "isostring", "timestamp", whole) == "2019-07-09T02:28:57Z"
+    tenth = dt.datetime(2019, 7, 9, 2, 28, 57, 100000)  # noqa: DTZ001
+    assert under(mode, "isostring", "timestamp", tenth) == "2019-07-09T02:28:57.1Z"
+    assert under(mode, "isostring", "date", dt.date(2017, 9, 15)) == "2017-09-15Z"
+    assert under(mode, "connect", "date", dt.date(2024, 2, 29)) == 19782
+    clock = dt.time(13, 51, 30, 123999)
+    assert under(mode, "connect", "time", clock) == 49_890_123  # truncated
+    assert under(mode, "adaptive_time_microseconds", "time", clock, 3) == 49_890_123_999
+    assert under(mode, "adaptive", "time", clock, 3) == 49_890_123
+    assert under(mode, "isostring", "time", dt.time(12, 5, 11)) == "12:05:11Z"
+    assert under(mode, "isostring", "time", dt.time(13, 51, 30, 500000)) == "13:51:30.5Z"
+    zoned = "2026-01-01 08:00:00.12+00"  # timestamptz keeps ZonedTimestamp in every mode
+    assert under(mode, "isostring", "timestamptz", zoned) == "2026-01-01T08:00:00.120000Z"
+
+
+def test_binary_handling_modes() -> None:
+    raw = b"\x01\x02\x03\xfb\xff"
+    mode = "binary.handling.mode"
+    assert json_under(mode, "bytes", "bytea", raw) == "AQID+/8="
+    assert json_under(mode, "base64", "bytea", raw) == "AQID+/8="
+    assert json_under(mode, "base64-url-safe", "bytea", raw) == "AQID-_8="
+    assert json_under(mode, "hex", "bytea", raw) == "010203fbff"
+    assert under(mode, "bytes", "bytea", raw) == raw  # Avro writes the bytes themselves
+    assert under(mode, "hex", "bytea", memoryview(raw)) == "010203fbff"
+
+
+@pytest.mark.parametrize(
+    ("iso", "text", "micros"),
+    [
+        ("P1Y2M3DT4H5M6.78S", "P1Y2M3DT4H5M6.78S", 37_091_106_780_000),
+        ("P-1Y-2M3DT-4H-5M-6.78S", "P-1Y-2M3DT-4H-5M-6.78S", -36_572_706_780_000),
+        ("PT0S", "P0Y0M0DT0H0M0S", 0),
+        ("PT0.000001S", "P0Y0M0DT0H0M0.000001S", 1),
+        ("PT100H", "P0Y0M0DT100H0M0S", 360_000_000_000),
+        ("P1DT-0.5S", "P0Y0M1DT0H0M-0.5S", 86_399_500_000),
+        ("PT1.003691S", "P0Y0M0DT0H0M1.003690999S", 1_003_690),
+    ],
+)
+def test_interval_handling_modes(iso: str, text: str, micros: int) -> None:
+    assert under("interval.handling.mode", "string", "interval", iso) == text
+    assert under("interval.handling.mode", "numeric", "interval", iso) == micros
+
+
+def test_settings_are_checked_by_their_connector_names() -> None:
+    with pytest.raises(ConfigError, match="'strings' is not one of precise, double, string"):
+        ValueSettings.read({"decimal.handling.mode": "strings"})
+    with pytest.raises(ConfigError, match="unknown setting 'decimal.mode'"):
+        ValueSettings.read({"decimal.mode": "string"})
+    with pytest.raises(ConfigError, match="expected a whole number"):
+        ValueSettings.read({"money.fraction.digits": "-1"})
+    properties = ValueSettings.read({"binary.handling.mode": "hex"}).properties()
+    assert properties["binary.handling.mode"] == "hex"
+    assert properties["decimal.handling.mode"] == "precise"  # the connector's default, said

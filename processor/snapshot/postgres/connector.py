@@ -25,4 +25,8 @@ class PostgresConnector(Connector):
         return PostgresWatermarkWriter(self._config)
 
     def columns(self, info: TableInfo) -> list[Column]:
-        return [column(name, *kind) for name, kind in zip(info.columns, info.types, strict=True)]
+        settings = self._config.source.value_settings()
+        return [
+            column(name, *kind, settings)
+            for name, kind in zip(info.columns, info.types, strict=True)
+        ]

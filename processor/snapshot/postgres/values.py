@@ -1,10 +1,12 @@
-"""PostgreSQL values as Debezium's PostgreSQL connector encodes them (its default modes).
+"""PostgreSQL values as Debezium's PostgreSQL connector encodes them, under its value settings.
 
 Chunk rows of Tidemark's incremental snapshot must be indistinguishable from
 Debezium's own events, so each column is converted the way the connector
-converts it with ``decimal.handling.mode=precise``,
-``time.precision.mode=adaptive``, ``binary.handling.mode=bytes`` and
-``interval.handling.mode=numeric``. :func:`column` makes, from the catalog
+converts it under the deployment's ``decimal.handling.mode``,
+``time.precision.mode``, ``binary.handling.mode``, ``interval.handling.mode``
+and ``money.fraction.digits`` (:class:`~tidemark.debezium_settings.ValueSettings`,
+the connector's defaults unless ``source.debezium`` says otherwise; the Java
+they follow is cited in ``docs/debezium-values.md``). :func:`column` makes, from the catalog
 type, the :class:`~processor.snapshot.connect_values.Column` that says how the
 chunk query selects the column (some as their text form, which is what
 Debezium reads from the replication stream) and how its value becomes a
@@ -19,6 +21,8 @@ events of the same rows. A type not listed here is refused, never guessed.
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import datetime as dt
 import decimal
 import re
@@ -33,10 +37,12 @@ from processor.snapshot.connect_values import (
     to_json,
     twos_complement,
 )
+from tidemark.debezium_settings import ValueSettings
 
 EPOCH = dt.datetime(1970, 1, 1)  # noqa: DTZ001 - timestamp without time zone
 EPOCH_DATE = dt.date(1970, 1, 1)
 DAYS_PER_MONTH = 365.25 / 12  # Debezium's average month (interval.handling.mode=numeric)
+DEFAULTS = ValueSettings()
 #: PostgreSQL's numeric holds up to 131072 digits before the point; never round them.
 _EXACT = decimal.Context(prec=200_000, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)
 
@@ -48,10 +54,18 @@ _TEXT_TYPES = {
 }  # fmt: skip
 
 
-def column(name: str, type_name: str, typmod: int, category: str, element: str | None) -> Column:
-    """The :class:`Column` of a catalog type (``typname``, ``atttypmod``, ``typcategory``)."""
+def column(
+    name: str,
+    type_name: str,
+    typmod: int,
+    category: str,
+    element: str | None,
+    settings: ValueSettings = DEFAULTS,
+) -> Column:
+    """The :class:`Column` of a catalog type (``typname``, ``atttypmod``, ``typcategory``)
+    under the connector's value ``settings``."""
     if category == "A" and element is not None:
-        inner = column(name, element, typmod, "", None)
+        inner = column(name, element, typmod, "", None, settings)
         # an array's elements come as Python values (timestamptz's converter takes both)
         if inner.cast is not None and element not in ("text", "varchar", "bpchar", "timestamptz"):
             raise UnsupportedTypeError(f"column {name}: arrays of {element} are not supported")
@@ -63,13 +77,75 @@ def column(name: str, type_name: str, typmod: int, category: str, element: str |
         raise UnsupportedTypeError(
             f"column {name}: type {type_name} is not supported by Tidemark's backfill encoder"
         )
+    declared = _declared(type_name, typmod, settings)
+    if declared is None:
+        return _encoded(name, type_name, typmod, settings)
+    setting, schema = declared
+    return dataclasses.replace(
+        _encoded(name, type_name, typmod, settings), schema=schema, setting=setting
+    )
+
+
+def _encoded(name: str, type_name: str, typmod: int, settings: ValueSettings) -> Column:
     cast = _READ_AS.get(type_name)
-    convert = _CONVERTERS[type_name](typmod)
-    if type_name == "numeric" and typmod >= 4:
+    convert = _CONVERTERS[type_name](typmod, settings)
+    precise = settings.decimal_handling_mode == "precise"
+    if type_name == "numeric" and typmod >= 4 and precise:
         return Column(name, type_name, cast, convert, _fixed_decimal_json((typmod - 4) & 0xFFFF))
-    if type_name == "money":
-        return Column(name, type_name, cast, convert, _fixed_decimal_json(2))
+    if type_name == "money" and precise:
+        return Column(
+            name, type_name, cast, convert, _fixed_decimal_json(settings.money_fraction_digits)
+        )
     return _with_json(Column(name, type_name, cast, convert))
+
+
+_DECIMAL = "org.apache.kafka.connect.data.Decimal"
+
+
+def _declared(
+    type_name: str, typmod: int, settings: ValueSettings
+) -> tuple[str, tuple[str, str | None]] | None:
+    """The setting that decides the Connect schema of a ``type_name`` column, and that
+    schema (``PostgresValueConverter.schemaBuilder``); ``None`` for a type no setting moves."""
+    if type_name in ("numeric", "money"):
+        mode = settings.decimal_handling_mode
+        if mode == "double":
+            return "decimal.handling.mode", ("double", None)
+        if mode == "string":
+            return "decimal.handling.mode", ("string", None)
+        if type_name == "numeric" and typmod < 4:
+            return "decimal.handling.mode", ("struct", "io.debezium.data.VariableScaleDecimal")
+        return "decimal.handling.mode", ("bytes", _DECIMAL)
+    if type_name in ("date", "time", "timestamp"):
+        return "time.precision.mode", _temporal(type_name, typmod, settings.time_precision_mode)
+    if type_name == "bytea":
+        kind = "bytes" if settings.binary_handling_mode == "bytes" else "string"
+        return "binary.handling.mode", (kind, None)
+    if type_name == "interval":
+        if settings.interval_handling_mode == "string":
+            return "interval.handling.mode", ("string", "io.debezium.time.Interval")
+        return "interval.handling.mode", ("int64", "io.debezium.time.MicroDuration")
+    return None
+
+
+def _temporal(type_name: str, typmod: int, mode: str) -> tuple[str, str | None]:
+    """``TemporalPrecisionMode``'s schema of a ``date``, ``time`` or ``timestamp`` column."""
+    if mode == "isostring":
+        return "string", {
+            "date": "io.debezium.time.IsoDate",
+            "time": "io.debezium.time.IsoTime",
+        }.get(type_name, "io.debezium.time.IsoTimestamp")
+    if mode == "connect":
+        kind = {"date": "int32", "time": "int32"}.get(type_name, "int64")
+        return kind, "org.apache.kafka.connect.data." + type_name.capitalize()
+    if type_name == "date":
+        return "int32", "io.debezium.time.Date"
+    millis = 0 <= typmod <= 3
+    if type_name == "time":
+        if millis and mode == "adaptive":
+            return "int32", "io.debezium.time.Time"
+        return "int64", "io.debezium.time.MicroTime"
+    return "int64", "io.debezium.time.Timestamp" if millis else "io.debezium.time.MicroTimestamp"
 
 
 #: Types read other than as themselves: their text form (timestamptz's in UTC, as
@@ -79,9 +155,9 @@ _READ_AS = {"interval": "text", "float4": "text", "timestamptz": "text", "money"
 
 def _with_json(col: Column) -> Column:
     """``col`` with its JSON form: its conversion, composed with :func:`to_json` where the
-    Connect value may hold bytes or decimals (``bytea``, variable-scale ``numeric``)."""
+    Connect value may hold bytes or decimals (``bytea``, ``numeric``, ``money``)."""
     convert = col.convert
-    if col.type_name in ("bytea", "numeric"):
+    if col.type_name in ("bytea", "numeric", "money"):
         return Column(col.name, col.type_name, col.cast, convert, lambda v: to_json(convert(v)))
     return col if convert is same else Column(col.name, col.type_name, col.cast, convert, convert)
 
@@ -93,7 +169,13 @@ def _fixed_decimal_json(scale: int) -> Callable[[Any], Any]:
     def encode(value: Any) -> Any:
         if value is None:
             return None
-        unscaled = int(value.quantize(exponent, context=_EXACT).scaleb(scale, context=_EXACT))
+        if not value.is_finite():
+            raise UnsupportedTypeError(
+                f"numeric {value} has no encoding under decimal.handling.mode=precise"
+            )
+        unscaled = int(
+            value.quantize(exponent, decimal.ROUND_HALF_UP, _EXACT).scaleb(scale, context=_EXACT)
+        )
         return base64_text(twos_complement(unscaled))
 
     return encode
@@ -103,27 +185,66 @@ def _array(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return lambda v: None if v is None else [convert(x) for x in v]
 
 
-def _as_is(_typmod: int) -> Callable[[Any], Any]:
+def _as_is(_typmod: int, _settings: ValueSettings) -> Callable[[Any], Any]:
     return same
 
 
-def _float_text(_typmod: int) -> Callable[[Any], Any]:
+def _float_text(_typmod: int, _settings: ValueSettings) -> Callable[[Any], Any]:
     """``real`` is read as PostgreSQL's shortest text, as Java prints a ``float``."""
     return lambda v: None if v is None else float(v)
 
 
-def _numeric(typmod: int) -> Callable[[Any], Any]:
-    if typmod >= 4:  # numeric(p, s): a Decimal at scale s
-        scale = (typmod - 4) & 0xFFFF
-        exponent = decimal.Decimal(1).scaleb(-scale)
-        return lambda v: None if v is None else v.quantize(exponent, context=_EXACT)
-    return _variable_scale
+#: ``decimal.handling.mode=string``: the names Java gives numeric's special values.
+_SPECIAL_DECIMALS = {
+    "NaN": "NAN",
+    "Infinity": "POSITIVE_INFINITY",
+    "-Infinity": "NEGATIVE_INFINITY",
+}
 
 
-def _money(_typmod: int) -> Callable[[Any], Any]:
-    """``money`` is read as ``numeric`` (its text follows lc_monetary); a Decimal at scale 2."""
-    cents = decimal.Decimal("0.01")
-    return lambda v: None if v is None else v.quantize(cents, context=_EXACT)
+def _numeric(typmod: int, settings: ValueSettings) -> Callable[[Any], Any]:
+    """``decimal.handling.mode``: ``precise`` a ``Decimal`` at the column's scale (a
+    ``VariableScaleDecimal`` without one), ``double`` Java's ``doubleValue()``, ``string``
+    ``toPlainString()`` (at the column's scale; PostgreSQL's own digits without one)."""
+    mode = settings.decimal_handling_mode
+    exponent = decimal.Decimal(1).scaleb(-((typmod - 4) & 0xFFFF)) if typmod >= 4 else None
+
+    def at_scale(value: decimal.Decimal) -> decimal.Decimal:
+        if not value.is_finite():
+            if mode == "string":
+                return value
+            # precise: Debezium's connector stops on it; double: no JSON number holds it
+            raise UnsupportedTypeError(
+                f"numeric {value} has no encoding under decimal.handling.mode={mode}"
+            )
+        if exponent is None:
+            return value
+        return value.quantize(exponent, decimal.ROUND_HALF_UP, _EXACT)
+
+    if mode == "double":
+        return lambda v: None if v is None else float(at_scale(v))
+    if mode == "string":
+        return lambda v: None if v is None else _plain(at_scale(v))
+    if exponent is not None:
+        return lambda v: None if v is None else at_scale(v)
+    return lambda v: None if v is None else _variable_scale(at_scale(v))
+
+
+def _plain(value: decimal.Decimal) -> str:
+    """Java's ``BigDecimal.toPlainString()``, and the special values' names."""
+    return _SPECIAL_DECIMALS.get(str(value)) or format(value, "f")
+
+
+def _money(_typmod: int, settings: ValueSettings) -> Callable[[Any], Any]:
+    """``money`` is read as ``numeric`` (its text follows lc_monetary). ``precise``: a Decimal
+    at ``money.fraction.digits`` (half up); ``double`` and ``string`` ignore those digits."""
+    mode = settings.decimal_handling_mode
+    if mode == "double":
+        return lambda v: None if v is None else float(v)
+    if mode == "string":
+        return lambda v: None if v is None else format(v, "f")
+    exponent = decimal.Decimal(1).scaleb(-settings.money_fraction_digits)
+    return lambda v: None if v is None else v.quantize(exponent, decimal.ROUND_HALF_UP, _EXACT)
 
 
 def _variable_scale(value: Any) -> Any:
@@ -138,14 +259,30 @@ def _variable_scale(value: Any) -> Any:
     return {"scale": -int(exponent), "value": unscaled}
 
 
-def _date(_typmod: int) -> Callable[[Any], Any]:
+def _date(_typmod: int, settings: ValueSettings) -> Callable[[Any], Any]:
+    """Days since the epoch (``io.debezium.time.Date`` or Kafka's ``Date``), or ``IsoDate``."""
+    if settings.time_precision_mode == "isostring":
+        return lambda v: None if v is None else v.isoformat() + "Z"
     return lambda v: None if v is None else (v - EPOCH_DATE).days
 
 
-def _timestamp(typmod: int) -> Callable[[Any], Any]:
-    if 0 <= typmod <= 3:  # io.debezium.time.Timestamp: milliseconds
+def _timestamp(typmod: int, settings: ValueSettings) -> Callable[[Any], Any]:
+    """Epoch milliseconds (``Timestamp``, Kafka's ``Timestamp``: floored), microseconds
+    (``MicroTimestamp``) or ``IsoTimestamp`` text; the wall clock taken as UTC."""
+    mode = settings.time_precision_mode
+    if mode == "isostring":
+        return lambda v: None if v is None else _iso_time_of(v.isoformat()) + "Z"
+    if mode == "connect" or 0 <= typmod <= 3:
         return lambda v: None if v is None else _micros(v) // 1000
-    return lambda v: None if v is None else _micros(v)  # MicroTimestamp
+    return lambda v: None if v is None else _micros(v)
+
+
+def _iso_time_of(text: str) -> str:
+    """Python's ISO text (fraction of 0 or 6 digits) as Java's ``ISO_LOCAL_*``: a fraction
+    without trailing zeros, none at all when it is zero."""
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
 
 
 def _micros(value: dt.datetime) -> int:
@@ -153,8 +290,9 @@ def _micros(value: dt.datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def _timestamptz(typmod: int) -> Callable[[Any], Any]:
-    """``io.debezium.time.ZonedTimestamp``: UTC, ISO, the column's digits of fraction.
+def _timestamptz(typmod: int, _settings: ValueSettings) -> Callable[[Any], Any]:
+    """``io.debezium.time.ZonedTimestamp`` under every ``time.precision.mode``: UTC, ISO,
+    the column's digits of fraction.
 
     Scalars come as PostgreSQL's text in UTC (``2026-01-01 08:00:00.12+00``),
     cheaper than a ``datetime``; array elements come as ``datetime``.
@@ -184,20 +322,27 @@ def _utc_text(text: str, digits: int) -> str:
     return f"{text[:10]}T{text[11:19]}{fraction}{'0' * (digits + 1 - len(fraction))}Z"
 
 
-def _time(typmod: int) -> Callable[[Any], Any]:
+def _time(typmod: int, settings: ValueSettings) -> Callable[[Any], Any]:
+    """Milliseconds (``Time``, Kafka's ``Time``: truncated) or microseconds (``MicroTime``)
+    past midnight, or ``IsoTime`` text."""
+
     def micros(value: Any) -> Any:
         if value is None:
             return None
         total = ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000
         return total + value.microsecond
 
-    if 0 <= typmod <= 3:  # io.debezium.time.Time: milliseconds
+    mode = settings.time_precision_mode
+    if mode == "isostring":
+        return lambda v: None if v is None else _iso_time_of(v.isoformat()) + "Z"
+    if mode == "connect" or (mode == "adaptive" and 0 <= typmod <= 3):
         return lambda v: None if v is None else micros(v) // 1000
-    return micros  # MicroTime
+    return micros
 
 
-def _timetz(_typmod: int) -> Callable[[Any], Any]:
-    """``io.debezium.time.ZonedTime``: the time in UTC, ISO, no trailing zeros in the fraction."""
+def _timetz(_typmod: int, _settings: ValueSettings) -> Callable[[Any], Any]:
+    """``io.debezium.time.ZonedTime`` under every ``time.precision.mode``: the time in UTC,
+    ISO, no trailing zeros in the fraction."""
 
     def convert(value: Any) -> Any:
         if value is None:
@@ -217,8 +362,12 @@ _INTERVAL = re.compile(
 )
 
 
-def _interval(_typmod: int) -> Callable[[Any], Any]:
-    """``io.debezium.time.MicroDuration`` from the ISO 8601 text form (months of 365.25/12 days)."""
+def _interval(_typmod: int, settings: ValueSettings) -> Callable[[Any], Any]:
+    """From PostgreSQL's ISO 8601 text, as pgjdbc's ``PGInterval`` gives it to Debezium:
+    ``io.debezium.time.MicroDuration`` (months of 365.25/12 days) or, under
+    ``interval.handling.mode=string``, ``io.debezium.time.Interval`` (``PnYnMnDTnHnMnS``,
+    each part with its own sign)."""
+    string = settings.interval_handling_mode == "string"
 
     def convert(value: Any) -> Any:
         if value is None:
@@ -227,7 +376,9 @@ def _interval(_typmod: int) -> Callable[[Any], Any]:
         if match is None:
             raise UnsupportedTypeError(f"interval {value!r} is not in ISO 8601 form")
         years, months, days, hours, minutes = (int(g or 0) for g in match.groups()[:5])
-        seconds = float(match.group(6) or 0)
+        seconds = _pg_interval_seconds(match.group(6) or "0")
+        if string:
+            return f"P{years}Y{months}M{days}DT{hours}H{minutes}M{_java_seconds(seconds)}S"
         number_of_days = (years * 12 + months) * DAYS_PER_MONTH + days
         total = (((number_of_days * 24 + hours) * 60) + minutes) * 60 + seconds
         return int(total * 1e6)
@@ -235,7 +386,37 @@ def _interval(_typmod: int) -> Callable[[Any], Any]:
     return convert
 
 
-_CONVERTERS: dict[str, Callable[[int], Callable[[Any], Any]]] = {
+def _pg_interval_seconds(text: str) -> float:
+    """``PGInterval.getSeconds()``: whole seconds plus microseconds / 1e6, in a double."""
+    whole, _, fraction = text.partition(".")
+    micros = int((fraction + "000000")[:6])
+    sign = -1 if whole.startswith("-") else 1
+    return int(whole) + sign * micros / 1_000_000
+
+
+def _java_seconds(seconds: float) -> str:
+    """``BigDecimal.valueOf(seconds)`` at most 9 decimals (rounded down), without trailing
+    zeros, as plain text (``Interval.toIsoString``)."""
+    exact = decimal.Decimal(repr(seconds))
+    if -exact.as_tuple().exponent > 9:  # type: ignore[operator]
+        exact = exact.quantize(decimal.Decimal("1e-9"), decimal.ROUND_DOWN)
+    return format(exact.normalize(), "f")
+
+
+def _bytea(_typmod: int, settings: ValueSettings) -> Callable[[Any], Any]:
+    """``binary.handling.mode``: the bytes, or text in base64 (padded), URL-safe base64
+    (padded) or lowercase hex."""
+    mode = settings.binary_handling_mode
+    if mode == "base64":
+        return lambda v: None if v is None else base64_text(bytes(v))
+    if mode == "base64-url-safe":
+        return lambda v: None if v is None else base64.urlsafe_b64encode(bytes(v)).decode()
+    if mode == "hex":
+        return lambda v: None if v is None else bytes(v).hex()
+    return same
+
+
+_CONVERTERS: dict[str, Callable[[int, ValueSettings], Callable[[Any], Any]]] = {
     "int2": _as_is,
     "int4": _as_is,
     "int8": _as_is,
@@ -251,7 +432,7 @@ _CONVERTERS: dict[str, Callable[[int], Callable[[Any], Any]]] = {
     "time": _time,
     "timetz": _timetz,
     "interval": _interval,
-    "bytea": _as_is,
+    "bytea": _bytea,
     # char(n) as it is: cast to text, PostgreSQL would drop the padding Debezium keeps
     "bpchar": _as_is,
 }

@@ -86,6 +86,8 @@ def engine_properties(config: Config, run_dir: Path) -> dict[str, str]:
         "value.converter.schemas.enable": schemas,
         "max.batch.size": "2048",
         "poll.interval.ms": "100",
+        # the value encoding, as the processor's backfills write it: one source of truth
+        **source.value_settings().properties(),
     }
     if source.tables:
         props["table.include.list"] = ",".join(
