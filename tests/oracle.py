@@ -75,7 +75,23 @@ def strip_resent(indices: list[int]) -> tuple[list[int], int]:
 
 def positions(history: list[Digest], emitted: list[Digest]) -> list[int]:
     """Where each emitted row is in ``history``: the next occurrence after the last one
-    found, else the latest before it (a re-send), else -1 (never in the history)."""
+    found, else the latest before it (a re-send), else -1 (never in the history).
+
+    A key whose history holds the same row twice (a value set back) is ambiguous: a
+    re-sent row may read as the later copy and the rest of its run as going back. When
+    that first reading has stale rows, any reading without them is taken instead
+    (:func:`_reading_without_stale`): the rows are the same bytes either way.
+    """
+    found = _first_reading(history, emitted)
+    if -1 in found or not strip_resent(found)[1]:
+        return found
+    options = [[i for i, h in enumerate(history) if h == row] for row in emitted]
+    if all(len(o) == 1 for o in options):
+        return found
+    return _reading_without_stale(options) or found
+
+
+def _first_reading(history: list[Digest], emitted: list[Digest]) -> list[int]:
     found: list[int] = []
     cursor = 0
     for row in emitted:
@@ -88,6 +104,29 @@ def positions(history: list[Digest], emitted: list[Digest]) -> list[int]:
             cursor = at
         found.append(at)
     return found
+
+
+def _reading_without_stale(options: list[list[int]], budget: int = 20_000) -> list[int] | None:
+    """One position per emitted row, from its ``options``, with no stale row; ``None`` if
+    there is none (or the search ran out of ``budget`` steps). A prefix with a stale row
+    stays stale however it goes on, so the search drops it at once."""
+    chosen: list[int] = []
+    steps = [budget]
+
+    def extend(at: int) -> bool:
+        if at == len(options):
+            return True
+        for position in options[at]:
+            steps[0] -= 1
+            if steps[0] < 0:
+                return False
+            chosen.append(position)
+            if not strip_resent(chosen)[1] and extend(at + 1):
+                return True
+            chosen.pop()
+        return False
+
+    return chosen if extend(0) else None
 
 
 def check_topic(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.oracle import check_topic, digest, strip_resent
+from tests.oracle import check_topic, digest, positions, strip_resent
 
 
 @st.composite
@@ -51,3 +51,15 @@ def test_a_topic_is_checked_against_its_source() -> None:
     assert verdict.stale == 1  # v=1 after v=2 was never emitted before: it went back
     verdict = check_topic(history, emitted[:2], {(1,): digest(rows[3])}, "t")
     assert (verdict.lost, verdict.stale) == (1, 0)  # the output stopped at v=2
+
+
+def test_a_re_sent_row_equal_to_a_later_version_is_not_stale() -> None:
+    """The CI case: a key set back to an earlier value (versions 1 and 4 equal), and a
+    crash re-sending versions 1 and 2. Read as version 4, the re-sent row made 2 stale."""
+    x, y, z, w = (digest({"id": 1, "v": v}) for v in "xyzw")
+    history = [None, x, y, z, x, w]
+    emitted = [x, y, x, y, z, x, w]  # 1, 2, (1, 2 re-sent), 3, 4, 5
+    read = positions(history, emitted)
+    assert [history[i] for i in read] == emitted
+    assert strip_resent(read)[1] == 0  # the first reading was [1, 2, 4, 2, 3, 4, 5]: stale
+    assert strip_resent(positions(history, [x, z, y]))[1] == 1  # stale in every reading
