@@ -57,7 +57,7 @@ from tests.integration.processes import (
 from tests.integration.test_recovery import other_instance
 from tests.oracle import Verdict, check_topic, digest
 from tidemark.cli.demo import compare_table
-from tidemark.cli.devstack.procs import pid_alive
+from tidemark.cli.devstack.procs import exit_code, pid_alive
 from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
 from tidemark.config import Config, DevConfig, ProcessorConfig, SinkConfig
@@ -147,11 +147,7 @@ class Instance:
 
     def exit_code(self) -> int | None:
         """The exit code once the process ended (negative: its signal), else ``None``."""
-        try:
-            done, status = os.waitpid(self.processor.pid, os.WNOHANG)
-        except ChildProcessError:
-            return None if pid_alive(self.processor.pid) else 0
-        return os.waitstatus_to_exitcode(status) if done else None
+        return exit_code(self.processor.pid)
 
 
 @dataclass

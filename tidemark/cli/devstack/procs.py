@@ -35,6 +35,11 @@ def wait_for(
     raise DevStackError(f"{what} did not become ready within {timeout:.0f} s{_tail(log)}")
 
 
+#: The children started here, kept: a ``Popen`` dropped while its child runs joins
+#: ``subprocess``'s list of orphans, which the next ``Popen`` reaps, exit status and all.
+_CHILDREN: dict[int, subprocess.Popen[bytes]] = {}
+
+
 def start_detached(
     cmd: Sequence[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> int:
@@ -49,7 +54,17 @@ def start_detached(
             cwd=cwd,
             start_new_session=True,
         )
+    _CHILDREN[proc.pid] = proc
     return proc.pid
+
+
+def exit_code(pid: int) -> int | None:
+    """How a child of :func:`start_detached` ended (negative: the signal that ended it), or
+    ``None`` while it runs. A child something else reaped ended with an unknown code: 0."""
+    child = _CHILDREN.get(pid)
+    if child is None:
+        return None if pid_alive(pid) else 0
+    return child.poll()
 
 
 def pid_alive(pid: int) -> bool:
