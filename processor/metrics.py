@@ -65,6 +65,11 @@ SNAPSHOT_REFUSED = Counter(
     "the table's events disagree with, or other)",
     ["table", "reason"],
 )
+PARTITIONER_MISMATCHES = Counter(
+    "tidemark_partitioner_mismatches_total",
+    "Sampled change events not in the partition source.partitioner gives their key",
+    ["topic"],
+)
 SNAPSHOT_PAUSED = Gauge("tidemark_snapshot_paused", "1 while incremental snapshots are paused")
 SNAPSHOT_LEADER = Gauge(
     "tidemark_snapshot_leader", "1 on the instance that coordinates incremental snapshots"

@@ -24,6 +24,7 @@ import yaml
 from tidemark import topics
 from tidemark.debezium_settings import ValueSettings
 from tidemark.errors import ConfigError
+from tidemark.partitioners import Partitioner
 
 ENV_PREFIX = "TIDEMARK_"
 DEFAULT_CONFIG_PATH = "tidemark.yaml"
@@ -92,6 +93,10 @@ class SourceConfig:
     #: names (``decimal.handling.mode: string``); unset ones are the connector's defaults.
     #: Backfill rows follow them; ``tidemark dev`` starts its connector with them.
     debezium: dict[str, str] = field(default_factory=dict)
+    #: How the change topics' producer put keys in partitions: ``murmur2`` (Kafka's
+    #: default, Kafka Connect's), ``crc32`` (librdkafka's default, ``consistent_random``)
+    #: or ``fnv1a``. Backfilled rows are produced with it; ``tidemark dev``'s bridge too.
+    partitioner: Partitioner = "murmur2"
 
     def value_settings(self) -> ValueSettings:
         """``debezium`` read and checked."""

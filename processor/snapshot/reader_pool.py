@@ -48,6 +48,7 @@ from tidemark.kafka import (
     produce_waiting,
     producer_config,
 )
+from tidemark.partitioners import LIBRDKAFKA
 from tidemark.schema_registry import configured_schemas
 from tidemark.topics import backfilled_topic, reader_group
 
@@ -257,9 +258,10 @@ class _Reader:
                     "linger.ms": 20,
                     "compression.type": "lz4",
                     "queue.buffering.max.messages": 500_000,
-                    # Kafka's default (Java) partitioner, as Debezium's producer: a chunk
-                    # row goes to the partition of its key's changes.
-                    "partitioner": "murmur2_random",
+                    # the change topic's producer's partitioner (Kafka's murmur2 unless
+                    # source.partitioner says otherwise): a chunk row goes to the
+                    # partition of its key's changes
+                    "partitioner": LIBRDKAFKA[config.source.partitioner],
                     **FAILURES_ONLY,
                 },
             )

@@ -9,6 +9,10 @@ aborts that table with its reason while the queue goes on) when:
   learn the table's event layout from;
 - the source has no such table, or no usable key;
 - a column's type is one whose encoding the connector does not reproduce;
+- its events were encoded under other connector value settings than ``source.debezium``
+  (:mod:`processor.snapshot.encoding_check`), or put in partitions by another
+  partitioner than ``source.partitioner``: its rows would differ from its changes in type,
+  or land where its keys' changes do not;
 - Debezium's key columns are not columns of the table.
 
 A source that cannot be reached is not a refusal: the coordinator retries.
@@ -17,6 +21,7 @@ A source that cannot be reached is not a refusal: the coordinator retries.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -35,6 +40,7 @@ from tidemark.kafka import (
     read_range,
     record_topic_config,
 )
+from tidemark.partitioners import fitting, partition_of
 from tidemark.schema_registry import SchemaCache
 from tidemark.topics import backfill_topic, change_topic
 
@@ -94,7 +100,9 @@ class TableChecks:
             columns = self._connector.columns(info)  # refuses a type it does not reproduce
         except TidemarkError as exc:
             raise SnapshotRefusedError(str(exc)) from None
-        event = latest_event(self._probe, topic, counts[topic])
+        recent = recent_events(self._probe, topic, counts[topic])
+        self._check_partitioner(topic, counts[topic], recent)
+        event = max(recent, key=lambda e: e.timestamp, default=None)
         if event is None:
             raise SnapshotRefusedError(
                 f"{topic} holds no Debezium event yet to learn the table's event layout from; "
@@ -102,7 +110,7 @@ class TableChecks:
                 "signal again"
             )
         try:
-            shape = TableShape.learn(event[0], event[1], self._schemas)
+            shape = TableShape.learn(event.key, event.value, self._schemas)
         except (TidemarkError, ValueError) as exc:
             raise SnapshotRefusedError(f"cannot learn the events of {topic}: {exc}") from None
         disagreements = shape.disagreements(columns, self._config.source.value_settings())
@@ -125,9 +133,29 @@ class TableChecks:
             kafka.replication_factor,
             config=record_topic_config(kafka),
         )
-        prepared = PreparedTable(info, event, backfill)
+        prepared = PreparedTable(info, (event.key, event.value), backfill)
         self._prepared[(entry.table, entry.request_id)] = prepared
         return prepared
+
+    def _check_partitioner(self, topic: str, count: int, recent: list[RecentEvent]) -> None:
+        """Refuse a topic whose events contradict ``source.partitioner``: its rows would
+        go where their keys' changes do not."""
+        configured = self._config.source.partitioner
+        for event in recent:
+            expected = partition_of(configured, event.key, count)
+            if expected != event.partition:
+                fits = fitting(((e.key, e.partition) for e in recent), count)
+                raise SnapshotRefusedError(
+                    f"{topic} was not partitioned by {configured} (source.partitioner): a key "
+                    f"{event.key[:80]!r} is in partition {event.partition}, where {configured} "
+                    f"puts it in {expected}; "
+                    + (
+                        f"{', '.join(fits)} fits its events"
+                        if fits
+                        else "no known partitioner fits"
+                    ),
+                    reason="partitioner",
+                )
 
     def forget(self, entry: TableProgress) -> None:
         """``entry``'s table is done."""
@@ -138,15 +166,23 @@ class TableChecks:
         self._prepared.clear()
 
 
-def latest_event(consumer: Consumer, topic: str, partitions: int) -> tuple[bytes, bytes] | None:
-    """Key and value of the newest change event in ``topic`` (tombstones skipped)."""
+class RecentEvent(NamedTuple):
+    """A change event seen before a backfill: where it is, and its bytes."""
+
+    partition: int
+    timestamp: int
+    key: bytes
+    value: bytes
+
+
+def recent_events(consumer: Consumer, topic: str, partitions: int) -> list[RecentEvent]:
+    """The newest change events (up to 50) of each partition of ``topic``, tombstones skipped."""
     tps = [TopicPartition(topic, p) for p in range(partitions)]
     ends = exact_end_offsets(consumer, tps)
-    best: tuple[int, bytes, bytes] | None = None
+    out = []
     for (_topic, partition), end in ends.items():
         for msg in read_range(consumer, topic, partition, max(0, end - 50), end):
             key, value = msg.key(), msg.value()
-            stamp = msg.timestamp()[1]
-            if key is not None and value is not None and (best is None or stamp >= best[0]):
-                best = (stamp, key, value)
-    return None if best is None else (best[1], best[2])
+            if key is not None and value is not None:
+                out.append(RecentEvent(partition, msg.timestamp()[1], key, value))
+    return out

@@ -34,6 +34,7 @@ from tidemark.cli.devstack.procs import pid_alive
 from tidemark.cli.devstack.stack import DevStack
 from tidemark.config import Config, dump_config
 from tidemark.kafka import client_config, exact_end_offsets
+from tidemark.partitioners import Partitioner
 from tidemark.ports import free_port
 from tidemark.schema_registry import HttpRegistry
 
@@ -381,13 +382,24 @@ class Debezium:
     offsets), capturing ``tables`` under connector settings of its own."""
 
     def __init__(
-        self, stack: DevStack, name: str, tables: list[str], settings: dict[str, str], fmt: str
+        self,
+        stack: DevStack,
+        name: str,
+        tables: list[str],
+        settings: dict[str, str],
+        fmt: str,
+        partitioner: Partitioner = "murmur2",
     ) -> None:
         base = stack.config
         run_dir = stack.run_dir / f"{name}-debezium"
         run_dir.mkdir(exist_ok=True)
         source = dataclasses.replace(
-            base.source, topic_prefix=name, replication_slot=name, tables=tables, debezium=settings
+            base.source,
+            topic_prefix=name,
+            replication_slot=name,
+            tables=tables,
+            debezium=settings,
+            partitioner=partitioner,
         )
         dev = dataclasses.replace(base.dev, run_dir=str(run_dir), debezium_format=fmt)
         self.config = dataclasses.replace(base, source=source, dev=dev)

@@ -26,6 +26,7 @@ from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import source_lsn, wait_debezium
 from tidemark.config import Config
 from tidemark.debezium_settings import ValueSettings
+from tidemark.partitioners import partition_of
 from tidemark.schema_registry import SchemaCache
 
 pytestmark = pytest.mark.integration
@@ -108,7 +109,7 @@ def test_chunk_rows_are_debeziums_own_events(stack: DevStack) -> None:
         row = dict(zip(info.columns, values, strict=True))
         partition, their_key, their_value = theirs[(row["id"], row["region"])]
         assert key == their_key  # byte for byte: the same partition, the same compaction key
-        assert murmur2_partition(key, 3) == partition
+        assert partition_of("murmur2", key, 3) == partition
         ours, debezium = payload(value), payload(their_value)
         for col in info.columns:
             assert ours["after"][col] == debezium["after"][col], (row["id"], col)
@@ -228,30 +229,3 @@ def test_chunk_rows_follow_debeziums_value_settings_in_schemaless_json(stack: De
 def test_a_type_without_a_known_encoding_is_refused() -> None:
     with pytest.raises(UnsupportedTypeError, match="point"):
         column("where", "point", -1, "G", None)
-
-
-def murmur2_partition(key: bytes, partitions: int) -> int:
-    """Kafka's default partitioner (Java's ``Utils.murmur2``), written out as the oracle that
-    Debezium's producer and librdkafka's ``murmur2_random`` both follow."""
-    seed, m, r = 0x9747B28C, 0x5BD1E995, 24
-    length = len(key)
-    h = (seed ^ length) & 0xFFFFFFFF
-    for i in range(0, length - length % 4, 4):
-        k = int.from_bytes(key[i : i + 4], "little")
-        k = (k * m) & 0xFFFFFFFF
-        k ^= k >> r
-        k = (k * m) & 0xFFFFFFFF
-        h = ((h * m) & 0xFFFFFFFF) ^ k
-    tail = length % 4
-    if tail:
-        rest = key[length - tail :]
-        if tail == 3:
-            h ^= rest[2] << 16
-        if tail >= 2:
-            h ^= rest[1] << 8
-        h ^= rest[0]
-        h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * m) & 0xFFFFFFFF
-    h ^= h >> 15
-    return (h & 0x7FFFFFFF) % partitions

@@ -654,12 +654,60 @@ def test_a_backfill_in_another_encoding_than_its_topic_is_refused_naming_the_set
 
 
 def backfill_once(stack: DevStack, config: Config, table: str, request: str, outcome: str) -> str:
-    """Run a processor until its backfill of ``table`` ends in ``outcome``; its metrics."""
+    """Run a processor until its backfill of ``table`` ends in ``outcome`` and its data plane
+    caught up; its metrics."""
     processor = Processor(stack, config, f"{config.processor.pipeline}-{request}").start()
     try:
         wait_for("the coordinator", lambda: leading(processor))
         send_signal(config, "execute-snapshot", {"data-collections": [table]}, request)
         wait_for(outcome, lambda: notified(config, outcome, request))
+        wait_caught_up(config)
         return processor.metrics()
     finally:
         processor.stop()
+
+
+def test_a_backfill_goes_where_the_topics_partitioner_put_its_keys_or_is_refused(
+    stack: DevStack,
+) -> None:
+    """The bridge produces with librdkafka's default partitioner (CRC32), as a Debezium
+    embedded in a librdkafka program would. A processor left at murmur2 counts the
+    contradiction in the data plane and refuses the backfill, naming crc32; one configured
+    with crc32 backfills every row into the partition of its key's changes."""
+    name = "iso_snappart_t"
+    with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {name} (id integer PRIMARY KEY, v text)")
+    debezium = Debezium(stack, "snappart", [f"public.{name}"], {}, "json", "crc32").start()
+    try:
+        with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
+            conn.execute(f"INSERT INTO {name} SELECT g, 'v' || g FROM generate_series(1, 200) g")
+        wait_debezium(debezium.config, source_lsn(debezium.config))
+        base = pipeline_config(stack, "snappart", batch_size=500)
+        processor_settings = dataclasses.replace(
+            base.processor, input_pattern=rf"^snappart\.public\.{name}$"
+        )
+        config = dataclasses.replace(
+            debezium.config, processor=processor_settings, snapshot=base.snapshot
+        )
+        murmur2 = dataclasses.replace(
+            config, source=dataclasses.replace(config.source, partitioner="murmur2")
+        )
+        seen = backfill_once(stack, murmur2, f"public.{name}", "part-1", "ABORTED")
+        reason = progress(config, f"public.{name}", "part-1").error or ""
+        assert "not partitioned by murmur2 (source.partitioner)" in reason, reason
+        assert reason.endswith("crc32 fits its events"), reason
+        table = f"public.{name}"
+        assert metric(seen, "tidemark_snapshot_refused_total", table=table, reason="partitioner")
+        topic = f"snappart.public.{name}"
+        assert metric(seen, "tidemark_partitioner_mismatches_total", topic=topic) > 0
+        backfill = f"snappart.backfill.{topic}"
+        assert not read_topic(config, backfill)
+        seen = backfill_once(stack, config, table, "part-2", "COMPLETED")
+        assert metric(seen, "tidemark_partitioner_mismatches_total", topic=topic) == 0
+        changes = {r.key: r.partition for r in read_topic(config, topic)}
+        rows = read_topic(config, backfill)
+        assert len(rows) == 200
+        assert all(changes[r.key] == r.partition for r in rows)
+        assert len({r.partition for r in rows}) == config.kafka.topic_partitions
+    finally:
+        debezium.stop()

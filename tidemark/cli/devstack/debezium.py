@@ -9,7 +9,8 @@ Kafka: a crash re-sends, it never skips.
 
 Topics are named as Debezium names them (``<prefix>.<schema>.<table>``), keyed
 by the primary key, created explicitly with the configured partition count;
-records are partitioned with murmur2 like Kafka Connect's producer. Formats:
+records are partitioned as ``source.partitioner`` says (murmur2 by default, like Kafka
+Connect's producer). Formats:
 Debezium's JSON converter (with or without schemas), or Avro in the Confluent
 wire format made by Confluent's own ``AvroConverter``, whose registry client
 talks to the stack's registry (:mod:`tidemark.cli.devstack.registry`).
@@ -39,6 +40,7 @@ from tidemark.kafka import (
     producer_config,
     record_topic_config,
 )
+from tidemark.partitioners import LIBRDKAFKA
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +107,7 @@ class KafkaBridge:
             producer_config(
                 config.kafka,
                 **{
-                    "partitioner": "murmur2_random",
+                    "partitioner": LIBRDKAFKA[config.source.partitioner],
                     "linger.ms": 5,
                     "compression.type": "lz4",
                 },

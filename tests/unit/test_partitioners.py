@@ -1,0 +1,59 @@
+"""The partitioners a change topic may have been written with, held to librdkafka's own."""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import confluent_kafka
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tidemark.partitioners import PARTITIONERS, fitting, partition_of
+
+#: librdkafka as confluent-kafka ships it; its partitioner functions are exported.
+_LIBRARY = ctypes.CDLL(
+    str(
+        next(
+            (Path(confluent_kafka.__file__).parent.parent / "confluent_kafka.libs").glob(
+                "librdkafka*"
+            )
+        )
+    )
+)
+_SIGNATURE = [
+    ctypes.c_void_p,
+    ctypes.c_char_p,
+    ctypes.c_size_t,
+    ctypes.c_int32,
+    ctypes.c_void_p,
+    ctypes.c_void_p,
+]
+
+
+def librdkafka(name: str, key: bytes, count: int) -> int:
+    function = getattr(_LIBRARY, f"rd_kafka_msg_partitioner_{name}")
+    function.restype, function.argtypes = ctypes.c_int32, _SIGNATURE
+    return int(function(None, key, len(key), count, None, None))
+
+
+_NATIVE = {"murmur2": "murmur2", "crc32": "consistent", "fnv1a": "fnv1a"}
+
+
+@given(st.binary(max_size=64), st.integers(1, 512))
+def test_each_partitioner_is_librdkafkas(key: bytes, count: int) -> None:
+    for name in PARTITIONERS:
+        assert partition_of(name, key, count) == librdkafka(_NATIVE[name], key, count), name
+
+
+def test_kafkas_murmur2_of_known_keys() -> None:
+    # Kafka's own test vectors (Utils.murmur2 of these strings, as signed integers)
+    assert partition_of("murmur2", b"21", 1 << 31) == -973932308 & 0x7FFFFFFF
+    assert partition_of("murmur2", b"abc", 1 << 31) == 479470107 & 0x7FFFFFFF
+
+
+def test_samples_name_the_partitioners_that_fit() -> None:
+    keys = [f'{{"id":{i}}}'.encode() for i in range(20)]
+    crc = [(k, partition_of("crc32", k, 6)) for k in keys]
+    assert fitting(crc, 6) == ["crc32"]
+    assert fitting([], 6) == list(PARTITIONERS)

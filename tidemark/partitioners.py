@@ -1,0 +1,89 @@
+"""Where a producer puts a key: the partitioners a change topic may have been written with.
+
+A backfilled row must land in the partition that holds its key's changes, so the
+backfill produces with the partitioner that wrote the change topic
+(``source.partitioner``): ``murmur2`` (Kafka's default, Kafka Connect's),
+``crc32`` (librdkafka's default ``consistent_random``, so a Debezium embedded in
+a librdkafka program) or ``fnv1a`` (librdkafka's ``fnv1a_random``, Sarama's).
+The functions here are those producers' own arithmetic, held to librdkafka's
+exported partitioners by a property test; they check a topic's events, they do
+not route the backfill (its producer does, with :data:`LIBRDKAFKA`).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Iterable
+from typing import Literal
+
+Partitioner = Literal["murmur2", "crc32", "fnv1a"]
+PARTITIONERS: tuple[Partitioner, ...] = ("murmur2", "crc32", "fnv1a")
+#: librdkafka's ``partitioner`` setting of each (a key is never null here).
+LIBRDKAFKA: dict[Partitioner, str] = {
+    "murmur2": "murmur2_random",
+    "crc32": "consistent_random",
+    "fnv1a": "fnv1a_random",
+}
+
+
+def murmur2(key: bytes) -> int:
+    """Kafka's ``Utils.murmur2`` (seed 0x9747b28c), as an unsigned 32-bit number."""
+    m, r = 0x5BD1E995, 24
+    length = len(key)
+    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    for i in range(0, length - length % 4, 4):
+        k = (int.from_bytes(key[i : i + 4], "little") * m) & 0xFFFFFFFF
+        k = ((k ^ (k >> r)) * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    tail = key[length - length % 4 :]
+    if tail:
+        for shift, byte in reversed(list(enumerate(tail))):
+            h ^= byte << (8 * shift)
+        h = (h * m) & 0xFFFFFFFF
+    h = ((h ^ (h >> 13)) * m) & 0xFFFFFFFF
+    return h ^ (h >> 15)
+
+
+def fnv1a(key: bytes) -> int:
+    """32-bit FNV-1a, as an unsigned number."""
+    h = 0x811C9DC5
+    for byte in key:
+        h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return h
+
+
+def _murmur2_partition(key: bytes, count: int) -> int:
+    return (murmur2(key) & 0x7FFFFFFF) % count
+
+
+def _crc32_partition(key: bytes, count: int) -> int:
+    return zlib.crc32(key) % count
+
+
+def _fnv1a_partition(key: bytes, count: int) -> int:
+    """The hash as a signed 32-bit number, C's remainder, its absolute value."""
+    h = fnv1a(key)
+    signed = h - (1 << 32) if h & 0x80000000 else h
+    return abs(signed) % count
+
+
+_PARTITION: dict[Partitioner, Callable[[bytes, int], int]] = {
+    "murmur2": _murmur2_partition,
+    "crc32": _crc32_partition,
+    "fnv1a": _fnv1a_partition,
+}
+
+
+def partition_of(partitioner: Partitioner, key: bytes, count: int) -> int:
+    """The partition ``partitioner`` gives ``key`` in a topic of ``count`` partitions."""
+    return _PARTITION[partitioner](key, count)
+
+
+def fitting(samples: Iterable[tuple[bytes, int]], count: int) -> list[Partitioner]:
+    """The partitioners that put every ``(key, partition)`` sample where it is."""
+    seen = list(samples)
+    return [
+        name
+        for name in PARTITIONERS
+        if all(partition_of(name, key, count) == partition for key, partition in seen)
+    ]
