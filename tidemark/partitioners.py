@@ -13,7 +13,8 @@ not route the backfill (its producer does, with :data:`LIBRDKAFKA`).
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 Partitioner = Literal["murmur2", "crc32", "fnv1a"]
@@ -87,3 +88,50 @@ def fitting(samples: Iterable[tuple[bytes, int]], count: int) -> list[Partitione
         for name in PARTITIONERS
         if all(partition_of(name, key, count) == partition for key, partition in seen)
     ]
+
+
+#: The share of a topic's sampled events that may sit out of place as strays (records
+#: written to a partition by hand), without calling the partitioner wrong.
+STRAY_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class Contradiction:
+    """Samples that ``configured`` would not have put where they are."""
+
+    configured: Partitioner
+    misplaced: int
+    seen: int
+    #: The first misplaced key, its partition and where ``configured`` puts it.
+    key: bytes
+    partition: int
+    expected: int
+    #: The partitioners that put every sample where it is.
+    fits: list[Partitioner]
+
+    def __str__(self) -> str:
+        fits = f"{', '.join(self.fits)} fits" if self.fits else "no known partitioner fits"
+        return (
+            f"{self.misplaced} of {self.seen} events are not where {self.configured} puts "
+            f"their keys, such as a key {self.key[:80]!r} in partition {self.partition} "
+            f"(not {self.expected}); {fits}"
+        )
+
+
+def contradiction(
+    configured: Partitioner, samples: Sequence[tuple[bytes, int]], count: int
+) -> Contradiction | None:
+    """Whether ``samples`` (``(key, partition)``) contradict ``configured``: ``None`` when
+    every one is in place, or the few out of place fit no partitioner (strays)."""
+    misplaced = [
+        (key, partition, expected)
+        for key, partition in samples
+        if (expected := partition_of(configured, key, count)) != partition
+    ]
+    if not misplaced:
+        return None
+    fits = fitting(samples, count)
+    if not fits and len(misplaced) <= STRAY_SHARE * len(samples):
+        return None
+    key, partition, expected = misplaced[0]
+    return Contradiction(configured, len(misplaced), len(samples), key, partition, expected, fits)

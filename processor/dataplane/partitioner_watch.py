@@ -64,7 +64,8 @@ class PartitionerWatch:
             if first:
                 log.warning(
                     "%s: a key in partition %d is not where %s (source.partitioner) puts it; "
-                    "its backfills will be refused. Partitioners that fit its events: %s",
+                    "a backfill of it checks again and is refused unless these are strays. "
+                    "Partitioners that fit its events: %s",
                     topic,
                     partition,
                     self._partitioner,

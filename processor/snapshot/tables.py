@@ -40,7 +40,7 @@ from tidemark.kafka import (
     read_range,
     record_topic_config,
 )
-from tidemark.partitioners import fitting, partition_of
+from tidemark.partitioners import contradiction
 from tidemark.schema_registry import SchemaCache
 from tidemark.topics import backfill_topic, change_topic
 
@@ -138,24 +138,15 @@ class TableChecks:
         return prepared
 
     def _check_partitioner(self, topic: str, count: int, recent: list[RecentEvent]) -> None:
-        """Refuse a topic whose events contradict ``source.partitioner``: its rows would
-        go where their keys' changes do not."""
+        """Refuse a topic whose latest events contradict ``source.partitioner``: its rows
+        would go where their keys' changes do not (a few strays do not count)."""
         configured = self._config.source.partitioner
-        for event in recent:
-            expected = partition_of(configured, event.key, count)
-            if expected != event.partition:
-                fits = fitting(((e.key, e.partition) for e in recent), count)
-                raise SnapshotRefusedError(
-                    f"{topic} was not partitioned by {configured} (source.partitioner): a key "
-                    f"{event.key[:80]!r} is in partition {event.partition}, where {configured} "
-                    f"puts it in {expected}; "
-                    + (
-                        f"{', '.join(fits)} fits its events"
-                        if fits
-                        else "no known partitioner fits"
-                    ),
-                    reason="partitioner",
-                )
+        found = contradiction(configured, [(e.key, e.partition) for e in recent], count)
+        if found is not None:
+            raise SnapshotRefusedError(
+                f"{topic} was not partitioned by {configured} (source.partitioner): {found}",
+                reason="partitioner",
+            )
 
     def forget(self, entry: TableProgress) -> None:
         """``entry``'s table is done."""

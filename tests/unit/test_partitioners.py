@@ -9,7 +9,7 @@ import confluent_kafka
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidemark.partitioners import PARTITIONERS, fitting, partition_of
+from tidemark.partitioners import PARTITIONERS, contradiction, fitting, partition_of
 
 #: librdkafka as confluent-kafka ships it; its partitioner functions are exported.
 _LIBRARY = ctypes.CDLL(
@@ -57,3 +57,18 @@ def test_samples_name_the_partitioners_that_fit() -> None:
     crc = [(k, partition_of("crc32", k, 6)) for k in keys]
     assert fitting(crc, 6) == ["crc32"]
     assert fitting([], 6) == list(PARTITIONERS)
+
+
+def test_a_contradiction_names_the_partitioner_that_fits_but_strays_pass() -> None:
+    keys = [f'{{"id":{i}}}'.encode() for i in range(100)]
+    placed = [(k, partition_of("murmur2", k, 6)) for k in keys]
+    assert contradiction("murmur2", placed, 6) is None
+    stray = [*placed, (b'{"id": 1}', (partition_of("murmur2", b'{"id": 1}', 6) + 1) % 6)]
+    assert contradiction("murmur2", stray, 6) is None  # one record put there by hand
+    found = contradiction("murmur2", [(k, partition_of("crc32", k, 6)) for k in keys], 6)
+    assert found is not None and found.fits == ["crc32"] and found.misplaced > 50
+    assert str(found).endswith("; crc32 fits")
+    custom = [(k, i % 6) for i, k in enumerate(keys)]  # round robin: no hash fits
+    found = contradiction("murmur2", custom, 6)
+    assert found is not None and found.fits == []
+    assert str(found).endswith("no known partitioner fits")
