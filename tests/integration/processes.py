@@ -256,6 +256,18 @@ def read_topic(config: Config, topic: str) -> list[Record]:
         consumer.close()
 
 
+def records_if_any(config: Config, topic: str) -> list[Record]:
+    """:func:`read_topic`, or nothing while ``topic`` does not exist."""
+    admin_view = Consumer(client_config(config.kafka, **{"group.id": "tests-lister"}))
+    try:
+        listed = admin_view.list_topics(timeout=10).topics
+    finally:
+        admin_view.close()
+    if topic not in listed or not listed[topic].partitions:
+        return []
+    return read_topic(config, topic)
+
+
 def decoder(config: Config) -> Callable[[bytes], Any]:
     """Decodes a JSON (with or without schema) or Confluent-Avro key or value."""
     registry = (
@@ -424,6 +436,18 @@ class Debezium:
                 return bool(row and row[0])
 
         wait_for(f"{self.name}'s slot", streaming, timeout=180)
+        # The slot is active from its creation, while Debezium's initial snapshot still runs
+        # and before it streams: its confirmed position may then already be past changes it
+        # has not published. A streamed change of the heartbeat table (written every second)
+        # comes only once it streams.
+        heartbeats = f"{self.name}.public.tidemark_heartbeat"
+        decode = decoder(self.config)
+
+        def streams() -> bool:
+            records = records_if_any(self.config, heartbeats)
+            return any(r.value and decode(r.value).get("op") == "u" for r in records)
+
+        wait_for(f"{self.name} streaming", streams)
         return self
 
     def stop(self) -> None:
