@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,14 +82,22 @@ class TableShape:
         row = payload.get("after") or payload.get("before") or {}
         return TableShape(key_side, value_side, dict(payload["source"]), dict(row))
 
-    def disagreements(self, columns: list[Column], settings: ValueSettings) -> list[Disagreement]:
-        """The ``columns`` whose encoding under ``settings`` is not the events' own."""
+    def disagreements(
+        self, columns: list[Column], settings: ValueSettings, others: Iterable[bytes] = ()
+    ) -> list[Disagreement]:
+        """The ``columns`` whose encoding under ``settings`` is not the events' own. Schemaless
+        events show only values: ``others`` (more of the table's event values) add to the
+        learned one, as a value that reads both ways proves nothing."""
         if self._value.format == "avro":
             fields = avro_fields(self._value.parsed)
         elif self._value.format == "json-schema":
             fields = json_fields(self._value.schema)
         else:
-            return value_disagreements(self._row, columns, settings)
+            for row in (self._row, *map(_row_of, others)):
+                found = value_disagreements(row, columns, settings)
+                if found:
+                    return found
+            return []
         return declared_disagreements(fields, columns, settings)
 
     @property
@@ -176,6 +185,18 @@ def _learn(raw: bytes, schemas: SchemaCache | None, what: str) -> tuple[_Side, A
         side = _Side("json-schema", head=raw[:end], schema=document["schema"])
         return side, document["payload"]
     return _Side("json"), document
+
+
+def _row_of(value: bytes) -> dict[str, Any]:
+    """A schemaless event's row (``after``, else ``before``); nothing if it is not one."""
+    try:
+        document = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return {}
+    if not isinstance(document, dict):
+        return {}
+    row = document.get("after") or document.get("before")
+    return row if isinstance(row, dict) else {}
 
 
 def _wire(side: _Side, values: dict[str, Any]) -> dict[str, Any]:

@@ -131,12 +131,20 @@ def _fits(value: Any, col: Column, settings: ValueSettings) -> bool:
     if not isinstance(value, str):
         return False
     if col.setting == "binary.handling.mode":
-        return bool(_TEXT_FORMS[settings.binary_handling_mode].match(value))
+        return _has_form(value, settings.binary_handling_mode)
     if col.setting == "decimal.handling.mode":
-        return bool(_TEXT_FORMS[settings.decimal_handling_mode].match(value))
+        return _has_form(value, settings.decimal_handling_mode)
     if name == "io.debezium.time.Interval":
         return bool(_TEXT_FORMS["interval"].match(value))
     return True
+
+
+def _has_form(value: str, form: str) -> bool:
+    """Whether ``value`` is text of ``form``; base64 comes in groups of four characters."""
+    if _TEXT_FORMS[form] is _BASE64 or form == "base64-url-safe":
+        if len(value) % 4:
+            return False
+    return bool(_TEXT_FORMS[form].match(value))
 
 
 def _disagreement(col: Column, settings: ValueSettings, seen: str) -> Disagreement:

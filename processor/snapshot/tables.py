@@ -113,7 +113,8 @@ class TableChecks:
             shape = TableShape.learn(event.key, event.value, self._schemas)
         except (TidemarkError, ValueError) as exc:
             raise SnapshotRefusedError(f"cannot learn the events of {topic}: {exc}") from None
-        disagreements = shape.disagreements(columns, self._config.source.value_settings())
+        settings = self._config.source.value_settings()
+        disagreements = shape.disagreements(columns, settings, (e.value for e in recent))
         if disagreements:
             first = disagreements[0]
             raise SnapshotRefusedError(

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import fastavro
+import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
+from processor.snapshot.chunk_events import TableShape
 from processor.snapshot.connect_values import Column
 from processor.snapshot.encoding_check import (
     avro_fields,
@@ -103,7 +105,9 @@ def test_schemaless_values_of_another_shape_disagree() -> None:
     settings = ValueSettings()
     row = {"n": "12.500", "ba": "0aff", "iv": "P0Y0M0DT1H0M0S", "d": 19782}
     found = {d.setting for d in value_disagreements(row, columns(settings), settings)}
-    assert found == {"decimal.handling.mode", "interval.handling.mode"}  # hex is base64 too
+    assert found == {"decimal.handling.mode", "interval.handling.mode"}  # 0aff is base64 too
+    odd = value_disagreements({"ba": "00ff10"}, columns(settings), settings)
+    assert [d.setting for d in odd] == ["binary.handling.mode"]  # base64 comes in fours
     hex_mode = ValueSettings.read({"binary.handling.mode": "hex"})
     assert value_disagreements({"ba": "AP8="}, columns(hex_mode), hex_mode)[0].column == (
         "ba (bytea)"
@@ -151,3 +155,17 @@ def test_nulls_prove_nothing() -> None:
     assert (
         value_disagreements(dict.fromkeys("n ba iv d".split()), columns(settings), settings) == []
     )
+
+
+def test_a_schemaless_table_is_checked_on_more_events_than_the_one_learned() -> None:
+    """Bytes of ``00 ff 10`` read the same in base64 and URL-safe base64; a later event's
+    ``+`` shows the connector writes standard base64, not what is configured."""
+    source = {"db": "d", "schema": "public", "table": "t", "snapshot": "false"}
+    event = {"before": None, "after": {"ba": "AP8Q"}, "source": source, "op": "c"}
+    shape = TableShape.learn(b'{"id":1}', orjson.dumps(event), None)
+    url_safe = ValueSettings.read({"binary.handling.mode": "base64-url-safe"})
+    cols = [column("ba", "bytea", -1, "", None, url_safe)]
+    assert shape.disagreements(cols, url_safe) == []
+    later = orjson.dumps(dict(event, after={"ba": "+/8Q"}))
+    found = shape.disagreements(cols, url_safe, [b"not json", later])
+    assert [d.setting for d in found] == ["binary.handling.mode"]
