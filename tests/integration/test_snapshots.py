@@ -619,15 +619,9 @@ def test_a_backfill_in_another_encoding_than_its_topic_is_refused_naming_the_set
         with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
             conn.execute(f"INSERT INTO {name} SELECT g, g * 1.25 FROM generate_series(1, 50) g")
         wait_debezium(debezium.config, source_lsn(debezium.config))
-        base = pipeline_config(stack, "snapenc", batch_size=500)
-        processor_settings = dataclasses.replace(
-            base.processor, input_pattern=rf"^snapenc\.public\.{name}$"
-        )
+        config = own_pipeline(stack, debezium, name)
         defaults = dataclasses.replace(
-            debezium.config, processor=processor_settings, snapshot=base.snapshot
-        )
-        defaults = dataclasses.replace(
-            defaults, source=dataclasses.replace(defaults.source, debezium={})
+            config, source=dataclasses.replace(config.source, debezium={})
         )
         backfill = f"snapenc.backfill.snapenc.public.{name}"
         refused = backfill_once(stack, defaults, f"public.{name}", "enc-1", "ABORTED")
@@ -651,6 +645,15 @@ def test_a_backfill_in_another_encoding_than_its_topic_is_refused_naming_the_set
         assert len(read_topic(defaults, backfill)) == 50
     finally:
         debezium.stop()
+
+
+def own_pipeline(stack: DevStack, debezium: Debezium, table: str) -> Config:
+    """A pipeline named as ``debezium`` reading only ``public.<table>`` of its topics, with
+    the connector's settings."""
+    prefix = debezium.config.source.topic_prefix
+    base = pipeline_config(stack, prefix, batch_size=500)
+    only = dataclasses.replace(base.processor, input_pattern=rf"^{prefix}\.public\.{table}$")
+    return dataclasses.replace(debezium.config, processor=only, snapshot=base.snapshot)
 
 
 def backfill_once(stack: DevStack, config: Config, table: str, request: str, outcome: str) -> str:
@@ -682,13 +685,7 @@ def test_a_backfill_goes_where_the_topics_partitioner_put_its_keys_or_is_refused
         with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
             conn.execute(f"INSERT INTO {name} SELECT g, 'v' || g FROM generate_series(1, 200) g")
         wait_debezium(debezium.config, source_lsn(debezium.config))
-        base = pipeline_config(stack, "snappart", batch_size=500)
-        processor_settings = dataclasses.replace(
-            base.processor, input_pattern=rf"^snappart\.public\.{name}$"
-        )
-        config = dataclasses.replace(
-            debezium.config, processor=processor_settings, snapshot=base.snapshot
-        )
+        config = own_pipeline(stack, debezium, name)
         murmur2 = dataclasses.replace(
             config, source=dataclasses.replace(config.source, partitioner="murmur2")
         )
