@@ -74,9 +74,10 @@ class DataPlane:
         self._committer = Committer(config, self.reconciler)
         self._input = re.compile(config.input_pattern())
         self._backfill = backfill_prefix(config.processor.pipeline)
-        self._partition_counts: dict[str, tuple[int, float]] = {}
         self._partitioner = PartitionerWatch(
-            config.source.partitioner, self._partition_count, self._backfill
+            config.source.partitioner,
+            lambda topic: self.partitions.partition_counts.get(topic, 0),
+            self._backfill,
         )
         self._chunk_tags = ChunkTags()
         self._subscribed: list[str] = []
@@ -214,15 +215,6 @@ class DataPlane:
             return partitions.restoring(owned) or replays.collecting(owned)
 
         return self.reconciler.decide(groups, partitions.stores, waiting, reached)
-
-    def _partition_count(self, topic: str) -> int:
-        """``topic``'s partition count (0 until the broker lists them: asked again 5 s on)."""
-        count, asked = self._partition_counts.get(topic, (0, -5.0))
-        now = time.monotonic()
-        if not count and now - asked >= 5.0:
-            count = partition_counts(self._admin, [topic]).get(topic, 0)
-            self._partition_counts[topic] = (count, now)
-        return count
 
     @property
     def refused(self) -> dict[str, str]:

@@ -59,6 +59,8 @@ class Partitions:
         self._paused = paused
         #: Told of each input partition that leaves this instance.
         self._released = released
+        #: Partitions of each input topic, learned when it is first assigned.
+        self.partition_counts: dict[str, int] = {}
 
     # -- the group's callbacks -----------------------------------------------------
 
@@ -70,6 +72,7 @@ class Partitions:
         new = topics - set(self._reconciler.topics)
         if new:
             counts = partition_counts(self._admin, new)
+            self.partition_counts.update(counts)
             replication = self._config.kafka.replication_factor
             compacted = record_topic_config(self._config.kafka, **{"cleanup.policy": "compact"})
             topic = self._reconciler.topic

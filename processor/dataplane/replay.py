@@ -114,21 +114,16 @@ class Replays:
                     replay.cut.add(tp)
                 if span is None or taken < len(group) or group[taken - 1].offset >= last:
                     replay.complete.add(tp)
-            overdue = time.monotonic() - replay.since > PATIENCE_S
-            if len(replay.complete) < len(replay.spans) and not overdue:
-                continue
-            if overdue and len(replay.complete) < len(replay.spans):
+            if len(replay.complete) < len(replay.spans):
+                if time.monotonic() - replay.since <= PATIENCE_S:
+                    continue
                 log.warning(
                     "%s[%d]: the crashed batch's offsets did not all come back in %.0f s; "
                     "deciding what did",
                     *owner,
                     PATIENCE_S,
                 )
-            for tp, collected in replay.collected.items():
-                if collected:
-                    groups[tp] = collected
-            self._to_resume += sorted(replay.cut)
-            del self._pending[owner]
+            self._release(owner, replay, groups)
 
     def _moved(
         self,
@@ -148,12 +143,23 @@ class Replays:
                     group[0].offset,
                     span[0],
                 )
-                for collected_tp, collected in replay.collected.items():
-                    groups[collected_tp] = collected + groups.get(collected_tp, [])
-                self._to_resume += sorted(replay.cut)
-                del self._pending[owner]
+                self._release(owner, replay, groups)
                 return True
         return False
+
+    def _release(
+        self,
+        owner: TopicPartitionKey,
+        replay: _Replay,
+        groups: dict[TopicPartitionKey, list[RawMessage]],
+    ) -> None:
+        """End ``owner``'s replay: what it collected goes back into ``groups``, ahead of
+        what the batch holds, and its cut partitions resume after the commit."""
+        for tp, collected in replay.collected.items():
+            if collected:
+                groups[tp] = collected + groups.get(tp, [])
+        self._to_resume += sorted(replay.cut)
+        del self._pending[owner]
 
     def resume(
         self, consumer: Consumer, held: Callable[[list[TopicPartition]], list[TopicPartition]]
