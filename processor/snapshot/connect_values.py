@@ -1,8 +1,8 @@
 """Kafka Connect values, and how a chunk row's column becomes one.
 
 Debezium's connectors turn every column into a *Connect value* (``int``,
-``float``, ``bool``, ``str``, ``bytes``, ``Decimal``, or a dict for a
-``VariableScaleDecimal``); the converter then writes it. A :class:`Column`,
+``float``, ``bool``, ``str``, ``bytes``, ``Decimal``, a :class:`VariableScale`, a
+list for an array or a dict for a map); the converter then writes it. A :class:`Column`,
 made by the database's connector from its catalog type, says how the chunk
 query reads the column and how its value becomes a Connect value.
 :func:`to_json` gives the JSON converter's form (bytes and decimals as
@@ -15,7 +15,7 @@ import binascii
 import decimal
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,13 @@ class Column:
     setting: str | None = None
 
 
+class VariableScale(NamedTuple):
+    """Debezium's ``VariableScaleDecimal`` struct: an unscaled integer and its scale."""
+
+    scale: int
+    value: int
+
+
 def same(value: Any) -> Any:
     """The value as it is (the conversion of types whose value is already Connect's)."""
     return value
@@ -49,8 +56,8 @@ def to_json(value: Any) -> Any:
         sign, digits, _exponent = value.as_tuple()
         unscaled = int("".join(map(str, digits)) or "0") * (-1 if sign else 1)
         return base64_text(twos_complement(unscaled))
-    if isinstance(value, dict) and set(value) == {"scale", "value"}:
-        return {"scale": value["scale"], "value": base64_text(twos_complement(value["value"]))}
+    if isinstance(value, VariableScale):
+        return {"scale": value.scale, "value": base64_text(twos_complement(value.value))}
     if isinstance(value, list):
         return [to_json(v) for v in value]
     return value
@@ -58,8 +65,8 @@ def to_json(value: Any) -> Any:
 
 def to_avro(value: Any) -> Any:
     """A Connect value as fastavro writes it (a variable-scale decimal's value as bytes)."""
-    if isinstance(value, dict) and set(value) == {"scale", "value"}:
-        return {"scale": value["scale"], "value": twos_complement(value["value"])}
+    if isinstance(value, VariableScale):
+        return {"scale": value.scale, "value": twos_complement(value.value)}
     return value
 
 

@@ -126,7 +126,7 @@ def _fits(value: Any, col: Column, settings: ValueSettings) -> bool:
         return isinstance(value, int) and not isinstance(value, bool)
     if kind == "double":
         return isinstance(value, int | float) and not isinstance(value, bool)
-    if kind == "struct":
+    if kind in ("struct", "map"):
         return isinstance(value, dict)
     if not isinstance(value, str):
         return False

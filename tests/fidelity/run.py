@@ -29,13 +29,10 @@ from tidemark.ports import free_port
 from tidemark.schema_registry import HttpRegistry, SchemaCache
 
 FORMATS = ("json", "json-schemaless", "avro")
-#: ``hstore.handling.mode`` is left out: the backfill refuses ``hstore`` columns.
-VALUES = [
-    (setting, value)
-    for setting, choices in CHOICES.items()
-    if setting != "hstore.handling.mode"
-    for value in choices[1:]
-] + [("money.fraction.digits", "0"), ("money.fraction.digits", "4")]
+VALUES = [(setting, value) for setting, choices in CHOICES.items() for value in choices[1:]] + [
+    ("money.fraction.digits", "0"),
+    ("money.fraction.digits", "4"),
+]
 
 
 def main(argv: list[str] | None = None) -> int:

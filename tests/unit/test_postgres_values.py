@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processor.errors import UnsupportedTypeError
-from processor.snapshot.connect_values import to_avro, to_json
+from processor.snapshot.connect_values import VariableScale, to_avro, to_json
 from processor.snapshot.postgres.values import column
 from tidemark.debezium_settings import ValueSettings
 from tidemark.errors import ConfigError
@@ -56,11 +56,11 @@ def test_columns_whose_values_are_their_own_json_have_no_converter() -> None:
 
 
 def test_variable_scale_decimals_drop_trailing_zeros_but_keep_a_scale_of_zero() -> None:
-    assert convert("numeric", decimal.Decimal("1.10")) == {"scale": 1, "value": 11}
-    assert convert("numeric", decimal.Decimal("100")) == {"scale": 0, "value": 100}
-    assert convert("numeric", decimal.Decimal("0.000")) == {"scale": 0, "value": 0}
-    assert to_json({"scale": 1, "value": 11}) == {"scale": 1, "value": "Cw=="}
-    assert to_avro({"scale": 1, "value": 11}) == {"scale": 1, "value": b"\x0b"}
+    assert convert("numeric", decimal.Decimal("1.10")) == VariableScale(1, 11)
+    assert convert("numeric", decimal.Decimal("100")) == VariableScale(0, 100)
+    assert convert("numeric", decimal.Decimal("0.000")) == VariableScale(0, 0)
+    assert to_json(VariableScale(1, 11)) == {"scale": 1, "value": "Cw=="}
+    assert to_avro(VariableScale(1, 11)) == {"scale": 1, "value": b"\x0b"}
 
 
 def test_times() -> None:

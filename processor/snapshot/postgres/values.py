@@ -3,8 +3,9 @@
 Chunk rows of Tidemark's incremental snapshot must be indistinguishable from
 Debezium's own events, so each column is converted the way the connector
 converts it under the deployment's ``decimal.handling.mode``,
-``time.precision.mode``, ``binary.handling.mode``, ``interval.handling.mode``
-and ``money.fraction.digits`` (:class:`~tidemark.debezium_settings.ValueSettings`,
+``time.precision.mode``, ``binary.handling.mode``, ``interval.handling.mode``,
+``hstore.handling.mode`` (:mod:`processor.snapshot.postgres.hstore`) and
+``money.fraction.digits`` (:class:`~tidemark.debezium_settings.ValueSettings`,
 the connector's defaults unless ``source.debezium`` says otherwise; the Java
 they follow is cited in ``docs/debezium-values.md``). :func:`column` makes, from the catalog
 type, the :class:`~processor.snapshot.connect_values.Column` that says how the
@@ -32,11 +33,13 @@ from typing import Any
 from processor.errors import UnsupportedTypeError
 from processor.snapshot.connect_values import (
     Column,
+    VariableScale,
     base64_text,
     same,
     to_json,
     twos_complement,
 )
+from processor.snapshot.postgres import hstore
 from tidemark.debezium_settings import ValueSettings
 
 EPOCH = dt.datetime(1970, 1, 1)  # noqa: DTZ001 - timestamp without time zone
@@ -121,6 +124,10 @@ def _declared(
     if type_name == "bytea":
         kind = "bytes" if settings.binary_handling_mode == "bytes" else "string"
         return "binary.handling.mode", (kind, None)
+    if type_name == "hstore":
+        if settings.hstore_handling_mode == "map":
+            return "hstore.handling.mode", ("map", None)
+        return "hstore.handling.mode", ("string", "io.debezium.data.Json")
     if type_name == "interval":
         if settings.interval_handling_mode == "string":
             return "interval.handling.mode", ("string", "io.debezium.time.Interval")
@@ -150,7 +157,13 @@ def _temporal(type_name: str, typmod: int, mode: str) -> tuple[str, str | None]:
 
 #: Types read other than as themselves: their text form (timestamptz's in UTC, as
 #: :func:`processor.snapshot.chunk_reader.PostgresChunkReader.read_chunk` sets it), or a cast.
-_READ_AS = {"interval": "text", "float4": "text", "timestamptz": "text", "money": "numeric"}
+_READ_AS = {
+    "interval": "text",
+    "float4": "text",
+    "timestamptz": "text",
+    "money": "numeric",
+    "hstore": "text",
+}
 
 
 def _with_json(col: Column) -> Column:
@@ -256,7 +269,7 @@ def _variable_scale(value: Any) -> Any:
         normalized = normalized.quantize(decimal.Decimal(1), context=_EXACT)
     sign, digits, exponent = normalized.as_tuple()
     unscaled = int("".join(map(str, digits)) or "0") * (-1 if sign else 1)
-    return {"scale": -int(exponent), "value": unscaled}
+    return VariableScale(-int(exponent), unscaled)
 
 
 def _date(_typmod: int, settings: ValueSettings) -> Callable[[Any], Any]:
@@ -433,6 +446,7 @@ _CONVERTERS: dict[str, Callable[[int, ValueSettings], Callable[[Any], Any]]] = {
     "timetz": _timetz,
     "interval": _interval,
     "bytea": _bytea,
+    "hstore": lambda _typmod, settings: hstore.converter(settings.hstore_handling_mode),
     # char(n) as it is: cast to text, PostgreSQL would drop the padding Debezium keeps
     "bpchar": _as_is,
 }

@@ -120,6 +120,8 @@ def start_cluster(run_dir: Path, port: int = 0) -> PostgresCluster:
         wait_for(lambda: _can_connect(cluster), 30, "PostgreSQL", log)
         with psycopg.connect(**cluster.conninfo("postgres"), autocommit=True) as conn:  # type: ignore[arg-type]
             conn.execute(f"CREATE DATABASE {DBNAME}")  # noqa: S608 - a constant name
+        with psycopg.connect(**cluster.conninfo(DBNAME), autocommit=True) as conn:  # type: ignore[arg-type]
+            conn.execute("CREATE EXTENSION hstore")  # a contrib type many sources use
         return cluster
     except BaseException:
         stop_cluster(data_dir, os_user)
