@@ -35,6 +35,15 @@ class TableInfo:
     types: tuple[tuple[str, int, str, str | None], ...] = ()
     #: Per column: the type's OID.
     oids: tuple[int, ...] = ()
+    #: The primary key's columns (Debezium's key), whatever pages the table.
+    primary: tuple[str, ...] = ()
+    #: Per column: ``NOT NULL``; its ``DEFAULT`` expression; an enum type's labels.
+    not_null: tuple[bool, ...] = ()
+    defaults: tuple[str | None, ...] = ()
+    labels: tuple[tuple[str, ...] | None, ...] = ()
+    #: Whether the source's change capture can stream the table (PostgreSQL: a
+    #: publication holds it), so that Debezium may have a topic for it still to come.
+    captured: bool = False
 
     @property
     def name(self) -> str:

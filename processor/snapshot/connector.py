@@ -10,7 +10,8 @@ comes from its :class:`Connector`:
 - the writer of signal-table watermark rows
   (:class:`~processor.snapshot.watermarks.WatermarkWriter`);
 - the value encoding: how each column is read and becomes the Connect value
-  that Debezium's connector would write (:class:`~processor.snapshot.connect_values.Column`).
+  that Debezium's connector would write (:class:`~processor.snapshot.connect_values.Column`),
+  and the schemas it declares for a table that has no event yet.
 
 A second database is a new folder beside ``postgres/`` with one
 :class:`Connector`; the application picks it. Connectors are sent to the
@@ -21,6 +22,7 @@ their connections in the methods below.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Any
 
 from processor.snapshot.chunk_reader import ChunkReader, TableInfo
 from processor.snapshot.connect_values import Column
@@ -42,3 +44,9 @@ class Connector(ABC):
     def columns(self, info: TableInfo) -> list[Column]:
         """How to read and encode each column of ``info``, as Debezium's connector does;
         :class:`~processor.errors.UnsupportedTypeError` for a type it cannot reproduce."""
+
+    @abstractmethod
+    def key_and_row_fields(self, info: TableInfo) -> tuple[list[Any], list[Any]]:
+        """The Connect field schemas (the JSON converter's form) that Debezium's connector
+        declares for the key and the row of ``info``, from the catalog alone, for a table
+        with no event yet; :class:`~processor.errors.UnsupportedTypeError` where it cannot."""

@@ -5,8 +5,9 @@ aborts that table with its reason while the queue goes on) when:
 
 - its topic uses another envelope than ``debezium-upsert`` (chunk rows are
   decided against per-key state);
-- Debezium has no change topic for it yet, or the topic holds no event to
-  learn the table's event layout from;
+- its topic holds no event yet (or does not exist yet), and no other table of the
+  connector has one to build its events' layout from with the catalog
+  (:mod:`processor.snapshot.template_event`), or the catalog alone cannot give it;
 - the source has no such table, or no usable key;
 - a column's type is one whose encoding the connector does not reproduce;
 - its events were encoded under other connector value settings than ``source.debezium``
@@ -20,9 +21,12 @@ A source that cannot be reached is not a refusal: the coordinator retries.
 
 from __future__ import annotations
 
+import logging
+import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import orjson
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -31,6 +35,8 @@ from processor.snapshot.chunk_events import TableShape
 from processor.snapshot.chunk_reader import ChunkReader, TableInfo
 from processor.snapshot.connector import Connector
 from processor.snapshot.progress import TableProgress
+from processor.snapshot.template_event import template_event
+from tidemark.avro_wire import MAGIC
 from tidemark.config import Config
 from tidemark.errors import TidemarkError
 from tidemark.kafka import (
@@ -43,6 +49,10 @@ from tidemark.kafka import (
 from tidemark.partitioners import contradiction
 from tidemark.schema_registry import SchemaCache
 from tidemark.topics import backfill_topic, change_topic
+
+log = logging.getLogger(__name__)
+#: Other tables' topics searched for an event to build a quiet table's from.
+_SIBLINGS_TRIED = 20
 
 
 @dataclass
@@ -85,11 +95,6 @@ class TableChecks:
                 f"{entry.table} uses the {envelope} envelope; incremental snapshots need "
                 "debezium-upsert (per-key state decides chunk rows against changes)"
             )
-        counts = partition_counts(self._admin, [topic])
-        if topic not in counts:
-            raise SnapshotRefusedError(
-                f"no change topic {topic}: Debezium has not captured {entry.table} yet"
-            )
         try:
             info = reader.table_info(entry.table, entry.surrogate_key)
         except SourceUnavailableError:
@@ -100,17 +105,18 @@ class TableChecks:
             columns = self._connector.columns(info)  # refuses a type it does not reproduce
         except TidemarkError as exc:
             raise SnapshotRefusedError(str(exc)) from None
-        recent = recent_events(self._probe, topic, counts[topic])
-        self._check_partitioner(topic, counts[topic], recent)
-        event = max(recent, key=lambda e: e.timestamp, default=None)
-        if event is None:
-            raise SnapshotRefusedError(
-                f"{topic} holds no Debezium event yet to learn the table's event layout from; "
-                "change one row of the table (or let Debezium's initial snapshot run) and "
-                "signal again"
-            )
+        count = partition_counts(self._admin, [topic]).get(topic)
+        recent = [] if count is None else recent_events(self._probe, topic, count)
+        if count is not None:
+            self._check_partitioner(topic, count, recent)
+        latest = max(recent, key=lambda e: e.timestamp, default=None)
+        if latest is None:  # a quiet table: an event built from the catalog
+            event, count = self._quiet_table_event(topic, info, count)
+        else:
+            assert count is not None  # its events were read
+            event = (latest.key, latest.value)
         try:
-            shape = TableShape.learn(event.key, event.value, self._schemas)
+            shape = TableShape.learn(*event, self._schemas)
         except (TidemarkError, ValueError) as exc:
             raise SnapshotRefusedError(f"cannot learn the events of {topic}: {exc}") from None
         settings = self._config.source.value_settings()
@@ -130,13 +136,67 @@ class TableChecks:
         kafka = self._config.kafka
         ensure_topics(
             self._admin,
-            {backfill: counts[topic]},
+            {backfill: count},
             kafka.replication_factor,
             config=record_topic_config(kafka),
         )
-        prepared = PreparedTable(info, (event.key, event.value), backfill)
+        prepared = PreparedTable(info, event, backfill)
         self._prepared[(entry.table, entry.request_id)] = prepared
         return prepared
+
+    def _quiet_table_event(
+        self, topic: str, info: TableInfo, count: int | None
+    ) -> tuple[tuple[bytes, bytes], int]:
+        """The event Debezium would write for a table that has none yet
+        (:mod:`processor.snapshot.template_event`), and its topic's partition count. A topic
+        Debezium has not created yet is created here like the one of the other table whose
+        event is the template, so that Debezium's later events share its partitions."""
+        sibling = self._sibling_event(topic)
+        if sibling is None:
+            raise SnapshotRefusedError(
+                f"{topic} holds no Debezium event yet, and no other table of the connector "
+                "has one to learn the events' layout from; change one row of the table (or "
+                "let Debezium's initial snapshot run) and signal again"
+            )
+        try:
+            key_fields, row_fields = self._connector.key_and_row_fields(info)
+            event = template_event(
+                sibling[1:], topic, (info.schema, info.table), key_fields, row_fields
+            )
+        except TidemarkError as exc:
+            raise SnapshotRefusedError(
+                f"{topic} holds no Debezium event yet, and {exc}; change one row of the table "
+                "and signal again"
+            ) from None
+        if count is None:
+            if not info.captured or not re.fullmatch(self._config.input_pattern(), topic):
+                raise SnapshotRefusedError(
+                    f"no change topic {topic}: Debezium has not captured {info.name} yet, "
+                    "and cannot (no publication holds the table), or the pipeline does not "
+                    "read that topic"
+                )
+            count = partition_counts(self._admin, [sibling[0]])[sibling[0]]
+            ensure_topics(self._admin, {topic: count}, self._config.kafka.replication_factor)
+            log.info(
+                "created %s (%d partitions, as %s) for a table with no event yet",
+                topic,
+                count,
+                sibling[0],
+            )
+        return event, count
+
+    def _sibling_event(self, topic: str) -> tuple[str, bytes, bytes] | None:
+        """The newest event of another table of the connector: its topic, key and value."""
+        inputs = re.compile(self._config.input_pattern())
+        listed = self._admin.list_topics(timeout=10).topics
+        names = sorted(n for n in listed if n != topic and inputs.fullmatch(n))[:_SIBLINGS_TRIED]
+        for name, count in partition_counts(self._admin, names).items():
+            for event in sorted(
+                recent_events(self._probe, name, count), key=lambda e: -e.timestamp
+            ):
+                if _is_change_event(event.value):
+                    return name, event.key, event.value
+        return None
 
     def _check_partitioner(self, topic: str, count: int, recent: list[RecentEvent]) -> None:
         """Refuse a topic whose latest events contradict ``source.partitioner``: its rows
@@ -156,6 +216,19 @@ class TableChecks:
     def clear(self) -> None:
         """Leadership lost: what was learned may be stale when it comes back."""
         self._prepared.clear()
+
+
+def _is_change_event(value: bytes) -> bool:
+    """Whether ``value`` is one of Debezium's change events (Avro: taken as one)."""
+    if value[:1] == MAGIC:
+        return True
+    try:
+        document = orjson.loads(value)
+    except orjson.JSONDecodeError:
+        return False
+    if isinstance(document, dict) and "payload" in document:
+        document = document["payload"]
+    return isinstance(document, dict) and isinstance(document.get("source"), dict)
 
 
 class RecentEvent(NamedTuple):

@@ -204,6 +204,7 @@ def run_chaos(
             instance.planned = True
             instance.processor.stop()
             instance.start()
+    phases = {"faults": time.monotonic() - started}
     deadline = time.monotonic() + 900
     while True:
         supervise(stack, run, instances)
@@ -213,8 +214,10 @@ def run_chaos(
         except Exception:
             if time.monotonic() > deadline:
                 raise
+    phases["catch_up"] = time.monotonic() - started - sum(phases.values())
     backfills = {request: backfill_state(config, request) for request in run.backfills}
     sink = sink_phase(stack, config, spark, run, sink_kills)
+    phases["sink"] = time.monotonic() - started - sum(phases.values())
     verdict = judge(config)
     dead = dead_letters(config)
     for instance in instances:
@@ -242,6 +245,7 @@ def run_chaos(
         },
         "broker_peak_rss_mb": broker_peak_rss_mb(stack),
         "duration_s": round(time.monotonic() - started),
+        "phases_s": {name: round(seconds) for name, seconds in phases.items()},
         "examples": verdict.total.examples + run.unplanned,
     }
 

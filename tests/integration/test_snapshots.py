@@ -34,6 +34,7 @@ from typing import Any
 import orjson
 import psycopg
 import pytest
+from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
 from processor.events.change import TOAST_PLACEHOLDER
@@ -52,12 +53,15 @@ from tests.integration.processes import (
     run_cli,
     wait_for,
 )
+from tests.integration.test_chunk_events import debezium_events
 from tests.integration.workload import Table, Workload
 from tests.integration.workload import source_rows as source_rows_of
 from tests.oracle import digest, positions, strip_resent
 from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import source_lsn, wait_caught_up, wait_debezium
 from tidemark.config import Config, SnapshotConfig
+from tidemark.kafka import client_config, partition_counts
+from tidemark.topics import backfill_topic
 
 pytestmark = pytest.mark.integration
 
@@ -67,8 +71,11 @@ def snapshot_config(stack: DevStack, name: str, **snapshot: Any) -> Config:
     return dataclasses.replace(config, snapshot=SnapshotConfig(**snapshot))
 
 
-def uncaptured_table(config: Config, name: str, rows: int, primary_key: bool = True) -> None:
-    """``public.<name>``: rows 1 to ``rows``, never streamed by Debezium, and row 0, streamed."""
+def uncaptured_table(
+    config: Config, name: str, rows: int, primary_key: bool = True, streamed_row: bool = True
+) -> None:
+    """``public.<name>``: rows 1 to ``rows``, never streamed by Debezium, and (``streamed_row``)
+    row 0, streamed."""
     key = "PRIMARY KEY" if primary_key else ""
     with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
         conn.execute("CREATE SCHEMA IF NOT EXISTS stage")
@@ -85,9 +92,12 @@ def uncaptured_table(config: Config, name: str, rows: int, primary_key: bool = T
             (rows,),
         )
         conn.execute(sql.SQL("ALTER TABLE {} SET SCHEMA public").format(staged))
-        conn.execute(
-            sql.SQL("INSERT INTO {} VALUES (0, 'row 0', 0)").format(sql.Identifier("public", name))
-        )
+        if streamed_row:
+            conn.execute(
+                sql.SQL("INSERT INTO {} VALUES (0, 'row 0', 0)").format(
+                    sql.Identifier("public", name)
+                )
+            )
 
 
 def source_rows(config: Config, name: str) -> dict[tuple[Any, ...], dict[str, Any]]:
@@ -708,3 +718,50 @@ def test_a_backfill_goes_where_the_topics_partitioner_put_its_keys_or_is_refused
         assert len({r.partition for r in rows}) == config.kafka.topic_partitions
     finally:
         debezium.stop()
+
+
+def test_a_table_with_no_event_yet_is_backfilled_as_debezium_would_write_it(
+    stack: DevStack,
+) -> None:
+    """As after ``snapshot.mode=no_data``: the table's rows were never streamed (filled in
+    another schema, then moved), so it has no event and no topic. The backfill builds its
+    events from the catalog and another table's event, and creates the topic as that
+    table's. Once the rows change, Debezium's own events of them are the backfilled ones:
+    the same key bytes and partition, the same schema byte for byte, the same row."""
+    name = "iso_quiet_rows"
+    config = snapshot_config(stack, "quiet")
+    uncaptured_table(config, "iso_quiet_other", 0)  # another table's event: one row
+    uncaptured_table(config, name, 300, streamed_row=False)
+    topic = f"{config.source.topic_prefix}.public.{name}"
+    admin = AdminClient(client_config(config.kafka))
+    assert topic not in admin.list_topics(timeout=10).topics
+    processor = Processor(stack, config, "quiet-processor").start()
+    try:
+        wait_for("the coordinator", lambda: leading(processor))
+        cli(processor, "snapshot", "start", f"public.{name}", "--id", "quiet-1")
+        wait_for("the backfill", lambda: notified(config, "COMPLETED", "quiet-1"))
+        assert not notified(config, "ABORTED", "quiet-1"), processor.log.read_text()[-2000:]
+        wait_caught_up(config)
+        assert final_rows(reconciled(config, name)) == source_rows(config, name)
+    finally:
+        processor.stop()
+    assert partition_counts(admin, [topic]) == {topic: 3}
+    ours = {
+        tuple(orjson.loads(r.key)["payload"].values()): (r.partition, r.key, r.value)
+        for r in read_topic(config, backfill_topic(config.processor.pipeline, topic))
+        if r.key is not None and r.value is not None
+    }
+    assert len(ours) == 300
+    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        conn.execute(sql.SQL("UPDATE {} SET v = v").format(sql.Identifier("public", name)))
+    wait_debezium(config, source_lsn(config))
+    theirs = debezium_events(config, topic)
+    assert theirs.keys() == ours.keys()
+    for key, (partition, key_bytes, value) in ours.items():
+        their_partition, their_key, their_value = theirs[key]
+        assert (partition, key_bytes) == (their_partition, their_key)
+        head = value.index(b',"payload":')
+        assert value[:head] == their_value[: their_value.index(b',"payload":')]
+        assert (
+            orjson.loads(value)["payload"]["after"] == orjson.loads(their_value)["payload"]["after"]
+        )

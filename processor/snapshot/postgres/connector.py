@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from processor.snapshot.chunk_reader import ChunkReader, TableInfo
 from processor.snapshot.connect_values import Column
 from processor.snapshot.connector import Connector
+from processor.snapshot.postgres.connect_schemas import key_and_row_fields
 from processor.snapshot.postgres.reader import PostgresChunkReader
 from processor.snapshot.postgres.values import column
 from processor.snapshot.postgres.watermarks import PostgresWatermarkWriter
@@ -30,3 +33,6 @@ class PostgresConnector(Connector):
             column(name, *kind, settings)
             for name, kind in zip(info.columns, info.types, strict=True)
         ]
+
+    def key_and_row_fields(self, info: TableInfo) -> tuple[list[Any], list[Any]]:
+        return key_and_row_fields(info, self._config.source.value_settings())

@@ -50,14 +50,23 @@ class PostgresChunkReader(ChunkReader):
             if found is None or found[0] is None:
                 raise ChunkError(f"table {table} does not exist")
             described = self._conn.execute(
-                "SELECT a.attname, t.typname, a.atttypmod, t.typcategory, e.typname, t.oid "
+                "SELECT a.attname, t.typname, a.atttypmod, t.typcategory, e.typname, t.oid, "
+                "a.attnotnull, pg_get_expr(d.adbin, d.adrelid), "
+                "(SELECT array_agg(l.enumlabel ORDER BY l.enumsortorder) FROM pg_enum l "
+                "WHERE l.enumtypid = t.oid) "
                 "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
                 "LEFT JOIN pg_type e ON e.oid = t.typelem AND t.typcategory = 'A' "
+                "LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum "
                 "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
                 "ORDER BY a.attnum",
                 (relation,),
             ).fetchall()
             columns = [r[0] for r in described]
+            published = self._conn.execute(
+                "SELECT EXISTS (SELECT 1 FROM pg_publication_tables "
+                "WHERE schemaname = %s AND tablename = %s)",
+                (schema, name),
+            ).fetchone()
             primary = self._indexes(relation, "i.indisprimary")
             unique = self._indexes(relation, "i.indisunique AND i.indpred IS NULL")
         if surrogate_key is not None:
@@ -78,7 +87,19 @@ class PostgresChunkReader(ChunkReader):
             )
         types = tuple((r[1], r[2], r[3], r[4]) for r in described)
         oids = tuple(int(r[5]) for r in described)
-        return TableInfo(schema, name, tuple(key), tuple(columns), types, oids)
+        return TableInfo(
+            schema,
+            name,
+            tuple(key),
+            tuple(columns),
+            types,
+            oids,
+            primary=tuple(primary[0]) if primary else (),
+            not_null=tuple(bool(r[6]) for r in described),
+            defaults=tuple(r[7] for r in described),
+            labels=tuple(None if r[8] is None else tuple(r[8]) for r in described),
+            captured=bool(published and published[0]),
+        )
 
     def max_key(self, info: TableInfo, condition: str | None = None) -> Key | None:
         order = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(k)) for k in info.key)

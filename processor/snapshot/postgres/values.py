@@ -135,6 +135,14 @@ def _declared(
     return None
 
 
+def declared_schema(
+    type_name: str, typmod: int, settings: ValueSettings
+) -> tuple[str, str | None] | None:
+    """The Connect schema (type, logical name) of a column whose schema a setting decides."""
+    declared = _declared(type_name, typmod, settings)
+    return None if declared is None else declared[1]
+
+
 def _temporal(type_name: str, typmod: int, mode: str) -> tuple[str, str | None]:
     """``TemporalPrecisionMode``'s schema of a ``date``, ``time`` or ``timestamp`` column."""
     if mode == "isostring":
