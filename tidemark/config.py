@@ -63,8 +63,10 @@ class KafkaConfig:
     outage_deadline_s: float = 600.0
     #: A rebalance of the data plane's or the coordinator's group that has not completed
     #: in this time is repaired (``tidemark.group_repair``: the embedded broker can lose a
-    #: group's leader for good); 0 turns it off.
-    stuck_rebalance_s: float = 60.0
+    #: group's leader for good); 0 turns it off. A healthy rebalance ends within about two
+    #: ``max_poll_interval_ms`` (a member finishes its batch, then the join waits for the
+    #: rest), so the default is three.
+    stuck_rebalance_s: float = 30.0
     #: Confluent-compatible schema registry of Avro topics; empty: Avro input is a dead letter.
     schema_registry_url: str = ""
     schema_registry_user: str = ""

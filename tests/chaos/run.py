@@ -415,7 +415,11 @@ def sink_phase(stack: DevStack, config: Config, spark: SparkSession, run: Run, k
     sink = SinkProcess(stack, config, "chaos-sink").start()
     try:
         for _ in range(kills):
-            time.sleep(rng.uniform(5, 25))
+            # after the run's first merge, a moment into its next one (or its idle wait)
+            deadline = time.monotonic() + 120
+            while "merged offsets" not in sink.output() and time.monotonic() < deadline:
+                time.sleep(0.5)
+            time.sleep(rng.uniform(0, 3))
             sink.kill()
             run.faults["sink-kill"] += 1
             run.planned_restarts += 1
