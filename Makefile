@@ -39,8 +39,10 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
+# Two workers, each with its own dev stack and Spark (started once per worker); a test
+# file stays on one worker. Most integration tests wait on the components, not the CPU.
 test: setup lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 # The long fault schedule (tests/chaos/run.py); SEED=n repeats one. Writes bench/results/chaos.json.
 SEED ?= 1

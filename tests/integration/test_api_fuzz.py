@@ -12,7 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from processor.openapi import OPENAPI
@@ -46,14 +48,26 @@ def fuzzed(stack: DevStack) -> Iterator[str]:
         processor.stop()
 
 
-@schema.parametrize()
-@settings(
-    max_examples=25,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-)
-def test_every_answer_is_documented(case: schemathesis.Case, fuzzed: str) -> None:
-    excluded = [positive_data_acceptance] if case.operation.label in CROSS_CHECKED else []
-    case.call_and_validate(
-        base_url=fuzzed, headers={"Authorization": f"Bearer {TOKEN}"}, excluded_checks=excluded
+#: Every operation of the document, by label: one test each, so that each has its own
+#: test id (schemathesis's own parametrization gives all of them one, and pytest-xdist
+#: then runs one of them).
+OPERATIONS = {result.ok().label: result.ok() for result in schema.get_all_operations()}
+
+
+@pytest.mark.parametrize("label", list(OPERATIONS))
+def test_every_answer_is_documented(label: str, fuzzed: str) -> None:
+    operation = OPERATIONS[label]
+    excluded = [positive_data_acceptance] if label in CROSS_CHECKED else []
+    requests = st.one_of(
+        operation.as_strategy(GenerationMode.POSITIVE),
+        operation.as_strategy(GenerationMode.NEGATIVE),
     )
+
+    @given(case=requests)
+    @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+    def answers(case: schemathesis.Case) -> None:
+        case.call_and_validate(
+            base_url=fuzzed, headers={"Authorization": f"Bearer {TOKEN}"}, excluded_checks=excluded
+        )
+
+    answers()
