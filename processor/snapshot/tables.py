@@ -151,6 +151,14 @@ class TableChecks:
         (:mod:`processor.snapshot.template_event`), and its topic's partition count. A topic
         Debezium has not created yet is created here like the one of the other table whose
         event is the template, so that Debezium's later events share its partitions."""
+        if count is None and (
+            not info.captured or not re.fullmatch(self._config.input_pattern(), topic)
+        ):
+            raise SnapshotRefusedError(
+                f"no change topic {topic}: Debezium has not captured {info.name} yet, "
+                "and cannot (no publication holds the table), or the pipeline does not "
+                "read that topic"
+            )
         sibling = self._sibling_event(topic)
         if sibling is None:
             raise SnapshotRefusedError(
@@ -161,7 +169,11 @@ class TableChecks:
         try:
             key_fields, row_fields = self._connector.key_and_row_fields(info)
             event = template_event(
-                sibling[1:], topic, (info.schema, info.table), key_fields, row_fields
+                (sibling.key, sibling.value),
+                topic,
+                (info.schema, info.table),
+                key_fields,
+                row_fields,
             )
         except TidemarkError as exc:
             raise SnapshotRefusedError(
@@ -169,33 +181,27 @@ class TableChecks:
                 "and signal again"
             ) from None
         if count is None:
-            if not info.captured or not re.fullmatch(self._config.input_pattern(), topic):
-                raise SnapshotRefusedError(
-                    f"no change topic {topic}: Debezium has not captured {info.name} yet, "
-                    "and cannot (no publication holds the table), or the pipeline does not "
-                    "read that topic"
-                )
-            count = partition_counts(self._admin, [sibling[0]])[sibling[0]]
+            count = sibling.partitions
             ensure_topics(self._admin, {topic: count}, self._config.kafka.replication_factor)
             log.info(
                 "created %s (%d partitions, as %s) for a table with no event yet",
                 topic,
                 count,
-                sibling[0],
+                sibling.topic,
             )
         return event, count
 
-    def _sibling_event(self, topic: str) -> tuple[str, bytes, bytes] | None:
-        """The newest event of another table of the connector: its topic, key and value."""
+    def _sibling_event(self, topic: str) -> _Sibling | None:
+        """The newest event of another table of the connector."""
         inputs = re.compile(self._config.input_pattern())
         listed = self._admin.list_topics(timeout=10).topics
-        names = sorted(n for n in listed if n != topic and inputs.fullmatch(n))[:_SIBLINGS_TRIED]
-        for name, count in partition_counts(self._admin, names).items():
-            for event in sorted(
-                recent_events(self._probe, name, count), key=lambda e: -e.timestamp
-            ):
+        names = sorted(n for n in listed if n != topic and inputs.fullmatch(n))
+        for name in names[:_SIBLINGS_TRIED]:
+            partitions = len(listed[name].partitions)
+            events = recent_events(self._probe, name, partitions)
+            for event in sorted(events, key=lambda e: -e.timestamp):
                 if _is_change_event(event.value):
-                    return name, event.key, event.value
+                    return _Sibling(name, partitions, event.key, event.value)
         return None
 
     def _check_partitioner(self, topic: str, count: int, recent: list[RecentEvent]) -> None:
@@ -229,6 +235,15 @@ def _is_change_event(value: bytes) -> bool:
     if isinstance(document, dict) and "payload" in document:
         document = document["payload"]
     return isinstance(document, dict) and isinstance(document.get("source"), dict)
+
+
+class _Sibling(NamedTuple):
+    """Another table's event of the connector, and its topic's partition count."""
+
+    topic: str
+    partitions: int
+    key: bytes
+    value: bytes
 
 
 class RecentEvent(NamedTuple):

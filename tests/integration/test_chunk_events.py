@@ -260,11 +260,12 @@ def quiet_table_events_are_the_same(
     built, copied = quiet.encode_chunk(rows, columns), learned.encode_chunk(rows, columns)
     for (key, value), (their_key, their_value) in zip(built, copied, strict=True):
         assert key == their_key
-        assert _schema_part(value) == _schema_part(their_value)
+        assert schema_part(value) == schema_part(their_value)
         assert payload(value)["after"] == payload(their_value)["after"]
 
 
-def _schema_part(value: bytes) -> bytes:
+def schema_part(value: bytes) -> bytes:
+    """A JSON converter's event up to its payload (its schema); nothing without one."""
     return value[: value.index(PAYLOAD_HEAD)] if value.startswith(SCHEMA_HEAD) else b""
 
 

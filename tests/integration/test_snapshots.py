@@ -53,7 +53,7 @@ from tests.integration.processes import (
     run_cli,
     wait_for,
 )
-from tests.integration.test_chunk_events import debezium_events
+from tests.integration.test_chunk_events import debezium_events, schema_part
 from tests.integration.workload import Table, Workload
 from tests.integration.workload import source_rows as source_rows_of
 from tests.oracle import digest, positions, strip_resent
@@ -760,8 +760,7 @@ def test_a_table_with_no_event_yet_is_backfilled_as_debezium_would_write_it(
     for key, (partition, key_bytes, value) in ours.items():
         their_partition, their_key, their_value = theirs[key]
         assert (partition, key_bytes) == (their_partition, their_key)
-        head = value.index(b',"payload":')
-        assert value[:head] == their_value[: their_value.index(b',"payload":')]
+        assert schema_part(value) == schema_part(their_value) != b""
         assert (
             orjson.loads(value)["payload"]["after"] == orjson.loads(their_value)["payload"]["after"]
         )
