@@ -175,13 +175,19 @@ class Table:
 
 def commit_conflict(exc: BaseException) -> bool:
     """Whether ``exc`` is Iceberg refusing a commit that conflicts with a concurrent one
-    (the commit changed nothing: it can be tried again)."""
+    (the commit changed nothing: it can be tried again).
+
+    The last marker is a MERGE whose scan was planned at one snapshot and whose runtime
+    filter, loading the table again (a catalog without table caching), found another: a
+    concurrent writer such as ``sink maintain`` committed in between, before the MERGE
+    wrote anything."""
     text = str(exc)
     return any(
         name in text
         for name in (
             "org.apache.iceberg.exceptions.CommitFailedException",
             "org.apache.iceberg.exceptions.ValidationException",
+            "Runtime file filtering is not possible: the table has been concurrently modified",
         )
     )
 

@@ -39,6 +39,18 @@ class Py4JLike(Exception):
             TableRetry,
             "a concurrent commit",
         ),
+        (
+            # a MERGE planned at one snapshot while `sink maintain` committed another
+            Py4JLike(
+                "An error occurred while calling o57.sql.\n: java.lang.IllegalStateException: "
+                "Runtime file filtering is not possible: the table has been concurrently "
+                "modified. Row-level operation scan snapshot ID: 1752527113433346207, current "
+                "table snapshot ID: 3118477628478740268. If an external process modifies the "
+                "table, enable table caching in the catalog."
+            ),
+            TableRetry,
+            "a concurrent commit",
+        ),
         (KafkaException(KafkaError(KafkaError._TRANSPORT)), TableRetry, "Kafka"),
     ],
 )
