@@ -11,6 +11,12 @@ EVENTS_OUT = Counter(
 EVENTS_DROPPED = Counter(
     "tidemark_events_dropped_total", "Input changes dropped as replays of older versions", ["topic"]
 )
+ROWS_ASKED_AGAIN = Counter(
+    "tidemark_rows_asked_again_total",
+    "Keys whose row is read again from the source (an unchanged TOAST value with no row to "
+    "fill it from)",
+    ["topic"],
+)
 DEAD_LETTERS = Counter(
     "tidemark_dead_letters_total",
     "Input messages sent to the dead-letter topic",

@@ -4,8 +4,9 @@ Step 1 (deciding outputs and state updates in memory) is
 :meth:`processor.reconcile.batch.Reconciler.decide`; :meth:`Committer.commit`
 runs the rest. Each step's crash window:
 
-2. produce outputs, dead letters and the partitions' source positions, and
-   wait until Kafka acknowledged every one: a crash before that replays the
+2. produce outputs, dead letters, the partitions' source positions and the
+   signals that ask for pending keys' rows, and wait until Kafka acknowledged
+   every one: a crash before that replays the
    batch against state that has not moved; outputs already written are
    re-emitted (equal versions). A partition whose batch read chunk rows or
    released window rows first records, in its changelog, what it read
@@ -54,12 +55,13 @@ from processor.dataplane.positions import source_position
 from processor.dataplane.writers import PartitionWriter
 from processor.reconcile.batch import Batch, Reconciler, TopicPartitionKey
 from processor.reconcile.batch_reads import READS_KEY
+from processor.snapshot.signals import read_again_signals
 from state.store import Checkpoint, PartitionStore
 from tidemark.config import Config
 from tidemark.errors import InputError
 from tidemark.failpoints import Failpoint
 from tidemark.kafka import consumer_config, produce_waiting
-from tidemark.topics import dead_letter_topic, positions_topic, reader_group
+from tidemark.topics import dead_letter_topic, positions_topic, reader_group, signal_topic
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +83,8 @@ class Committer:
         pipeline = config.processor.pipeline
         self.dead_letter_topic = dead_letter_topic(pipeline)
         self.positions_topic = positions_topic(pipeline)
+        self.signal_topic = signal_topic(pipeline)
+        self._topic_prefix = config.source.topic_prefix
         #: Reads where changelog partitions end.
         self._probe = Consumer(consumer_config(config.kafka, reader_group(pipeline, "commit")))
         #: Per input partition: when its changelog's end was last read.
@@ -129,6 +133,8 @@ class Committer:
                 )
         for topic, count in batch.produced.items():
             metrics.EVENTS_OUT.labels(topic).inc(count)
+        for tp, keys in batch.read_again.items():
+            self._ask_again(writer(tp), tp[0], list(keys.values()))
         for error in batch.dead_letters:
             msg = error.message
             owner = self._reconciler.state_partition((msg.topic, msg.partition))
@@ -228,6 +234,24 @@ class Committer:
             )
         for tp in batch.reads:
             writer(tp).wait()
+
+    def _ask_again(
+        self, target: PartitionWriter, topic: str, keys: list[dict[str, object]]
+    ) -> None:
+        """Ask the snapshot coordinator for the rows of ``keys`` of ``topic``'s table: signals
+        in the partition's transaction, so in Kafka before the state that marks them
+        pending."""
+        table = topic.removeprefix(self._topic_prefix + ".")
+        for request_id, value in read_again_signals(table, keys):
+            produce_waiting(
+                target.producer,
+                self.signal_topic,
+                value,
+                request_id.encode(),
+                target.acks.on_delivery,
+                0,
+            )
+        metrics.ROWS_ASKED_AGAIN.labels(topic).inc(len(keys))
 
     def _produce_dead_letter(self, target: PartitionWriter, error: InputError) -> None:
         msg = error.message

@@ -148,6 +148,15 @@ class AvroCodec:
             raise InputError("key is not a struct of primary-key columns", msg, "key")
         return key[HEADER.size :]
 
+    def key_fields(self, msg: RawMessage) -> dict[str, object]:
+        """The fields of ``msg``'s key struct, decoded."""
+        key = msg.key
+        assert key is not None
+        schema = self._parsed(schema_id_of(key, msg, "key"), msg, "key")[1]
+        datum = read_avro(io.BytesIO(key), HEADER.size, schema, msg, "key")
+        assert isinstance(datum, dict)
+        return datum
+
     def decode(self, msg: RawMessage, state_key: bytes) -> Change:
         """The change in ``msg``."""
         raw = msg.value

@@ -8,6 +8,8 @@ are told apart the same way (an Avro row is framed like a message).
 
 from __future__ import annotations
 
+import orjson
+
 from processor.events.avro_codec import AvroCodec
 from processor.events.change import Change, Emit, Row
 from processor.events.json_codec import JsonCodec
@@ -37,6 +39,15 @@ class SourceCodec:
         change = codec.decode(msg, state_key)
         change.codec = codec
         return change
+
+    def key_fields(self, change: Change, msg: RawMessage) -> dict[str, object]:
+        """The columns and values of ``change``'s key (a Debezium key struct), as decoded."""
+        assert msg.key is not None
+        if msg.key[:1] == MAGIC:
+            return self.avro.key_fields(msg)
+        fields = orjson.loads(change.key)  # a JSON key's bytes in state are its payload
+        assert isinstance(fields, dict)
+        return fields
 
     def encode(self, change: Change, emit: Emit, msg: RawMessage) -> tuple[bytes | None, bytes]:
         """The output key and value, in the format of the input."""

@@ -5,8 +5,12 @@ kept apart from Kafka so it can be tested (and fuzzed) on its own. Per input
 partition, in offset order, each message is decoded, then the envelope's rule
 (:mod:`processor.reconcile.envelopes`) decides against the partition's state:
 
-- a message that cannot be decoded, or a change the rules cannot complete (an
-  unfillable TOAST placeholder), becomes a dead letter; the partition goes on;
+- a message that cannot be decoded, or a change the rules cannot complete (the
+  ``debezium`` envelope's unfillable TOAST placeholder), becomes a dead letter; the
+  partition goes on;
+- a change whose key's row must be read again from the source (``debezium-upsert``'s
+  unfillable TOAST placeholder) is noted in :attr:`Batch.read_again`, which the commit
+  produces as a signal with the outputs;
 - a change that breaks its envelope's constraints (the ``debezium`` envelope
   without ``before`` or without a key) refuses its whole source: the batch
   stops at that message and the topic's partitions stay paused there, while
@@ -38,7 +42,7 @@ from processor.events.change import Change
 from processor.events.source_codec import SourceCodec
 from processor.events.visibility import Window
 from processor.reconcile.batch_reads import READS_KEY, BatchReads, Span
-from processor.reconcile.envelopes import ENTRY, STEPS, Step, prune_seen
+from processor.reconcile.envelopes import ENTRY, READ_AGAIN, STEPS, Step, prune_seen
 from processor.reconcile.upsert_fast_path import decide_flat
 from processor.reconcile.window_buffer import Reached, WindowBuffers
 from state.batch import BatchState
@@ -89,6 +93,11 @@ class Batch:
     #: Per input partition whose decisions depend on how its two topics interleaved
     #: here (it read chunk rows or released window rows): what it read of each.
     reads: dict[TopicPartitionKey, BatchReads] = field(default_factory=dict)
+    #: Per input partition, its pending keys whose row is to be read again from the
+    #: source (:data:`~processor.reconcile.envelopes.READ_AGAIN`): state key to key columns.
+    read_again: dict[TopicPartitionKey, dict[bytes, dict[str, object]]] = field(
+        default_factory=dict
+    )
 
 
 class Reconciler:
@@ -285,6 +294,10 @@ class Reconciler:
                     emit = step(change, state, codec)
                 except UnfillableError as exc:
                     batch.dead_letters.append(InputError(str(exc), raw, "toast"))
+                    continue
+                if emit is not None and emit.reason == READ_AGAIN:
+                    asked = batch.read_again.setdefault(state_tp, {})
+                    asked[change.key] = codec.key_fields(change, raw)
                     continue
             except SourceRefusedError as exc:
                 self._refuse(source.topic, str(exc), raw)

@@ -96,6 +96,9 @@ class RowCodec(Protocol):
 
 
 Step = Callable[[Change, KeyState, RowCodec], Emit | None]
+#: The reason of an :class:`Emit` that is no output: the key's row must be read again
+#: from the source (:func:`debezium_upsert`).
+READ_AGAIN = "read-again"
 
 
 def upsert(change: Change, state: KeyState, rows: RowCodec) -> Emit | None:
@@ -128,6 +131,17 @@ def debezium_upsert(change: Change, state: KeyState, rows: RowCodec) -> Emit | N
     filled from the state's row, else from the input's own ``before``. A chunk
     row of Tidemark's incremental snapshot (``change.chunk``) is decided against
     state by the snapshot it was read in (:func:`processor.reconcile.versions.decide_row`).
+
+    A change whose placeholders have neither (a key with no state yet: a backfill
+    started from ``snapshot.mode=no_data``, its row still in a window buffer, or
+    state lost) is not dropped: the key's entry becomes *pending* (the change's
+    version and txId, no row) and the rule answers :data:`READ_AGAIN`, for which the
+    batch asks the snapshot coordinator to read the key's row again (DBLog's dump
+    of chosen keys). That row, read after the change committed, is decided as any
+    chunk row: applied if its snapshot (or window) places it after the pending
+    change, which it then contains; a row that does not asks again. Until then
+    nothing is emitted for the key: its output goes from the row before straight
+    to the row read.
     """
     key = ENTRY + change.key
     raw = state.get(key)
@@ -137,11 +151,19 @@ def debezium_upsert(change: Change, state: KeyState, rows: RowCodec) -> Emit | N
     else:
         action = decide_change(change.version, change.txid, stored)
     if action is Action.DROP:
+        if change.chunk is not None and stored is not None and stored.pending:
+            return Emit(change.op, None, None, READ_AGAIN)  # still not the pending row
         return None
     previous = stored.value if stored else None
     if change.toast and change.after is not None:
         prior = rows.load(previous) if previous is not None else change.before
-        _fill(change.after, prior)
+        if fill_placeholders(change.after, prior):
+            if change.chunk is not None:
+                _fill(change.after, prior)  # raises: a chunk row never holds placeholders
+            if action is Action.APPLY:
+                entry = Entry(change.version, None, change.txid, pending=True)
+                state.put(key, entry.encode())
+            return Emit(change.op, None, None, READ_AGAIN)
     after_stored = rows.dump(change) if change.after is not None else None
     if action is Action.APPLY:
         read_in = change.read_in

@@ -46,7 +46,7 @@ HEAD = struct.Struct(">BqqB")
 _TXID = struct.Struct(">q")
 _CHUNK = struct.Struct(">q")
 _FORMAT = 2
-_PRESENT, _TXID_FLAG, _SNAPSHOT_FLAG, _CHUNK_FLAG = 1, 2, 4, 8
+_PRESENT, _TXID_FLAG, _SNAPSHOT_FLAG, _CHUNK_FLAG, _PENDING_FLAG = 1, 2, 4, 8, 16
 
 
 class Action(enum.Enum):
@@ -107,6 +107,11 @@ class Entry(NamedTuple):
     the ``chunk`` number and the ``snapshot`` it was read in (read-only mode) or,
     read inside a signal-table window, the window's close as its ``version``. (A
     tuple: one is made per event on the hot path.)
+
+    A *pending* entry is a change applied without its row: an update whose unchanged
+    TOAST values could not be filled (no earlier row). Its row is read again from the
+    source (:func:`processor.reconcile.envelopes.debezium_upsert`); meanwhile it orders
+    changes and chunk rows as a change does.
     """
 
     version: Version
@@ -114,10 +119,13 @@ class Entry(NamedTuple):
     txid: int | None = None
     chunk: int | None = None
     snapshot: PgSnapshot | None = None
+    pending: bool = False
 
     def encode(self) -> bytes:
         """Bytes for the store: format, version, flags, the optional parts, the value."""
         flags = _PRESENT if self.value is not None else 0
+        if self.pending:
+            flags |= _PENDING_FLAG
         optional = b""
         if self.txid is not None:
             flags |= _TXID_FLAG
@@ -156,4 +164,4 @@ class Entry(NamedTuple):
             chunk = _CHUNK.unpack_from(raw, offset)[0]
             offset += _CHUNK.size
         value = raw[offset:] if flags & _PRESENT else None
-        return Entry((major, minor), value, txid, chunk, snapshot)
+        return Entry((major, minor), value, txid, chunk, snapshot, bool(flags & _PENDING_FLAG))

@@ -68,6 +68,12 @@ class ChunkReader(ABC):
         """The key and columns of ``schema.table``; :class:`ChunkError` if it has no usable key."""
 
     @abstractmethod
+    def key_condition(self, info: TableInfo, keys: list[dict[str, Any]]) -> str:
+        """A filter that selects the rows of ``keys`` (primary-key column to value, as
+        Debezium's key carries them), its values quoted; :class:`ChunkError` for keys it
+        cannot place (other columns, or a type whose key values it does not read)."""
+
+    @abstractmethod
     def max_key(self, info: TableInfo, condition: str | None = None) -> Key | None:
         """The largest key now (``None``: the table, or its filtered part, is empty)."""
 

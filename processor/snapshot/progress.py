@@ -37,6 +37,7 @@ from typing import Any
 import orjson
 
 from processor.snapshot.signals import (
+    MAX_KEYS,
     MAX_TABLES,
     ExecuteSnapshot,
     PauseSnapshot,
@@ -80,6 +81,9 @@ class TableProgress:
     request_id: str
     condition: str | None = None
     surrogate_key: str | None = None
+    #: Only these keys (a ``keys`` request), until its read begins: they become its
+    #: ``condition`` then.
+    keys: list[dict[str, Any]] | None = None
     status: str = QUEUED
     rows: int = 0
     chunks: int = 0
@@ -185,6 +189,8 @@ class SnapshotState:
         """Act on a signal; the notifications it causes."""
         ms = int(now * 1000)
         if isinstance(signal, ExecuteSnapshot):
+            if signal.keys and self._add_keys(signal.tables[0], signal.keys):
+                return []
             collections = ",".join(signal.tables)
             if len(self.pending()) + len(signal.tables) > MAX_QUEUED_TABLES:
                 error = (
@@ -196,7 +202,11 @@ class SnapshotState:
             for table in signal.tables:  # each request reads its tables, queued after the rest
                 self.tables.append(
                     TableProgress(
-                        table, signal.request_id, signal.conditions.get(table), signal.surrogate_key
+                        table,
+                        signal.request_id,
+                        signal.conditions.get(table),
+                        signal.surrogate_key,
+                        list(signal.keys) or None,
                     )
                 )
             return [
@@ -224,6 +234,18 @@ class SnapshotState:
         assert isinstance(signal, ResumeSnapshot)
         was, self.paused = self.paused, False
         return [Notification("RESUMED", signal.request_id, {}, ms)] if was else []
+
+    def _add_keys(self, table: str, keys: tuple[dict[str, Any], ...]) -> bool:
+        """Add ``keys`` to a queued ``keys`` request of ``table`` that has room for them
+        (so that asking for rows again does not fill the queue); whether one had."""
+        for entry in self.pending():
+            if entry.table == table and entry.status == QUEUED and entry.keys is not None:
+                known = {orjson.dumps(k) for k in entry.keys}
+                new = [k for k in keys if orjson.dumps(k) not in known]
+                if len(entry.keys) + len(new) <= MAX_KEYS:
+                    entry.keys.extend(new)
+                    return True
+        return False
 
     def begin(
         self,

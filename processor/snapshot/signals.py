@@ -10,6 +10,12 @@ Debezium's signal table. The types Tidemark acts on:
   (no collections: stop every table);
 - ``pause-snapshot`` and ``resume-snapshot``: ``{"type": "incremental"}``.
 
+Tidemark adds ``keys`` to ``execute-snapshot``: with one table in ``data-collections``,
+``"keys": [{"id": 5}, ...]`` reads only the rows of those keys (DBLog's dump of chosen
+primary keys), each object naming the table's key columns with values as Debezium's
+key carries them. The data plane sends such a signal for a key whose row it must read
+again (:data:`processor.reconcile.envelopes.READ_AGAIN`).
+
 A filter of ``additional-conditions`` is SQL, as in Debezium: whoever may write
 signals may add read conditions to chunk queries. Chunks are read in read-only
 transactions, so a filter cannot change the source.
@@ -18,6 +24,7 @@ transactions, so a filter cannot change the source.
 from __future__ import annotations
 
 import re
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +43,9 @@ WINDOW_TYPES = frozenset({OPEN, CLOSE})
 MAX_TABLES = 1000
 MAX_FILTER_BYTES = 2048
 MAX_ID_CHARS = 256
+#: Keys of one ``keys`` request, and the JSON size of one key.
+MAX_KEYS = 1000
+MAX_KEY_BYTES = 1024
 
 #: ``schema.table``: one dot between two non-empty names (quoted names may hold spaces).
 TABLE_PATTERN = r"^[^.]+\.[^.]+$"
@@ -52,6 +62,8 @@ class ExecuteSnapshot:
     conditions: dict[str, str] = field(default_factory=dict)
     #: A column to chunk by instead of the primary key (Debezium's ``surrogate-key``).
     surrogate_key: str | None = None
+    #: Only these keys of the (one) table: column to value, as Debezium's key has them.
+    keys: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -124,7 +136,50 @@ def parse_signal(signal_id: str, kind: str, data: str | bytes | None) -> Signal:
     surrogate = document.get("surrogate-key")
     if surrogate is not None and (not isinstance(surrogate, str) or not surrogate):
         raise SignalError(f"signal {signal_id}: surrogate-key must be a column name")
-    return ExecuteSnapshot(signal_id, tables, conditions, surrogate or None)
+    keys = _keys(signal_id, document.get("keys"), tables)
+    if keys and (conditions or surrogate):
+        raise SignalError(f"signal {signal_id}: keys go without filters and surrogate-key")
+    return ExecuteSnapshot(signal_id, tables, conditions, surrogate or None, keys)
+
+
+def read_again_signals(table: str, keys: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
+    """Records for the signal topic, ``(id, value)``, asking to read ``keys`` of ``table``
+    again (at most :data:`MAX_KEYS` a record)."""
+    records = []
+    for start in range(0, len(keys), MAX_KEYS):
+        request_id = f"read-again-{uuid.uuid4().hex}"
+        data = {
+            "data-collections": [table],
+            "type": "incremental",
+            "keys": keys[start : start + MAX_KEYS],
+        }
+        value = {"id": request_id, "type": "execute-snapshot", "data": data}
+        records.append((request_id, orjson.dumps(value)))
+    return records
+
+
+def _keys(signal_id: str, value: Any, tables: tuple[str, ...]) -> tuple[dict[str, Any], ...]:
+    if value is None:
+        return ()
+    if len(tables) != 1:
+        raise SignalError(f"signal {signal_id}: keys need exactly one table in data-collections")
+    if not isinstance(value, list) or not value:
+        raise SignalError(f"signal {signal_id}: keys must be a non-empty list of key objects")
+    if len(value) > MAX_KEYS:
+        raise SignalError(f"signal {signal_id}: more than {MAX_KEYS} keys in one request")
+    for key in value:
+        if (
+            not isinstance(key, dict)
+            or not key
+            or not all(isinstance(v, int | str | bool) for v in key.values())
+        ):
+            raise SignalError(
+                f"signal {signal_id}: a key must map each key column to a number, text or "
+                f"boolean, not {str(key)[:100]!r}"
+            )
+        if len(orjson.dumps(key)) > MAX_KEY_BYTES:
+            raise SignalError(f"signal {signal_id}: a key is longer than {MAX_KEY_BYTES} bytes")
+    return tuple(value)
 
 
 def json_object(data: str | bytes | None, what: str) -> dict[str, Any]:

@@ -103,3 +103,28 @@ def test_chunks_are_read_only_whatever_the_filter(reader: PostgresChunkReader) -
     info = reader.table_info("public.iso_chunks_surrogate", surrogate_key="code")
     with pytest.raises(ChunkError, match="read-only transaction"):
         reader.read_chunk(info, None, ("c9",), "(SELECT nextval('iso_chunks_seq')) > 0")
+
+
+def test_keys_read_again_select_exactly_those_rows_whatever_their_text(
+    reader: PostgresChunkReader,
+) -> None:
+    """A ``keys`` request's filter: the rows of the named keys, values quoted (a quote in a
+    key is data); keys of other columns or of types the keys do not carry are refused."""
+    info = reader.table_info("public.iso_chunks_Weird Table")
+    keys: list[dict[str, Any]] = [
+        {"region": "eu", "select": 3},
+        {"region": "us", "select": 40},
+        {"region": "x') OR (true", "select": 1},
+    ]
+    condition = reader.key_condition(info, keys)
+    top = reader.max_key(info, condition)
+    assert top == ("us", 40)
+    rows = named(info, reader.read_chunk(info, None, top, condition).rows)
+    assert [(r["region"], r["select"]) for r in rows] == [("eu", 3), ("us", 40)]
+    with pytest.raises(ChunkError, match="does not name"):
+        reader.key_condition(info, [{"region": "eu"}])
+    with pytest.raises(ChunkError, match="select is not int4"):
+        reader.key_condition(info, [{"region": "eu", "select": "3"}])
+    surrogate = reader.table_info("public.iso_chunks_surrogate", "code")
+    with pytest.raises(ChunkError, match="no primary key"):
+        reader.key_condition(surrogate, [{"code": "c1"}])

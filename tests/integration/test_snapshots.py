@@ -764,3 +764,115 @@ def test_a_table_with_no_event_yet_is_backfilled_as_debezium_would_write_it(
         assert (
             orjson.loads(value)["payload"]["after"] == orjson.loads(their_value)["payload"]["after"]
         )
+
+
+class ToastWriter(Writer):
+    """Updates that leave the TOASTed ``doc`` untouched (Debezium sends its placeholder
+    under REPLICA IDENTITY DEFAULT), now and then a new ``doc``, a delete or a new row."""
+
+    def _statement(self, conn: psycopg.Connection[Any]) -> None:
+        draw = self.rng.random()
+        key = self.rng.randint(1, self.keys)
+        self.touched.add(key)
+        if draw < 0.04:
+            conn.execute(
+                sql.SQL("INSERT INTO {} VALUES (%s, 0, repeat(md5(%s), 200))").format(self.table),
+                (self._next_id, str(self._next_id)),
+            )
+            self.touched.add(self._next_id)
+            self._next_id += 1
+        elif draw < 0.08:
+            conn.execute(sql.SQL("DELETE FROM {} WHERE id = %s").format(self.table), (key,))
+        elif draw < 0.14:
+            conn.execute(
+                sql.SQL("UPDATE {} SET doc = repeat(md5(%s), 200) WHERE id = %s").format(
+                    self.table
+                ),
+                (f"w{self.transactions}", key),
+            )
+        else:
+            conn.execute(
+                sql.SQL("UPDATE {} SET n = n + 1 WHERE id = %s").format(self.table), (key,)
+            )
+
+
+@pytest.mark.parametrize(
+    ("name", "watermarks"), [("snaptoast", "read-only"), ("snaptoastwin", "signal-table")]
+)
+def test_unchanged_toast_values_of_keys_with_no_state_are_read_again(
+    stack: DevStack, spark: Any, name: str, watermarks: str
+) -> None:
+    """A table with REPLICA IDENTITY DEFAULT and TOASTed values whose rows Debezium never
+    streamed (as after ``snapshot.mode=no_data``): updates that leave ``doc`` untouched reach
+    keys with no state. None is dead-lettered: each key's row is read again from the source,
+    before and during a backfill of the table, with two SIGKILLs of the processor; the
+    reconciled topic and the Iceberg table end equal to the source."""
+    from spark_sink.job import Sink
+    from spark_sink.session import create_session
+    from tests.integration.test_sink import assert_equal, drain, sink_config
+
+    config = snapshot_config(
+        stack, name, chunk_size=5, min_chunk_size=5, max_chunk_size=10, watermarks=watermarks
+    )
+    table = f"iso_{name}_doc"
+    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA IF NOT EXISTS stage")
+        staged = sql.Identifier("stage", table)
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, n int, doc text)").format(staged)
+        )
+        conn.execute(sql.SQL("ALTER TABLE {} ALTER doc SET STORAGE EXTERNAL").format(staged))
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} SELECT g, 0, repeat(md5(g::text), 200) "
+                "FROM generate_series(1, 80) g"
+            ).format(staged)
+        )
+        conn.execute(sql.SQL("ALTER TABLE {} SET SCHEMA public").format(staged))
+    writer = ToastWriter(config, table, keys=80, seed=17)
+    processor = Processor(stack, config, f"{name}-processor").start()
+    try:
+        wait_for("the coordinator", lambda: leading(processor))
+        writer.start()
+        # Before any backfill: each partial update's key is read again on its own.
+        wait_for("keys read again", lambda: read_again_requests(config) >= 3, timeout=120)
+        cli(processor, "snapshot", "start", f"public.{table}", "--id", "load-1")
+        for _ in range(2):
+            wait_for("chunks", lambda: progress(config, f"public.{table}", "load-1").chunks > 0)
+            time.sleep(random.uniform(0.5, 2.0))
+            processor.kill()
+            processor.start()
+        wait_for("the backfill", lambda: notified(config, "COMPLETED", "load-1"), timeout=240)
+        writer.stop()
+        wait_caught_up(config)
+
+        def settled() -> bool:
+            # the last keys asked for are read after the writer stopped
+            return final_rows(reconciled(config, table)) == doc_rows(config, table)
+
+        wait_for("the reconciled topic equal to the source", settled, timeout=120)
+        events = reconciled(config, table)
+        assert not [e for e in events if e.value is not None and TOAST_PLACEHOLDER in str(e.value)]
+        assert read_topic(config, f"{name}.dlq") == []
+        asked = read_again_requests(config)
+        print(f"{writer.transactions} transactions; {asked} read-again requests")
+    finally:
+        writer.stop()
+        processor.stop()
+    sink_settings = sink_config(config, f"toast{watermarks[:4]}", [table])
+    drain(Sink(sink_settings, create_session(sink_settings)))
+    assert_equal(sink_settings, spark, table)
+
+
+def read_again_requests(config: Config) -> int:
+    """Signals the data plane sent to read keys again."""
+    records = read_topic(config, f"{config.processor.pipeline}.signals")
+    return sum(1 for r in records if r.value is not None and b"read-again-" in r.value)
+
+
+def doc_rows(config: Config, name: str) -> dict[tuple[Any, ...], dict[str, Any]]:
+    with psycopg.connect(**config.source.conninfo()) as conn:
+        rows = conn.execute(
+            sql.SQL("SELECT id, n, doc FROM {}").format(sql.Identifier("public", name))
+        ).fetchall()
+    return {(r[0],): {"id": r[0], "n": r[1], "doc": r[2]} for r in rows}

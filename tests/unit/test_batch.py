@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from processor.events.change import TOAST_PLACEHOLDER
 from processor.reconcile.batch import Reconciler
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
@@ -173,6 +174,10 @@ def comparable(
         assert isinstance(payload, dict)
         seen.append((key, payload["op"], payload["before"], payload["after"]))
     return seen
+
+
+#: Key 7's bytes in state, per format: a JSON key's payload, an Avro key's body.
+ENTRY_KEYS = {"json-schemaless": b'{"id":7}', "json": b'{"id":7}', "avro": b"\x0e"}
 
 
 def make_reconciler() -> tuple[Reconciler, MemoryRegistry]:
@@ -369,3 +374,19 @@ def test_a_message_too_large_for_its_output_is_a_dead_letter_reference(envelope:
     assert contents(store) == held
     rest = reconciler.decide({TP: [after]}, {TP: store})
     assert len(rest.records) >= 1 and rest.dead_letters == []
+
+
+@pytest.mark.parametrize("fmt", ["json-schemaless", "json", "avro"])
+def test_an_unfillable_toast_value_asks_for_its_row_not_a_dead_letter(fmt: str) -> None:
+    """An update whose unchanged TOAST value has no row to come from (no state for its
+    key): no output and no dead letter; the batch asks for the key's row, by its columns."""
+    reconciler, _registry = make_reconciler()
+    partial = event(7, "u", TOAST_PLACEHOLDER, 40)
+    stream = [
+        RawMessage(TOPIC, 0, 0, *encode(fmt, 7, partial)),
+        RawMessage(TOPIC, 0, 1, *encode(fmt, 8, event(8, "c", "full", 41))),
+    ]
+    batch = reconciler.decide({TP: stream}, {TP: MemoryPartitionStore()})
+    assert batch.dead_letters == []
+    assert len([r for r in batch.records if r[3] is not None]) == 1  # key 8's output only
+    assert batch.read_again == {TP: {ENTRY_KEYS[fmt]: {"id": 7}}}

@@ -20,8 +20,11 @@ from hypothesis import strategies as st
 from processor.errors import SourceRefusedError, UnfillableError
 from processor.events.change import TOAST_PLACEHOLDER, Change, Snapshot
 from processor.events.json_codec import JsonCodec
+from processor.events.visibility import PgSnapshot
 from processor.reconcile.envelopes import (
+    ENTRY,
     HIGH_WATER,
+    READ_AGAIN,
     SEEN_STALE,
     STEPS,
     Emit,
@@ -30,6 +33,7 @@ from processor.reconcile.envelopes import (
     prune_seen,
     upsert,
 )
+from processor.reconcile.versions import Entry
 from state.batch import BatchState
 from state.memory import MemoryPartitionStore
 from state.rocksdb import RocksDBBackend
@@ -243,8 +247,57 @@ def test_toast_placeholder_is_filled_from_a_full_before() -> None:
 
 
 def test_toast_placeholder_without_a_source_is_refused_not_written() -> None:
+    """The classic envelope's only source is the input's ``before``."""
+    change = toast_change("u", None)
+    change.before = {"id": 1, "n": 1}  # a before without the TOASTed column
     with pytest.raises(UnfillableError, match="doc"):
-        debezium_upsert(toast_change("u", None), BatchState(MemoryPartitionStore()), ROWS)
+        debezium(change, BatchState(MemoryPartitionStore()), ROWS)
+
+
+def chunk_row(doc: str, n: int, chunk: int, snapshot: PgSnapshot) -> Change:
+    row = {"id": 1, "doc": doc, "n": n}
+    return Change(b'{"id":1}', "r", None, row, (0, 0), chunk=chunk, read_in=snapshot, txid=None)
+
+
+def test_an_unfillable_change_leaves_its_key_pending_and_asks_for_its_row() -> None:
+    """No state and no full ``before``: the change is kept as a pending entry (its version
+    and txId, no row) and its row is asked for again; nothing is emitted for it."""
+    state = BatchState(MemoryPartitionStore())
+    change = toast_change("u", None)
+    change.txid = 100
+    emit = debezium_upsert(change, state, ROWS)
+    assert emit is not None and emit.reason == READ_AGAIN and emit.after is None
+    raw = state.get(ENTRY + b'{"id":1}')
+    assert raw is not None
+    assert Entry.decode(raw) == Entry((5, 5), None, 100, pending=True)
+    # A replay of the same change asks again; a chunk row that did not see it also does.
+    assert (again := debezium_upsert(change, state, ROWS)) and again.reason == READ_AGAIN
+    older = chunk_row("old text", 1, 3, PgSnapshot(100, 100, frozenset()))
+    dropped = debezium_upsert(older, state, ROWS)
+    assert dropped is not None and dropped.reason == READ_AGAIN
+    # The row read in a snapshot that sees the change is applied, and later changes fill
+    # their placeholders from it.
+    newer = chunk_row("long text", 2, 4, PgSnapshot(101, 101, frozenset()))
+    applied = debezium_upsert(newer, state, ROWS)
+    assert applied is not None and applied.reason == "snapshot"
+    assert applied.after == {"id": 1, "doc": "long text", "n": 2}
+    later = toast_change("u", None)
+    later.version, later.txid = (6, 6), 102
+    filled = debezium_upsert(later, state, ROWS)
+    assert filled is not None and filled.reason == "applied"
+    assert filled.after == {"id": 1, "doc": "long text", "n": 2}
+
+
+def test_a_pending_key_takes_a_full_change_or_a_delete_as_any_key_does() -> None:
+    state = BatchState(MemoryPartitionStore())
+    debezium_upsert(toast_change("u", None), state, ROWS)
+    full = Change(b'{"id":1}', "u", None, {"id": 1, "doc": "d", "n": 3}, (6, 6))
+    emit = debezium_upsert(full, state, ROWS)
+    assert emit is not None and emit.reason == "applied" and emit.before is None
+    raw = state.get(ENTRY + b'{"id":1}')
+    assert raw is not None and not Entry.decode(raw).pending
+    # an older partial change (a replay) is dropped, not asked for
+    assert debezium_upsert(toast_change("u", None), state, ROWS) is None
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ from processor.snapshot.progress import (
 )
 from processor.snapshot.signals import (
     MAX_FILTER_BYTES,
+    MAX_KEYS,
     MAX_TABLES,
     ExecuteSnapshot,
     PauseSnapshot,
@@ -66,6 +67,32 @@ def test_every_request_reads_its_tables_even_if_another_queued_them() -> None:
         ("r1", None),
         ("r2", "id > 5"),
     ]
+
+
+def test_keys_asked_for_join_a_queued_keys_request_of_their_table() -> None:
+    """Rows asked for again (one signal per batch) do not fill the queue: they join a
+    queued ``keys`` request of the same table while it has room, and survive the record."""
+    state = SnapshotState()
+    state.apply(ExecuteSnapshot("r1", ("public.a",)), 1.0)
+    notes = state.apply(ExecuteSnapshot("k1", ("public.a",), keys=({"id": 1}, {"id": 2})), 1.0)
+    assert types(notes) == [("STARTED", "k1")]
+    assert state.apply(ExecuteSnapshot("k2", ("public.a",), keys=({"id": 2}, {"id": 3})), 2.0) == []
+    state.apply(ExecuteSnapshot("k3", ("public.b",), keys=({"id": 1},)), 2.0)
+    many = tuple({"id": i} for i in range(10, 10 + MAX_KEYS))
+    state.apply(ExecuteSnapshot("k4", ("public.a",), keys=many), 3.0)
+    restored = SnapshotState.from_json(state.to_json())
+    assert [(t.request_id, len(t.keys or [])) for t in restored.pending()] == [
+        ("r1", 0),
+        ("k1", 3),
+        ("k3", 1),
+        ("k4", MAX_KEYS),
+    ]
+    assert restored.pending()[1].keys == [{"id": 1}, {"id": 2}, {"id": 3}]
+    # once its read begins, a request takes no more keys
+    keys = restored.pending()[1]
+    restored.begin(keys, [3], 3, 4.0)
+    restored.apply(ExecuteSnapshot("k5", ("public.a",), keys=({"id": 9},)), 5.0)
+    assert restored.pending()[-1].request_id == "k5"
 
 
 def test_stop_aborts_the_named_tables_or_all_and_pause_resume_notify_once() -> None:

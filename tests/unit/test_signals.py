@@ -15,6 +15,7 @@ from processor.snapshot.signals import (
     ResumeSnapshot,
     StopSnapshot,
     parse_signal,
+    read_again_signals,
 )
 
 
@@ -89,3 +90,40 @@ def test_a_request_is_bounded_but_holds_500_tables() -> None:
         parse_signal("x" * (MAX_ID_CHARS + 1), "pause-snapshot", None)
     signal = parse_signal("s", "execute-snapshot", orjson.dumps({"data-collections": many[:500]}))
     assert isinstance(signal, ExecuteSnapshot) and len(signal.tables) == 500
+
+
+def test_a_keys_request_reads_chosen_keys_of_one_table() -> None:
+    data = {"data-collections": ["public.t"], "keys": [{"id": 5}, {"id": 6}]}
+    signal = parse_signal("k-1", "execute-snapshot", orjson.dumps(data))
+    assert isinstance(signal, ExecuteSnapshot)
+    assert signal.tables == ("public.t",) and signal.keys == ({"id": 5}, {"id": 6})
+    for bad, reason in (
+        ({"data-collections": ["public.t", "public.u"], "keys": [{"id": 5}]}, "exactly one"),
+        ({"data-collections": ["public.t"], "keys": []}, "non-empty"),
+        ({"data-collections": ["public.t"], "keys": [{"id": [1]}]}, "number, text or boolean"),
+        ({"data-collections": ["public.t"], "keys": [{"id": "x" * 2000}]}, "longer than"),
+        ({"data-collections": ["public.t"], "keys": [{"id": i} for i in range(1001)]}, "1000"),
+        (
+            {
+                "data-collections": ["public.t"],
+                "keys": [{"id": 1}],
+                "additional-conditions": [{"data-collection": "public.t", "filter": "true"}],
+            },
+            "without filters",
+        ),
+    ):
+        with pytest.raises(SignalError, match=reason):
+            parse_signal("k-2", "execute-snapshot", orjson.dumps(bad))
+
+
+def test_the_data_plane_asks_again_in_signals_the_coordinator_reads() -> None:
+    keys = [{"id": i} for i in range(2500)]
+    records = read_again_signals("public.t", keys)
+    assert len(records) == 3
+    parsed = []
+    for request_id, value in records:
+        doc = orjson.loads(value)
+        signal = parse_signal(doc["id"], doc["type"], orjson.dumps(doc["data"]))
+        assert isinstance(signal, ExecuteSnapshot) and signal.request_id == request_id
+        parsed += signal.keys
+    assert parsed == keys

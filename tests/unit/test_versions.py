@@ -47,6 +47,7 @@ snapshots = st.one_of(
     st.one_of(st.none(), st.integers(0, 2**31)),
     st.one_of(st.none(), st.integers(1, 2**40)),
     snapshots,
+    st.booleans(),
 )
 def test_entry_round_trips(
     version: tuple[int, int],
@@ -54,12 +55,16 @@ def test_entry_round_trips(
     txid: int | None,
     chunk: int | None,
     snapshot: PgSnapshot | None,
+    pending: bool,
 ) -> None:
     """Every kind of entry: a change (with or without ``txId``), a chunk row read in a
-    snapshot, a chunk row read inside a window (a chunk without a snapshot)."""
+    snapshot, a chunk row read inside a window (a chunk without a snapshot), a change
+    whose row is pending (no value)."""
     if snapshot is not None and chunk is None:
         chunk = 1
-    entry = Entry(version, value, txid, chunk, snapshot)
+    if pending:
+        value, chunk, snapshot = None, None, None
+    entry = Entry(version, value, txid, chunk, snapshot, pending)
     assert Entry.decode(entry.encode()) == entry
 
 

@@ -101,6 +101,33 @@ class PostgresChunkReader(ChunkReader):
             captured=bool(published and published[0]),
         )
 
+    def key_condition(self, info: TableInfo, keys: list[dict[str, Any]]) -> str:
+        columns = info.primary
+        if not columns:
+            raise ChunkError(f"{info.name} has no primary key to read keys by")
+        for column in columns:
+            kind = info.types[info.columns.index(column)][0]
+            if kind not in _KEY_TYPES:
+                raise ChunkError(
+                    f"keys of {info.name} cannot be read again: its key column {column} is "
+                    f"{kind} (readable: {', '.join(sorted(_KEY_TYPES))})"
+                )
+        rows = []
+        for key in keys:
+            if set(key) != set(columns):
+                raise ChunkError(f"the key {key} of {info.name} does not name {list(columns)}")
+            values = []
+            for column in columns:
+                value, kind = key[column], info.types[info.columns.index(column)][0]
+                if not isinstance(value, _KEY_TYPES[kind]) or (
+                    isinstance(value, bool) and kind != "bool"
+                ):
+                    raise ChunkError(f"the key {key} of {info.name}: {column} is not {kind}")
+                values.append(sql.Literal(value))
+            rows.append(sql.SQL("({})").format(sql.SQL(", ").join(values)))
+        condition = sql.SQL("({}) IN ({})").format(_columns(columns), sql.SQL(", ").join(rows))
+        return condition.as_string(self._conn)
+
     def max_key(self, info: TableInfo, condition: str | None = None) -> Key | None:
         order = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(k)) for k in info.key)
         query = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT 1").format(
@@ -227,6 +254,18 @@ def _columns(names: Sequence[str]) -> sql.Composed:
 
 
 _CASTS = {"numeric": sql.SQL("numeric")}
+#: Key column types whose values Debezium's key carries as they are (so that a key can
+#: be read again by them), and the Python type of those values.
+_KEY_TYPES: dict[str, type | tuple[type, ...]] = {
+    "int2": int,
+    "int4": int,
+    "int8": int,
+    "bool": bool,
+    "text": str,
+    "varchar": str,
+    "bpchar": str,
+    "uuid": str,
+}
 
 
 def _selected(names: Sequence[str], casts: Mapping[str, str]) -> sql.Composed:
