@@ -51,6 +51,11 @@ class ChunkError(ProcessorError):
     """A table cannot be snapshotted (no key, unknown table) or a chunk read failed."""
 
 
+class TableChangedError(ChunkError):
+    """The table's columns changed (``ALTER TABLE``) since its backfill learned them: the
+    part is read again with the new ones."""
+
+
 class SourceUnavailableError(ChunkError):
     """The source cannot be reached or the connection broke: worth trying again."""
 

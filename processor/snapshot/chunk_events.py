@@ -25,6 +25,7 @@ from processor.snapshot.connect_values import Column, to_avro, to_json
 from processor.snapshot.encoding_check import (
     Disagreement,
     avro_fields,
+    avro_row_fields,
     declared_disagreements,
     json_fields,
     value_disagreements,
@@ -99,6 +100,15 @@ class TableShape:
                     return found
             return []
         return declared_disagreements(fields, columns, settings)
+
+    @property
+    def row_columns(self) -> tuple[str, ...]:
+        """The columns of the learned event's row, in its order."""
+        if self._value.format == "avro":
+            return tuple(f["name"] for f in avro_row_fields(self._value.parsed))
+        if self._value.format == "json-schema":
+            return tuple(json_fields(self._value.schema))
+        return tuple(self._row)
 
     @property
     def key_columns(self) -> tuple[str, ...]:

@@ -39,7 +39,12 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processor import metrics
-from processor.errors import ChunkError, SnapshotRefusedError, SourceUnavailableError
+from processor.errors import (
+    ChunkError,
+    SnapshotRefusedError,
+    SourceUnavailableError,
+    TableChangedError,
+)
 from processor.outages import Outage, is_outage
 from processor.snapshot.chunk_reader import ChunkReader, next_chunk_size
 from processor.snapshot.connector import Connector
@@ -314,6 +319,12 @@ class Coordinator:
             if isinstance(result, SourceUnavailableError):
                 state.failed(entry, job.chunk)
                 self._failed(entry, result)
+                continue
+            if isinstance(result, TableChangedError):
+                # Learn the table again, and read the part with its new columns.
+                log.info("snapshot of %s: %s; the part is read again", entry.table, result)
+                state.failed(entry, job.chunk)
+                self._tables.forget(entry)
                 continue
             if isinstance(result, ChunkError):
                 self._abort(entry, str(result))

@@ -93,15 +93,19 @@ def value_disagreements(
     return out
 
 
-def avro_fields(schema: Any) -> dict[str, tuple[str, str | None]]:
-    """The Connect schemas of a parsed Debezium value schema's row fields (``after``)."""
+def avro_row_fields(schema: Any) -> list[dict[str, Any]]:
+    """The row fields (``after``'s) of a parsed Debezium value schema, in order."""
     named = schema.get("__named_schemas", {}) if isinstance(schema, dict) else {}
     row = next((f["type"] for f in schema.get("fields", []) if f["name"] == "after"), None)
     record = _resolve(_non_null(row), named)
-    if not isinstance(record, dict):
-        return {}
+    return list(record.get("fields", [])) if isinstance(record, dict) else []
+
+
+def avro_fields(schema: Any) -> dict[str, tuple[str, str | None]]:
+    """The Connect schemas of a parsed Debezium value schema's row fields (``after``)."""
+    named = schema.get("__named_schemas", {}) if isinstance(schema, dict) else {}
     out: dict[str, tuple[str, str | None]] = {}
-    for field in record.get("fields", []):
+    for field in avro_row_fields(schema):
         kind = _resolve(_non_null(field["type"]), named)
         if isinstance(kind, str):
             out[field["name"]] = (_AVRO_TYPES.get(kind, kind), None)

@@ -29,7 +29,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
 
-from processor.errors import ChunkError, SourceUnavailableError
+from processor.errors import ChunkError, SourceUnavailableError, TableChangedError
 from processor.events.chunk_tag import ChunkTag
 from processor.events.visibility import PgSnapshot, Window
 from processor.snapshot.chunk_events import TableShape
@@ -164,6 +164,8 @@ class ChunkWorker:
             return job, _lost()
         if status == "unavailable":
             return job, SourceUnavailableError(str(result))
+        if status == "changed":
+            return job, TableChangedError(str(result))
         if status != "ok":
             return job, ChunkError(str(result))
         assert isinstance(result, ChunkDone)
@@ -237,6 +239,8 @@ def _serve(conn: Connection, config: Config, connector: Connector) -> None:
             except (SourceUnavailableError, DeliveryError, TopicError, KafkaException) as exc:
                 reader.reset()
                 conn.send(("unavailable", str(exc)))
+            except TableChangedError as exc:
+                conn.send(("changed", str(exc)))
             except TidemarkError as exc:  # the table's fault: its query, a value
                 reader.reset()
                 conn.send(("error", str(exc)))

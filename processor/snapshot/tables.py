@@ -115,10 +115,12 @@ class TableChecks:
         else:
             assert count is not None  # its events were read
             event = (latest.key, latest.value)
-        try:
-            shape = TableShape.learn(*event, self._schemas)
-        except (TidemarkError, ValueError) as exc:
-            raise SnapshotRefusedError(f"cannot learn the events of {topic}: {exc}") from None
+        shape = self._learn(topic, event)
+        if shape.row_columns != info.columns:
+            # The table's columns changed after its last event (ALTER TABLE): its rows get
+            # the event Debezium writes for the new columns, built from the catalog.
+            event = self._built_event(topic, info, event, "its columns changed since its last")
+            shape = self._learn(topic, event)
         settings = self._config.source.value_settings()
         disagreements = shape.disagreements(columns, settings, (e.value for e in recent))
         if disagreements:
@@ -144,6 +146,27 @@ class TableChecks:
         self._prepared[(entry.table, entry.request_id)] = prepared
         return prepared
 
+    def _learn(self, topic: str, event: tuple[bytes, bytes]) -> TableShape:
+        try:
+            return TableShape.learn(*event, self._schemas)
+        except (TidemarkError, ValueError) as exc:
+            raise SnapshotRefusedError(f"cannot learn the events of {topic}: {exc}") from None
+
+    def _built_event(
+        self, topic: str, info: TableInfo, template: tuple[bytes, bytes], why: str
+    ) -> tuple[bytes, bytes]:
+        """The event Debezium writes for ``info``'s table now, in the form of ``template``
+        (an event of the connector), its field schemas from the catalog."""
+        try:
+            key_fields, row_fields = self._connector.key_and_row_fields(info)
+            return template_event(
+                template, topic, (info.schema, info.table), key_fields, row_fields
+            )
+        except TidemarkError as exc:
+            raise SnapshotRefusedError(
+                f"{topic}: {why} event, and {exc}; change one row of the table and signal again"
+            ) from None
+
     def _quiet_table_event(
         self, topic: str, info: TableInfo, count: int | None
     ) -> tuple[tuple[bytes, bytes], int]:
@@ -166,20 +189,7 @@ class TableChecks:
                 "has one to learn the events' layout from; change one row of the table (or "
                 "let Debezium's initial snapshot run) and signal again"
             )
-        try:
-            key_fields, row_fields = self._connector.key_and_row_fields(info)
-            event = template_event(
-                (sibling.key, sibling.value),
-                topic,
-                (info.schema, info.table),
-                key_fields,
-                row_fields,
-            )
-        except TidemarkError as exc:
-            raise SnapshotRefusedError(
-                f"{topic} holds no Debezium event yet, and {exc}; change one row of the table "
-                "and signal again"
-            ) from None
+        event = self._built_event(topic, info, (sibling.key, sibling.value), "it holds no")
         if count is None:
             count = sibling.partitions
             ensure_topics(self._admin, {topic: count}, self._config.kafka.replication_factor)

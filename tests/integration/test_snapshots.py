@@ -886,3 +886,73 @@ def doc_rows(config: Config, name: str) -> dict[tuple[Any, ...], dict[str, Any]]
             sql.SQL("SELECT id, n, doc FROM {}").format(sql.Identifier("public", name))
         ).fetchall()
     return {(r[0],): {"id": r[0], "n": r[1], "doc": r[2]} for r in rows}
+
+
+def test_columns_added_and_dropped_during_a_backfill_shape_the_rows_read_after(
+    stack: DevStack, spark: Any
+) -> None:
+    """``ALTER TABLE ... ADD COLUMN`` and ``DROP COLUMN`` while a table is backfilled under a
+    concurrent workload: the part being read is read again with the new columns, rows read
+    after each change carry the new columns as Debezium's events do, the backfill completes,
+    and the reconciled topic and the Iceberg table end equal to the source."""
+    from spark_sink.job import Sink
+    from spark_sink.session import create_session
+    from tests.integration.test_sink import assert_equal, drain, sink_config
+
+    config = snapshot_config(
+        stack,
+        "snapddl",
+        chunk_size=20,
+        min_chunk_size=20,
+        max_chunk_size=20,
+        max_rows_per_second=60,
+    )
+    table = "iso_snapddl_t"
+    uncaptured_table(config, table, 600)
+    ident = sql.Identifier("public", table)
+    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN note text DEFAULT NULL").format(ident))
+        conn.execute(sql.SQL("UPDATE {} SET note = 'n' || id WHERE id > 0").format(ident))
+    processor = Processor(stack, config, "snapddl-processor").start()
+    writer = Writer(config, table, keys=600, seed=23)
+    try:
+        wait_for("the coordinator", lambda: leading(processor))
+        writer.start()
+        cli(processor, "snapshot", "start", f"public.{table}", "--id", "load-1")
+        chunks = lambda: progress(config, f"public.{table}", "load-1").chunks  # noqa: E731
+        wait_for("chunks", lambda: chunks() >= 3)
+        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+            conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN extra integer").format(ident))
+            conn.execute(sql.SQL("UPDATE {} SET extra = id * 10 WHERE id % 3 = 0").format(ident))
+        added_at = chunks()
+        wait_for("chunks after the new column", lambda: chunks() >= added_at + 3)
+        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+            conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN note").format(ident))
+        wait_for("the backfill", lambda: notified(config, "COMPLETED", "load-1"), timeout=180)
+        writer.stop()
+        wait_caught_up(config)
+        entry = progress(config, f"public.{table}", "load-1")
+        assert entry.status == "completed", entry
+        events = reconciled(config, table)
+        order = [("id", "name", "note", "v"), ("extra", "id", "name", "note", "v")]
+        order.append(("extra", "id", "name", "v"))
+        steps: dict[int, list[int]] = {}  # per partition, the shape of each row read
+        for e in events:
+            if e.value and e.value["tidemark"]["reason"] == "snapshot":
+                steps.setdefault(e.partition, []).append(order.index(tuple(sorted(e.after))))
+        # rows follow the table's columns: per partition the shapes come in that order
+        assert all(seq == sorted(seq) for seq in steps.values()), steps
+        assert {i for seq in steps.values() for i in seq} == {0, 1, 2}, steps
+        with psycopg.connect(**config.source.conninfo()) as conn:
+            rows = conn.execute(
+                sql.SQL("SELECT id, name, v, extra FROM {}").format(ident)
+            ).fetchall()
+        expected = {(r[0],): {"id": r[0], "name": r[1], "v": r[2], "extra": r[3]} for r in rows}
+        final = {key: {c: row.get(c) for c in order[2]} for key, row in final_rows(events).items()}
+        assert final == expected
+    finally:
+        writer.stop()
+        processor.stop()
+    sink_settings = sink_config(config, "ddl", [table])
+    drain(Sink(sink_settings, create_session(sink_settings)))
+    assert_equal(sink_settings, spark, table)

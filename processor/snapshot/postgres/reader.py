@@ -1,8 +1,10 @@
 """Read-only chunks of a PostgreSQL table: every chunk in one transaction with its snapshot.
 
-Every chunk is one ``REPEATABLE READ READ ONLY`` transaction whose first
-statement takes ``pg_current_snapshot()`` and whose second reads the page, so
-the snapshot is exactly the one the rows were read in. Nothing is written to
+Every chunk is one ``REPEATABLE READ READ ONLY`` transaction that locks the table
+in ``ACCESS SHARE`` mode (so its columns cannot change until the chunk is read,
+and an ``ALTER TABLE`` in progress is waited for), takes ``pg_current_snapshot()``,
+checks that the columns are still those the backfill learned, and reads the page,
+so the snapshot is exactly the one the rows were read in. Nothing is written to
 the source.
 
 Composite keys compare as row values, ``(k1, k2) > (%s, %s)``, which
@@ -22,7 +24,7 @@ import psycopg
 from psycopg import sql
 from psycopg.types.string import TextLoader
 
-from processor.errors import ChunkError, SourceUnavailableError
+from processor.errors import ChunkError, SourceUnavailableError, TableChangedError
 from processor.events.visibility import PgSnapshot
 from processor.snapshot.chunk_reader import Chunk, ChunkReader, Key, TableInfo
 
@@ -190,7 +192,15 @@ class PostgresChunkReader(ChunkReader):
                 self._as_text.add(oid)
         started = time.perf_counter()
         with source_errors(f"chunk of {info.name} after {after!r}"), self._conn.transaction():
+            # The table's columns cannot change until the chunk is read: an ALTER TABLE
+            # in progress is waited for, and the snapshot is taken after it.
+            self._conn.execute(
+                sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(
+                    sql.Identifier(info.schema, info.table)
+                )
+            )
             text = self._conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+            self._check_columns(info)
             # the text forms processor.snapshot.postgres.values converts
             self._conn.execute(
                 "SET LOCAL intervalstyle = 'iso_8601'; SET LOCAL timezone = 'UTC'; "
@@ -202,6 +212,22 @@ class PostgresChunkReader(ChunkReader):
 
     def close(self) -> None:
         self._conn.close()
+
+    def _check_columns(self, info: TableInfo) -> None:
+        """:class:`TableChangedError` if the table's columns (names and types, in order)
+        are no longer ``info``'s."""
+        now = self._conn.execute(
+            "SELECT a.attname, t.typname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+            "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
+            "ORDER BY a.attnum",
+            (_regclass(info.schema, info.table),),
+        ).fetchall()
+        learned = [(name, kind[0]) for name, kind in zip(info.columns, info.types, strict=True)]
+        if [tuple(r) for r in now] != learned:
+            raise TableChangedError(
+                f"the columns of {info.name} changed: {[r[0] for r in now]}, "
+                f"not {list(info.columns)}"
+            )
 
     def _indexes(self, relation: str, which: str) -> list[list[str]]:
         """The columns of each index of ``relation`` that matches ``which`` (SQL over ``i``)."""
