@@ -372,7 +372,7 @@ class Coordinator:
                 reader = self._connected()
                 info = prepared.info
                 if entry.keys is not None:  # a keys request: its keys become its filter
-                    entry.condition, entry.keys = reader.key_condition(info, entry.keys), None
+                    entry.condition = reader.key_condition(info, entry.keys)
                 top = reader.max_key(info, entry.condition)
                 estimate = reader.estimate_rows(info, entry.condition) if top is not None else 0
                 state.begin(entry, key_to_json(top), estimate, now)

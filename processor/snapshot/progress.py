@@ -81,8 +81,9 @@ class TableProgress:
     request_id: str
     condition: str | None = None
     surrogate_key: str | None = None
-    #: Only these keys (a ``keys`` request), until its read begins: they become its
-    #: ``condition`` then.
+    #: Only these keys (a ``keys`` request): they become its ``condition`` when its read
+    #: begins. Such a request is the data plane's (rows it must read again): a stop
+    #: signal does not stop it.
     keys: list[dict[str, Any]] | None = None
     status: str = QUEUED
     rows: int = 0
@@ -213,7 +214,11 @@ class SnapshotState:
                 Notification("STARTED", signal.request_id, {"data_collections": collections}, ms)
             ]
         if isinstance(signal, StopSnapshot):
-            stopped = [t for t in self.pending() if not signal.tables or t.table in signal.tables]
+            stopped = [
+                t
+                for t in self.pending()
+                if t.keys is None and (not signal.tables or t.table in signal.tables)
+            ]
             notes = []
             for entry in stopped:
                 entry.status, entry.finished_at, entry.error = ABORTED, now, "stopped by signal"

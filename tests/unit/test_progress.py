@@ -93,6 +93,9 @@ def test_keys_asked_for_join_a_queued_keys_request_of_their_table() -> None:
     restored.begin(keys, [3], 3, 4.0)
     restored.apply(ExecuteSnapshot("k5", ("public.a",), keys=({"id": 9},)), 5.0)
     assert restored.pending()[-1].request_id == "k5"
+    # an operator's stop leaves the rows the data plane waits for to be read
+    restored.apply(StopSnapshot("s1"), 6.0)
+    assert [t.request_id for t in restored.pending()] == ["k1", "k3", "k4", "k5"]
 
 
 def test_stop_aborts_the_named_tables_or_all_and_pause_resume_notify_once() -> None:
