@@ -75,6 +75,34 @@ def snapshot_config(stack: DevStack, name: str, **snapshot: Any) -> Config:
     return dataclasses.replace(config, snapshot=SnapshotConfig(**snapshot))
 
 
+def tiny_chunks(
+    stack: DevStack, name: str, watermarks: str, rows_per_second: int, **snapshot: Any
+) -> Config:
+    """A pipeline whose backfills read chunks of 5 to 10 rows at ``rows_per_second``."""
+    return snapshot_config(
+        stack,
+        name,
+        chunk_size=5,
+        min_chunk_size=5,
+        max_chunk_size=10,
+        max_rows_per_second=rows_per_second,
+        watermarks=watermarks,
+        **snapshot,
+    )
+
+
+def assert_lake_equal(config: Config, spark: Any, catalog: str, table: str) -> None:
+    """Run the sink (in this process, catalog ``catalog``) over ``table``'s reconciled
+    topic to its end; its Iceberg table equals the source."""
+    from spark_sink.job import Sink
+    from spark_sink.session import create_session
+    from tests.integration.test_sink import assert_equal, drain, sink_config
+
+    settings = sink_config(config, catalog, [table])
+    drain(Sink(settings, create_session(settings)))
+    assert_equal(settings, spark, table)
+
+
 def uncaptured_table(
     config: Config, name: str, rows: int, primary_key: bool = True, streamed_row: bool = True
 ) -> None:
@@ -507,16 +535,7 @@ def test_tiny_chunks_under_a_random_workload_with_crashes(
     middle of the snapshot. Read-only, two readers read parts of a table at once; with
     signal-table watermarks the first kill comes while a window is open (a failpoint in the
     chunk reader), DDD-3's first crash case."""
-    config = snapshot_config(
-        stack,
-        name,
-        chunk_size=5,
-        min_chunk_size=5,
-        max_chunk_size=10,
-        max_rows_per_second=25,
-        watermarks=watermarks,
-        readers=readers,
-    )
+    config = tiny_chunks(stack, name, watermarks, 25, readers=readers)
     noise = sql.Identifier(f"iso_{name}_noise")
     kv, pair = Table(f"iso_{name}_kv"), Table(f"iso_{name}_pair", composite=True)
     workload = Workload(config, [kv, pair], seed=31, keys=90)
@@ -811,19 +830,7 @@ def test_unchanged_toast_values_of_keys_with_no_state_are_read_again(
     keys with no state. None is dead-lettered: each key's row is read again from the source,
     before and during a backfill of the table, with two SIGKILLs of the processor; the
     reconciled topic and the Iceberg table end equal to the source."""
-    from spark_sink.job import Sink
-    from spark_sink.session import create_session
-    from tests.integration.test_sink import assert_equal, drain, sink_config
-
-    config = snapshot_config(
-        stack,
-        name,
-        chunk_size=5,
-        min_chunk_size=5,
-        max_chunk_size=10,
-        max_rows_per_second=20,  # the kills come while the backfill reads
-        watermarks=watermarks,
-    )
+    config = tiny_chunks(stack, name, watermarks, 20)  # the kills come while it reads
     table = f"iso_{name}_doc"
     with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
         conn.execute("CREATE SCHEMA IF NOT EXISTS stage")
@@ -869,9 +876,7 @@ def test_unchanged_toast_values_of_keys_with_no_state_are_read_again(
     finally:
         writer.stop()
         processor.stop()
-    sink_settings = sink_config(config, f"toast{watermarks[:4]}", [table])
-    drain(Sink(sink_settings, create_session(sink_settings)))
-    assert_equal(sink_settings, spark, table)
+    assert_lake_equal(config, spark, f"toast{watermarks[:4]}", table)
 
 
 def read_again_requests(config: Config) -> int:
@@ -895,10 +900,6 @@ def test_columns_added_and_dropped_during_a_backfill_shape_the_rows_read_after(
     concurrent workload: the part being read is read again with the new columns, rows read
     after each change carry the new columns as Debezium's events do, the backfill completes,
     and the reconciled topic and the Iceberg table end equal to the source."""
-    from spark_sink.job import Sink
-    from spark_sink.session import create_session
-    from tests.integration.test_sink import assert_equal, drain, sink_config
-
     config = snapshot_config(
         stack,
         "snapddl",
@@ -953,6 +954,4 @@ def test_columns_added_and_dropped_during_a_backfill_shape_the_rows_read_after(
     finally:
         writer.stop()
         processor.stop()
-    sink_settings = sink_config(config, "ddl", [table])
-    drain(Sink(sink_settings, create_session(sink_settings)))
-    assert_equal(sink_settings, spark, table)
+    assert_lake_equal(config, spark, "ddl", table)
