@@ -18,9 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -51,7 +49,6 @@ TABLES = {
     "iso_sink_wide": "id int PRIMARY KEY, v numeric(50,2)",
     "iso_sink_fits": "id int PRIMARY KEY, v numeric(50,2)",
     "iso_sink_stall": "id int PRIMARY KEY, v text",
-    "iso_sink_moved": "id int PRIMARY KEY, n int",
 }
 
 #: In-process compactions beside the continuous sink, after the CLI's.
@@ -373,71 +370,6 @@ def test_maintenance_beside_a_continuous_sink_never_moves_its_offsets_back(
     assert len(offsets) > 10
     for before, after in itertools.pairwise(offsets):
         assert all(after.get(p, 0) >= o for p, o in before.items()), (before, after)
-
-
-class HeldSink(Sink):
-    """A sink whose MERGEs wait, while the first task of their batch is computed (after
-    Spark planned the MERGE's scan, before its runtime filter), until ``go`` exists."""
-
-    def __init__(self, config: Config, spark: SparkSession, held: Path, go: Path) -> None:
-        super().__init__(config, spark)
-        self.held, self.go = held, go
-
-    def batch_frame(self, ranges: list[Any], planned: list[Any], keys: list[str]) -> Any:
-        frame = super().batch_frame(ranges, planned, keys)
-        held, go = str(self.held), str(self.go)
-
-        def hold(index: int, rows: Iterator[Any]) -> Iterator[Any]:
-            if index == 0 and not os.path.exists(go):
-                open(held, "w").close()  # noqa: SIM115 - a marker file
-                while not os.path.exists(go):
-                    time.sleep(0.05)
-            yield from rows
-
-        return self.spark.createDataFrame(frame.rdd.mapPartitionsWithIndex(hold), frame.schema)
-
-
-def test_a_merge_whose_table_moved_under_its_scan_is_tried_again(
-    pipeline: Config, spark: SparkSession, tmp_path: Path
-) -> None:
-    """Another writer (``sink maintain``, say) commits after a MERGE planned its scan and
-    before its runtime filter loads the table again (a catalog without table caching):
-    Iceberg's "the table has been concurrently modified". The batch is tried again from the
-    table's offsets, the sink goes on, and the table ends equal to the source. (This
-    stopped the continuous sink before.)"""
-    config = sink_config(
-        pipeline, "moved", ["iso_sink_moved"], catalog_properties={"cache-enabled": "false"}
-    )
-    execute(config, "INSERT INTO iso_sink_moved SELECT i, 0 FROM generate_series(1, 50) i")
-    wait_caught_up(config)
-    held, go = tmp_path / "held", tmp_path / "go"
-    go.touch()
-    sink = HeldSink(config, create_session(config), held, go)
-    drain(sink)  # creates the table
-    go.unlink()
-    execute(config, "UPDATE iso_sink_moved SET n = n + 1 WHERE id % 2 = 0")
-    wait_caught_up(config)
-    outcome: list[BaseException | int] = []
-
-    def merge() -> None:
-        try:
-            outcome.append(sink.run_batch(sink.ends()))
-        except BaseException as exc:
-            outcome.append(exc)
-
-    merging = threading.Thread(target=merge)
-    merging.start()
-    wait_for("the MERGE to hold", held.exists, timeout=120)
-    table = sink.table("tidemark.reconciled.public.iso_sink_moved")
-    before = snapshots(spark, table.path)
-    table.iceberg().newAppend().commit()  # another writer's commit, now
-    go.touch()
-    merging.join(120)
-    assert outcome and isinstance(outcome[0], int), outcome
-    assert sink.stopped == {} and sink.retrying, (sink.stopped, sink.retrying)
-    drain(sink)
-    assert snapshots(spark, table.path) > before + 1
-    assert_equal(config, spark, "iso_sink_moved")
 
 
 def test_a_value_that_does_not_fit_its_column_stops_only_its_table(
