@@ -20,23 +20,32 @@ from __future__ import annotations
 import random
 import string
 import time
+from typing import Any
 
 import psycopg
 import pytest
 from confluent_kafka import Producer
+from psycopg import sql
 
 from processor.events.change import TOAST_PLACEHOLDER
+from processor.events.source_codec import SourceCodec
+from processor.reconcile.envelopes import debezium_upsert
+from state.batch import BatchState
+from state.memory import MemoryPartitionStore
 from tests.integration.processes import (
+    Debezium,
     Processor,
     metric,
     pipeline_config,
     read_topic,
     reconciled,
+    wait_for,
     without_table,
 )
 from tidemark.cli.devstack.stack import DevStack
-from tidemark.cli.verify import wait_caught_up
+from tidemark.cli.verify import source_lsn, wait_caught_up, wait_debezium
 from tidemark.kafka import client_config
+from tidemark.messages import RawMessage
 
 pytestmark = pytest.mark.integration
 
@@ -147,3 +156,54 @@ def test_toast_refusal_and_dead_letters(stack: DevStack) -> None:
         assert last.after is not None and last.after["title"] == "after the snapshot"
     finally:
         processor.stop()
+
+
+@pytest.mark.parametrize("mode", ["hex", "base64-url-safe"])
+def test_an_unchanged_toasted_bytea_is_seen_in_every_binary_encoding(
+    stack: DevStack, mode: str
+) -> None:
+    """Debezium writes an unchanged TOASTed ``bytea`` as the placeholder's bytes in the
+    column's binary encoding (``binary.handling.mode``): the processor sees it as the
+    placeholder (not as a value) and fills it from the key's row."""
+    table = f"iso_env_bin_{mode.replace('-', '_')}"
+    with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, n int, b bytea)").format(
+                sql.Identifier(table)
+            )
+        )
+        conn.execute(
+            sql.SQL("ALTER TABLE {} ALTER b SET STORAGE EXTERNAL").format(sql.Identifier(table))
+        )
+    name = f"envbin{mode.replace('-', '')}"
+    debezium = Debezium(stack, name, [f"public.{table}"], {"binary.handling.mode": mode}, "json")
+    debezium.start()
+    config = debezium.config
+    try:
+        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+            big = sql.SQL("decode(repeat(md5('x'), 200), 'hex')")
+            conn.execute(
+                sql.SQL("INSERT INTO {} VALUES (1, 0, {})").format(sql.Identifier(table), big)
+            )
+            conn.execute(sql.SQL("UPDATE {} SET n = 1 WHERE id = 1").format(sql.Identifier(table)))
+        wait_debezium(config, source_lsn(config))
+        topic = f"{name}.public.{table}"
+
+        def both() -> list[Any] | None:
+            found = [r for r in read_topic(config, topic) if r.value]
+            return found if len(found) == 2 else None
+
+        records = wait_for("both events", both)
+    finally:
+        debezium.stop()
+    codec = SourceCodec("debezium-upsert", "", None)
+    state = BatchState(MemoryPartitionStore())
+    changes = [
+        codec.decode(RawMessage(topic, r.partition, r.offset, r.key, r.value)) for r in records
+    ]
+    inserted, updated = sorted(changes, key=lambda c: c.version)
+    assert not inserted.toast and updated.toast, updated.after
+    debezium_upsert(inserted, state, codec)
+    emit = debezium_upsert(updated, state, codec)
+    assert emit is not None and emit.after is not None
+    assert emit.after["b"] == inserted.after["b"] and emit.after["n"] == 1
