@@ -35,14 +35,7 @@ from processor.events.avro_schemas import (
     row_schema,
     upsert_layout,
 )
-from processor.events.change import (
-    TOAST_PLACEHOLDER_BYTES,
-    Change,
-    Emit,
-    Row,
-    debezium_change,
-    placeholder_marks,
-)
+from processor.events.change import TOAST_PLACEHOLDER_BYTES, Change, Emit, Row, debezium_change
 from tidemark.avro_wire import HEADER, MAGIC, at_end, read_avro, schema_id_of
 from tidemark.errors import InputError, UnknownSchemaError
 from tidemark.messages import RawMessage
@@ -66,19 +59,8 @@ class _Decoded:
 class AvroCodec:
     """Decodes the Avro messages of one input topic and encodes its reconciled events."""
 
-    def __init__(
-        self,
-        envelope: str,
-        output_topic: str,
-        schemas: SchemaCache | None,
-        binary_mode: str = "bytes",
-    ) -> None:
+    def __init__(self, envelope: str, output_topic: str, schemas: SchemaCache | None) -> None:
         self.envelope = envelope
-        #: Byte strings that show an unchanged-TOAST placeholder: the text (which is also
-        #: a bytea's own bytes), and a bytea's text form under another binary mode.
-        self._marks: tuple[bytes, ...] = (TOAST_PLACEHOLDER_BYTES,)
-        if binary_mode != "bytes":
-            self._marks += (placeholder_marks(binary_mode)[1],)
         self.output_topic = output_topic
         self._cache = schemas
         self._layouts: dict[int, Layout] = {}
@@ -201,8 +183,7 @@ class AvroCodec:
         payload = read_avro(stream, rest_at, layout.rest, msg, "value")
         at_end(stream, raw, msg)
         payload["before"], payload["after"] = before, after
-        toast = any(mark in raw for mark in self._marks)
-        change = debezium_change(state_key, payload, msg, toast)
+        change = debezium_change(state_key, payload, msg, TOAST_PLACEHOLDER_BYTES in raw)
         change.schema = _Decoded(layout, raw, after_at + len(layout.row_byte), rest_at)
         return change
 

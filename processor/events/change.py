@@ -7,7 +7,6 @@ on changes without knowing the bytes they came from.
 
 from __future__ import annotations
 
-import base64
 import enum
 from dataclasses import dataclass
 from typing import Any
@@ -23,26 +22,10 @@ Version = tuple[int, int]
 Row = dict[str, Any]
 
 #: What Debezium writes for a PostgreSQL column whose unchanged TOASTed value
-#: was not sent by logical decoding (text form; a bytea carries its bytes in the
-#: column encoding of ``binary.handling.mode``: base64, URL-safe base64 or hex).
+#: was not sent by logical decoding (text form; bytea carries it base64-encoded).
 TOAST_PLACEHOLDER = "__debezium_unavailable_value"
 TOAST_PLACEHOLDER_BYTES = TOAST_PLACEHOLDER.encode()
-TOAST_PLACEHOLDER_BASE64 = base64.b64encode(TOAST_PLACEHOLDER_BYTES).decode()
-TOAST_PLACEHOLDER_BASE64_URL = base64.urlsafe_b64encode(TOAST_PLACEHOLDER_BYTES).decode()
-TOAST_PLACEHOLDER_HEX = TOAST_PLACEHOLDER_BYTES.hex()
-_BINARY_PLACEHOLDERS = {
-    "bytes": TOAST_PLACEHOLDER_BASE64,  # JSON's form of bytes; Avro carries the bytes
-    "base64": TOAST_PLACEHOLDER_BASE64,
-    "base64-url-safe": TOAST_PLACEHOLDER_BASE64_URL,
-    "hex": TOAST_PLACEHOLDER_HEX,
-}
-
-
-def placeholder_marks(binary_mode: str) -> tuple[bytes, bytes]:
-    """What shows a placeholder in an event's bytes under ``binary.handling.mode``: the
-    text form, and a bytea's form (in Avro's ``bytes`` mode, the text's own bytes)."""
-    return TOAST_PLACEHOLDER_BYTES, _BINARY_PLACEHOLDERS[binary_mode].encode()
-
+TOAST_PLACEHOLDER_BASE64 = "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="
 
 OPS = frozenset({"c", "u", "d", "r"})
 #: Connectors whose positions the classic ``debezium`` envelope knows how to order.
@@ -174,11 +157,7 @@ def is_placeholder(value: Any) -> bool:
     return value in _PLACEHOLDERS
 
 
-_PLACEHOLDERS = (
-    TOAST_PLACEHOLDER,
-    TOAST_PLACEHOLDER_BYTES,
-    *dict.fromkeys(_BINARY_PLACEHOLDERS.values()),
-)
+_PLACEHOLDERS = (TOAST_PLACEHOLDER, TOAST_PLACEHOLDER_BASE64, TOAST_PLACEHOLDER_BYTES)
 
 
 def fill_placeholders(after: Row, previous: Row | None) -> list[str]:

@@ -18,12 +18,13 @@ from typing import Any
 import orjson
 
 from processor.events.change import (
+    TOAST_PLACEHOLDER,
+    TOAST_PLACEHOLDER_BASE64,
     Change,
     Emit,
     Row,
     chunk_version,
     debezium_change,
-    placeholder_marks,
 )
 from tidemark.errors import InputError
 from tidemark.json_envelope import PAYLOAD_HEAD, SCHEMA_HEAD, EnvelopeSplitter
@@ -45,6 +46,8 @@ TIDEMARK_FIELD: dict[str, Any] = {
 }
 
 _READ_HEAD = b'{"before":null,"after":'
+_TOAST_TEXT = TOAST_PLACEHOLDER.encode()
+_TOAST_BASE64 = TOAST_PLACEHOLDER_BASE64.encode()
 
 # Connect schema types and the JSON values they allow (keys are validated against them).
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
@@ -74,12 +77,10 @@ class ChunkEnvelope:
     with that ``after``.
     """
 
-    __slots__ = ("head", "tail", "marks", "event", "schema", "snapshot", "connector")
+    __slots__ = ("head", "tail", "event", "schema", "snapshot", "connector")
 
-    def __init__(
-        self, head: bytes, tail: bytes, change: Change, marks: tuple[bytes, bytes]
-    ) -> None:
-        self.head, self.tail, self.marks = head, tail, marks
+    def __init__(self, head: bytes, tail: bytes, change: Change) -> None:
+        self.head, self.tail = head, tail
         self.event = dict(change.event, after=None)
         self.schema, self.snapshot, self.connector = (
             change.schema,
@@ -88,19 +89,16 @@ class ChunkEnvelope:
         )
 
     @staticmethod
-    def learn(
-        value: bytes, payload_at: int, change: Change, marks: tuple[bytes, bytes]
-    ) -> ChunkEnvelope | None:
+    def learn(value: bytes, payload_at: int, change: Change) -> ChunkEnvelope | None:
         """The envelope around ``change`` (a chunk row decoded in full from ``value``,
-        whose payload starts at ``payload_at``), if its row can be found in it;
-        ``marks`` show placeholders, as the codec's own."""
+        whose payload starts at ``payload_at``), if its row can be found in it."""
         row_at = payload_at + len(_READ_HEAD)
         if change.before is not None or not value.startswith(_READ_HEAD, payload_at):
             return None
         row = orjson.dumps(change.after)
         if not value.startswith(row, row_at):
             return None  # written by another serializer: no byte-exact row to find
-        return ChunkEnvelope(value[:row_at], value[row_at + len(row) :], change, marks)
+        return ChunkEnvelope(value[:row_at], value[row_at + len(row) :], change)
 
     def decode(self, msg: RawMessage, value: bytes, state_key: bytes) -> Change | None:
         """The chunk row in ``value`` if it has this envelope; ``None`` if not, or if
@@ -118,8 +116,7 @@ class ChunkEnvelope:
             return None
         tag = msg.chunk
         assert tag is not None
-        text, binary = self.marks
-        toast = raw.find(text) >= 0 or raw.find(binary) >= 0
+        toast = raw.find(_TOAST_TEXT) >= 0 or raw.find(_TOAST_BASE64) >= 0
         return Change(
             state_key,
             "r",
@@ -140,10 +137,8 @@ class ChunkEnvelope:
 class JsonCodec:
     """Decodes the JSON messages of one input topic and encodes its reconciled events."""
 
-    def __init__(self, envelope: str, binary_mode: str = "bytes") -> None:
+    def __init__(self, envelope: str) -> None:
         self.envelope = envelope
-        #: Byte strings that show an unchanged-TOAST placeholder (text, and bytea's form).
-        self._marks = placeholder_marks(binary_mode)
         #: Values' schema envelope (shared with :mod:`processor.reconcile.upsert_fast_path`).
         self.values = EnvelopeSplitter()
         self._keys = EnvelopeSplitter()
@@ -216,12 +211,11 @@ class JsonCodec:
         start = (
             len(self.values.prefix) if schema is not None and schema is self.values.schema else 0
         )
-        text, binary = self._marks
-        toast = value.find(text, start) >= 0 or value.find(binary, start) >= 0
+        toast = value.find(_TOAST_TEXT, start) >= 0 or value.find(_TOAST_BASE64, start) >= 0
         change = debezium_change(state_key, payload, msg, toast)
         change.schema = schema
         if msg.chunk is not None and (schema is None or start):
-            self._chunk = ChunkEnvelope.learn(value, start, change, self._marks)
+            self._chunk = ChunkEnvelope.learn(value, start, change)
         return change
 
     def _decode_flat(self, msg: RawMessage, state_key: bytes) -> Change:

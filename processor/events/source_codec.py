@@ -22,17 +22,9 @@ from tidemark.schema_registry import SchemaCache
 class SourceCodec:
     """Decodes one topic's messages and encodes its output; the rules' row codec."""
 
-    def __init__(
-        self,
-        envelope: str,
-        output_topic: str,
-        schemas: SchemaCache | None,
-        binary_mode: str = "bytes",
-    ) -> None:
-        """``binary_mode``: the connector's ``binary.handling.mode`` (how a bytea carries
-        the unchanged-TOAST placeholder)."""
-        self.json = JsonCodec(envelope, binary_mode)
-        self.avro = AvroCodec(envelope, output_topic, schemas, binary_mode)
+    def __init__(self, envelope: str, output_topic: str, schemas: SchemaCache | None) -> None:
+        self.json = JsonCodec(envelope)
+        self.avro = AvroCodec(envelope, output_topic, schemas)
 
     def decode(self, msg: RawMessage) -> Change:
         """The change in ``msg`` (its key present), keyed by the key's bytes in state."""

@@ -112,7 +112,6 @@ class Reconciler:
         self.windows = WindowBuffers(config.processor.pipeline)
         #: The largest message reconciled; a larger one is dead-lettered as a reference.
         self.input_limit = config.kafka.max_record_bytes // 2
-        self._binary_mode = config.source.value_settings().binary_handling_mode
 
     def topic(self, topic: str) -> InputTopic:
         """The :class:`InputTopic` of input ``topic`` (made on first use)."""
@@ -124,7 +123,7 @@ class Reconciler:
                 topic,
                 envelope,
                 STEPS[envelope],
-                SourceCodec(envelope, output, self.schemas, self._binary_mode),
+                SourceCodec(envelope, output, self.schemas),
                 output,
                 changelog_topic(self.config.processor.pipeline, topic),
             )

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor.events.change import Emit, Snapshot, is_placeholder
+from processor.events.change import Emit, Snapshot
 from processor.events.chunk_tag import ChunkTag
 from processor.events.json_codec import TIDEMARK_FIELD
 from processor.events.source_codec import SourceCodec
@@ -111,21 +111,6 @@ def test_toast_placeholder_is_noticed() -> None:
         for _ in range(2):
             wrapped = {"schema": SCHEMA, "payload": event(after={"id": 1, "doc": doc})}
             assert source.decode(message(wrapped)).toast == (doc != "x")
-
-
-@pytest.mark.parametrize(
-    ("mode", "form"),
-    [
-        ("hex", "5f5f646562657a69756d5f756e617661696c61626c655f76616c7565"),
-        ("base64-url-safe", "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="),
-        ("base64", "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="),
-    ],
-)
-def test_a_bytea_placeholder_is_noticed_in_its_binary_mode(mode: str, form: str) -> None:
-    """A bytea's placeholder is its bytes in ``binary.handling.mode``'s encoding."""
-    source = SourceCodec("debezium-upsert", "p.reconciled.public.t", None, mode)
-    change = source.decode(message(event(after={"id": 1, "b": form})))
-    assert change.toast and is_placeholder(change.after["b"])
 
 
 KEY_SCHEMA = {
