@@ -158,34 +158,27 @@ def test_toast_refusal_and_dead_letters(stack: DevStack) -> None:
         processor.stop()
 
 
-@pytest.mark.parametrize("mode", ["hex", "base64-url-safe"])
-def test_an_unchanged_toasted_bytea_is_seen_in_every_binary_encoding(
-    stack: DevStack, mode: str
-) -> None:
-    """Debezium writes an unchanged TOASTed ``bytea`` as the placeholder's bytes in the
-    column's binary encoding (``binary.handling.mode``): the processor sees it as the
-    placeholder (not as a value) and fills it from the key's row."""
+@pytest.mark.parametrize("mode", ["bytes", "hex", "base64-url-safe"])
+def test_an_unchanged_toasted_bytea_in_each_binary_mode(stack: DevStack, mode: str) -> None:
+    """What Debezium writes for an unchanged TOASTed ``bytea`` depends on
+    ``binary.handling.mode``: the placeholder's bytes in base64 (``bytes``), the text
+    placeholder (``hex``), which the processor sees and fills from the key's row; and NULL
+    under ``base64-url-safe``, where the value is lost before Tidemark sees it (the README
+    says so)."""
     table = f"iso_env_bin_{mode.replace('-', '_')}"
+    ident = sql.Identifier(table)
     with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
-        conn.execute(
-            sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, n int, b bytea)").format(
-                sql.Identifier(table)
-            )
-        )
-        conn.execute(
-            sql.SQL("ALTER TABLE {} ALTER b SET STORAGE EXTERNAL").format(sql.Identifier(table))
-        )
+        conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, n int, b bytea)").format(ident))
+        conn.execute(sql.SQL("ALTER TABLE {} ALTER b SET STORAGE EXTERNAL").format(ident))
     name = f"envbin{mode.replace('-', '')}"
     debezium = Debezium(stack, name, [f"public.{table}"], {"binary.handling.mode": mode}, "json")
     debezium.start()
     config = debezium.config
     try:
         with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
-            big = sql.SQL("decode(repeat(md5('x'), 200), 'hex')")
-            conn.execute(
-                sql.SQL("INSERT INTO {} VALUES (1, 0, {})").format(sql.Identifier(table), big)
-            )
-            conn.execute(sql.SQL("UPDATE {} SET n = 1 WHERE id = 1").format(sql.Identifier(table)))
+            big = sql.SQL("decode(repeat(md5('x'), 200), 'hex')")  # 3,200 bytes, out of line
+            conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 0, {})").format(ident, big))
+            conn.execute(sql.SQL("UPDATE {} SET n = 1 WHERE id = 1").format(ident))
         wait_debezium(config, source_lsn(config))
         topic = f"{name}.public.{table}"
 
@@ -202,6 +195,10 @@ def test_an_unchanged_toasted_bytea_is_seen_in_every_binary_encoding(
         codec.decode(RawMessage(topic, r.partition, r.offset, r.key, r.value)) for r in records
     ]
     inserted, updated = sorted(changes, key=lambda c: c.version)
+    assert inserted.after is not None and updated.after is not None
+    if mode == "base64-url-safe":
+        assert updated.after["b"] is None and not updated.toast
+        return
     assert not inserted.toast and updated.toast, updated.after
     debezium_upsert(inserted, state, codec)
     emit = debezium_upsert(updated, state, codec)
