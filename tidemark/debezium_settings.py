@@ -23,6 +23,9 @@ CHOICES: dict[str, tuple[str, ...]] = {
 }
 #: Settings that take a number: the connector's default.
 NUMBERS: dict[str, int] = {"money.fraction.digits": 2}
+#: Settings of which only the connector's default is supported (another value would be
+#: read as data): the default.
+DEFAULT_ONLY: dict[str, str] = {"unavailable.value.placeholder": "__debezium_unavailable_value"}
 
 
 @dataclass(frozen=True)
@@ -48,12 +51,18 @@ class ValueSettings:
                     allowed = ", ".join(CHOICES[name])
                     raise ConfigError(f"{where}: {raw!r} is not one of {allowed}")
                 values[name.replace(".", "_")] = raw
+            elif name in DEFAULT_ONLY:
+                if raw != DEFAULT_ONLY[name]:
+                    raise ConfigError(
+                        f"{where}: only the connector's default {DEFAULT_ONLY[name]!r} is "
+                        "supported (another placeholder would be read as a value)"
+                    )
             elif name in NUMBERS:
                 if not str(raw).isdigit():
                     raise ConfigError(f"{where}: expected a whole number, got {raw!r}")
                 values[name.replace(".", "_")] = int(raw)
             else:
-                known = ", ".join([*CHOICES, *NUMBERS])
+                known = ", ".join([*CHOICES, *NUMBERS, *DEFAULT_ONLY])
                 raise ConfigError(f"source.debezium: unknown setting {name!r} (known: {known})")
         return ValueSettings(**values)  # type: ignore[arg-type]
 

@@ -199,6 +199,10 @@ def test_settings_are_checked_by_their_connector_names() -> None:
         ValueSettings.read({"decimal.mode": "string"})
     with pytest.raises(ConfigError, match="expected a whole number"):
         ValueSettings.read({"money.fraction.digits": "-1"})
+    placeholder = "unavailable.value.placeholder"
+    with pytest.raises(ConfigError, match="only the connector's default"):
+        ValueSettings.read({placeholder: "<toast>"})
+    assert ValueSettings.read({placeholder: "__debezium_unavailable_value"}) == ValueSettings()
     properties = ValueSettings.read({"binary.handling.mode": "hex"}).properties()
     assert properties["binary.handling.mode"] == "hex"
     assert properties["decimal.handling.mode"] == "precise"  # the connector's default, said
