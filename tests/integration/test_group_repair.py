@@ -79,3 +79,20 @@ def test_a_processor_in_a_wedged_group_repairs_it(stack: DevStack) -> None:
         assert "no rebalance completed in 20 s, repairing" in processor.log.read_text()
     finally:
         processor.stop()
+
+
+def test_a_data_plane_with_no_input_topic_yet_repairs_nothing(stack: DevStack) -> None:
+    """A pipeline whose tables have no topic yet subscribes to nothing: no rebalance is
+    awaited, so none is "stuck" and its group is not repaired again and again."""
+    name = f"idle{uuid.uuid4().hex[:6]}"
+    config = pipeline_config(stack, name)
+    config = dataclasses.replace(
+        config, kafka=dataclasses.replace(config.kafka, stuck_rebalance_s=2.0)
+    )
+    processor = Processor(stack, config, f"{name}-processor").start()
+    try:
+        wait_for("the coordinator", lambda: processor.health().get("snapshots") == "leader")
+        time.sleep(8)  # four stuck periods
+        assert f"group {name}-dataplane: no rebalance" not in processor.log.read_text()
+    finally:
+        processor.stop()
