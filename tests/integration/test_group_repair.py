@@ -86,13 +86,18 @@ def test_a_data_plane_with_no_input_topic_yet_repairs_nothing(stack: DevStack) -
     awaited, so none is "stuck" and its group is not repaired again and again."""
     name = f"idle{uuid.uuid4().hex[:6]}"
     config = pipeline_config(stack, name)
-    config = dataclasses.replace(
-        config, kafka=dataclasses.replace(config.kafka, stuck_rebalance_s=2.0)
+    kafka = dataclasses.replace(
+        config.kafka,
+        heartbeat_interval_ms=500,
+        session_timeout_ms=2000,
+        max_poll_interval_ms=2000,
+        stuck_rebalance_s=6.0,
     )
+    config = dataclasses.replace(config, kafka=kafka)
     processor = Processor(stack, config, f"{name}-processor").start()
     try:
         wait_for("the coordinator", lambda: processor.health().get("snapshots") == "leader")
-        time.sleep(8)  # four stuck periods
+        time.sleep(14)  # two stuck periods
         assert f"group {name}-dataplane: no rebalance" not in processor.log.read_text()
     finally:
         processor.stop()
