@@ -173,7 +173,8 @@ class DataPlane:
         if now >= self._next_lag:
             self.partitions.update_lag(consumer)
             self._next_lag = now + 2.0
-            repair_stuck(self._rebalance, self.config.kafka.bootstrap_servers, self.group)
+            if self._subscribed:  # subscribed to nothing, no rebalance is awaited
+                repair_stuck(self._rebalance, self.config.kafka.bootstrap_servers, self.group)
 
     def stop(self) -> None:
         """Ask the loop to finish its batch and leave the group."""
@@ -340,6 +341,8 @@ class DataPlane:
         names = sorted([*inputs, *wanted])
         if names != self._subscribed:
             if names:
+                if not self._subscribed:
+                    self._rebalance.restart()  # the first rebalance is awaited from now
                 self._member().subscribe(
                     names,
                     on_assign=self.partitions.on_assign,
