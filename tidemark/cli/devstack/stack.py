@@ -52,7 +52,14 @@ class DevStack:
     # -- start -------------------------------------------------------------
 
     def up(self) -> Path:
-        """Start broker, PostgreSQL and Debezium; return the configuration's path."""
+        """Start broker, PostgreSQL and Debezium; return the configuration's path.
+
+        Spark's scratch space (``SPARK_LOCAL_DIRS``) of this process and of those it
+        starts goes under the run directory, unless set already: a sink that is killed
+        leaves its scratch (tens of MB) there, not in ``/tmp``."""
+        scratch = self.run_dir / "spark-scratch"
+        scratch.mkdir(parents=True, exist_ok=True)
+        os.environ.setdefault("SPARK_LOCAL_DIRS", str(scratch))
         self.start_infrastructure()
         self.start_debezium()
         return self.config_path
