@@ -932,12 +932,16 @@ def test_columns_added_and_dropped_during_a_backfill_shape_the_rows_read_after(
             conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN note").format(ident))
         dropped_at = chunks()
         wait_for("chunks after the dropped column", lambda: chunks() >= dropped_at + 2)
-        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
-            # a type whose Connect schema differs (int32 to int64), with values only it holds
-            conn.execute(sql.SQL("ALTER TABLE {} ALTER v TYPE bigint").format(ident))
-            conn.execute(sql.SQL("UPDATE {} SET v = v + 5000000000 WHERE id > 400").format(ident))
-        wait_for("the backfill", lambda: notified(config, "COMPLETED", "load-1"), timeout=180)
+        # A type whose Connect schema differs (int32 to int64), while no change brings an
+        # event of it: the table's latest event still declares int32.
         writer.stop()
+        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+            conn.execute(sql.SQL("ALTER TABLE {} ALTER v TYPE bigint").format(ident))
+        retyped_at = chunks()
+        wait_for("chunks after the new type", lambda: chunks() >= retyped_at + 2)
+        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+            conn.execute(sql.SQL("UPDATE {} SET v = v + 5000000000 WHERE id > 500").format(ident))
+        wait_for("the backfill", lambda: notified(config, "COMPLETED", "load-1"), timeout=180)
         wait_caught_up(config)
         entry = progress(config, f"public.{table}", "load-1")
         assert entry.status == "completed", entry
