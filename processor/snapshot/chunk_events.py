@@ -101,6 +101,15 @@ class TableShape:
             return []
         return declared_disagreements(fields, columns, settings)
 
+    def declared(self) -> dict[str, tuple[str, str | None]] | None:
+        """The row's field schemas as the learned event declares them (``(type, logical
+        name)`` per column); ``None`` for schemaless events, which declare none."""
+        if self._value.format == "avro":
+            return avro_fields(self._value.parsed)
+        if self._value.format == "json-schema":
+            return json_fields(self._value.schema)
+        return None
+
     @property
     def row_columns(self) -> tuple[str, ...]:
         """The columns of the learned event's row, in its order."""

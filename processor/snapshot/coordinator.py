@@ -324,7 +324,7 @@ class Coordinator:
                 # Learn the table again, and read the part with its new columns.
                 log.info("snapshot of %s: %s; the part is read again", entry.table, result)
                 state.failed(entry, job.chunk)
-                self._tables.forget(entry)
+                self._tables.changed(entry)
                 continue
             if isinstance(result, ChunkError):
                 self._abort(entry, str(result))

@@ -82,6 +82,8 @@ class TableChecks:
         self._probe = probe
         self._schemas = schemas
         self._prepared: dict[tuple[str, str], PreparedTable] = {}
+        #: Tables whose columns changed under their backfill: what they were before.
+        self._changed_from: dict[tuple[str, str], TableInfo] = {}
 
     def prepare(self, entry: TableProgress, reader: ChunkReader) -> PreparedTable:
         """Check that ``entry``'s table can be backfilled and learn how its events look."""
@@ -116,7 +118,8 @@ class TableChecks:
             assert count is not None  # its events were read
             event = (latest.key, latest.value)
         shape = self._learn(topic, event)
-        if shape.row_columns != info.columns:
+        before = self._changed_from.pop((entry.table, entry.request_id), None)
+        if shape.row_columns != info.columns or self._retyped(info, before, shape):
             # The table's columns changed after its last event (ALTER TABLE): its rows get
             # the event Debezium writes for the new columns, built from the catalog.
             event = self._built_event(topic, info, event, "its columns changed since its last")
@@ -145,6 +148,23 @@ class TableChecks:
         prepared = PreparedTable(info, event, backfill)
         self._prepared[(entry.table, entry.request_id)] = prepared
         return prepared
+
+    def _retyped(self, info: TableInfo, before: TableInfo | None, shape: TableShape) -> bool:
+        """Whether a column whose type changed since ``before`` is declared by ``shape``
+        (an event written before the change) otherwise than Debezium declares it now."""
+        if before is None:
+            return False
+        was = dict(zip(before.columns, before.types, strict=True))
+        retyped = [c for c, t in zip(info.columns, info.types, strict=True) if was.get(c, t) != t]
+        declared = shape.declared()
+        if not retyped or declared is None:  # schemaless events declare no type
+            return False
+        try:
+            _key, row = self._connector.key_and_row_fields(info)
+        except TidemarkError:
+            return True  # the built event is refused with the reason
+        now = {f["field"]: (f["type"], f.get("name")) for f in row}
+        return any(declared.get(c) != now[c] for c in retyped)
 
     def _learn(self, topic: str, event: tuple[bytes, bytes]) -> TableShape:
         try:
@@ -229,9 +249,16 @@ class TableChecks:
         """``entry``'s table is done."""
         self._prepared.pop((entry.table, entry.request_id), None)
 
+    def changed(self, entry: TableProgress) -> None:
+        """``entry``'s table changed (ALTER TABLE): learn it again, knowing what it was."""
+        prepared = self._prepared.pop((entry.table, entry.request_id), None)
+        if prepared is not None:
+            self._changed_from[(entry.table, entry.request_id)] = prepared.info
+
     def clear(self) -> None:
         """Leadership lost: what was learned may be stale when it comes back."""
         self._prepared.clear()
+        self._changed_from.clear()
 
 
 def _is_change_event(value: bytes) -> bool:
