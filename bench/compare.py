@@ -8,6 +8,9 @@ both alike. Prints the median of each and writes ``bench/results/compare.json``.
 
     git worktree add /tmp/before <commit>
     python bench/compare.py /tmp/before [--programs tidemark-upsert,...] [--rounds 3]
+
+The "after" tree is the one this file lies in: to measure one commit against its
+parent, copy this file into a worktree of that commit and run it from there.
 """
 
 from __future__ import annotations
@@ -126,13 +129,21 @@ def main() -> None:
         print(
             f"{program:32} {label:7} {results[-1]['events_per_s']:>9,} events/s  {cpu:5.1f} CPU-µs"
         )
-    before = subprocess.run(
-        ["git", "-C", str(trees["before"]), "rev-parse", "--short", "HEAD"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
-    write_results("compare", results, before=before, events=args.events, rounds=args.rounds)
+    versions = {label: _commit(tree) for label, tree in trees.items()}
+    write_results("compare", results, **versions, events=args.events, rounds=args.rounds)
+
+
+def _commit(tree: Path) -> str:
+    """The commit ``tree`` is checked out at (``+`` when it has changes not committed)."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(tree), *args], capture_output=True, text=True, check=False
+        )
+        return done.stdout.strip()
+
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return git("rev-parse", "--short", "HEAD") + ("+" if dirty else "")
 
 
 if __name__ == "__main__":
