@@ -35,7 +35,15 @@ from processor.events.avro_schemas import (
     row_schema,
     upsert_layout,
 )
-from processor.events.change import TOAST_PLACEHOLDER_BYTES, Change, Emit, Row, debezium_change
+from processor.events.change import (
+    TOAST_PLACEHOLDER_BYTES,
+    Change,
+    Emit,
+    Row,
+    debezium_change,
+    flat_change,
+    flat_delete,
+)
 from tidemark.avro_wire import HEADER, MAGIC, at_end, read_avro, schema_id_of
 from tidemark.errors import InputError, UnknownSchemaError
 from tidemark.messages import RawMessage
@@ -162,7 +170,7 @@ class AvroCodec:
         raw = msg.value
         if raw is None:
             if self.envelope == "upsert":
-                return Change(state_key, "d", None, None, (0, msg.offset), codec=self)
+                return flat_delete(state_key, msg)
             raise InputError("null value where a Debezium event was expected", msg, "not-debezium")
         layout = self._layout(schema_id_of(raw, msg, "value"), msg)
         stream = io.BytesIO(raw)
@@ -171,8 +179,7 @@ class AvroCodec:
             at_end(stream, raw, msg)
             if not isinstance(row, dict):
                 raise InputError("upsert value is not an Avro record", msg, "malformed")
-            decoded = _Decoded(layout, raw, HEADER.size, len(raw))
-            return Change(state_key, "u", None, row, (0, msg.offset), schema=decoded)
+            return flat_change(state_key, row, msg, _Decoded(layout, raw, HEADER.size, len(raw)))
         if raw[HEADER.size : HEADER.size + 1] == layout.null_byte:
             before, after_at = None, HEADER.size + 1  # no old row (no REPLICA IDENTITY FULL)
         else:

@@ -28,6 +28,11 @@ TOAST_PLACEHOLDER_BYTES = TOAST_PLACEHOLDER.encode()
 TOAST_PLACEHOLDER_BASE64 = "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="
 
 OPS = frozenset({"c", "u", "d", "r"})
+#: Fields of a row flattened by Debezium's ``ExtractNewRecordState`` (its default prefix):
+#: the transaction id (``add.fields`` with ``txId``), and the delete marker written under
+#: ``delete.tombstone.handling.mode`` ``rewrite``.
+FLAT_PREFIX = "__"
+FLAT_TXID, FLAT_DELETED = FLAT_PREFIX + "txId", FLAT_PREFIX + "deleted"
 #: Connectors whose positions the classic ``debezium`` envelope knows how to order.
 ORDERED_CONNECTORS = frozenset({"postgresql", "mysql"})
 
@@ -223,6 +228,54 @@ def debezium_change(state_key: bytes, payload: Any, msg: RawMessage, toast: bool
     if tag is not None:
         change.chunk, change.read_in = tag.number, tag.read_in
     return change
+
+
+def flat_change(
+    state_key: bytes,
+    row: Row,
+    msg: RawMessage,
+    schema: Any = None,
+    raw_after: bytes | None = None,
+) -> Change:
+    """An ``upsert`` topic's row as a change, versioned by its input offset.
+
+    Rows flattened by Debezium's ``ExtractNewRecordState`` may say more, in fields of
+    its default prefix: ``__txId`` (``add.fields`` with ``txId``) is the change's
+    transaction id, and ``__deleted`` ``"true"`` (``delete.tombstone.handling.mode``
+    ``rewrite``) makes the row a delete of its key, whose values are the old row. A
+    record of a backfill topic is a chunk row (``op`` ``r``).
+    """
+    txid = row.get(FLAT_TXID)
+    if type(txid) is not int:
+        txid = None
+    elif not in_64_bits(txid):
+        raise InputError(f"transaction id {txid} is beyond 64-bit integers", msg, "position")
+    deleted = row.get(FLAT_DELETED) == "true"
+    tag = msg.chunk
+    if tag is not None:
+        if isinstance(tag.read_in, Window):
+            raise InputError(
+                "a signal-table window's row for an upsert topic (its changes are placed by "
+                "offset, not by a position a window can bound)",
+                msg,
+                "backfill-headers",
+            )
+        if deleted:
+            raise InputError("a backfill record that is not a read event", msg, "not-debezium")
+        change = Change(state_key, "r", None, row, chunk_version(msg), schema=schema)
+        change.raw_after, change.chunk, change.read_in = raw_after, tag.number, tag.read_in
+        return change
+    version = (0, msg.offset)
+    if deleted:
+        return Change(state_key, "d", row, None, version, schema=schema, txid=txid)
+    return Change(state_key, "u", None, row, version, schema=schema, txid=txid, raw_after=raw_after)
+
+
+def flat_delete(state_key: bytes, msg: RawMessage) -> Change:
+    """The null value of an ``upsert`` topic: a delete of the key."""
+    if msg.chunk is not None:
+        raise InputError("a backfill record without a value", msg, "not-debezium")
+    return Change(state_key, "d", None, None, (0, msg.offset))
 
 
 def chunk_version(msg: RawMessage) -> Version:

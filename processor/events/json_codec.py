@@ -25,6 +25,8 @@ from processor.events.change import (
     Row,
     chunk_version,
     debezium_change,
+    flat_change,
+    flat_delete,
 )
 from tidemark.errors import InputError
 from tidemark.json_envelope import PAYLOAD_HEAD, SCHEMA_HEAD, EnvelopeSplitter
@@ -219,13 +221,12 @@ class JsonCodec:
         return change
 
     def _decode_flat(self, msg: RawMessage, state_key: bytes) -> Change:
-        version = (0, msg.offset)
         if msg.value is None:
-            return Change(state_key, "d", None, None, version)
+            return flat_delete(state_key, msg)
         row, schema, text = self.values.split(msg.value, msg, "value")
         if not isinstance(row, dict):
             raise InputError("upsert value is not a JSON object", msg, "malformed")
-        return Change(state_key, "u", None, row, version, schema=schema, raw_after=text)
+        return flat_change(state_key, row, msg, schema, text)
 
     # -- output ----------------------------------------------------------------
 

@@ -47,7 +47,7 @@ from processor.events.change import (
     fill_placeholders,
 )
 from processor.events.visibility import PgSnapshot
-from processor.reconcile.versions import Action, Entry, decide, decide_change, decide_row
+from processor.reconcile.versions import Action, Entry, decide_change, decide_row
 
 ENTRY = b"k"
 SEEN = b"s"
@@ -102,12 +102,24 @@ READ_AGAIN = "read-again"
 
 
 def upsert(change: Change, state: KeyState, rows: RowCodec) -> Emit | None:
-    """``upsert``: a flat value replaces the key's row, a null value deletes it."""
+    """``upsert``: a flat value replaces the key's row, a null value deletes it.
+
+    A change's version is its input offset. Flattened Debezium rows
+    (``ExtractNewRecordState``) that carry ``__txId`` keep it in state, so that chunk
+    rows of an incremental snapshot (``change.chunk``) are decided against changes by
+    the snapshot they were read in, as under ``debezium-upsert``. A delete without a
+    transaction id (the tombstone after a flattened delete) over a key already deleted
+    adds nothing and is dropped (a replay of it is re-emitted as any): the delete before
+    it holds the transaction id.
+    """
     key = ENTRY + change.key
     raw = state.get(key)
     stored = Entry.decode(raw) if raw is not None else None
-    action = decide(change.version, stored.version if stored else None)
-    if action is Action.DROP:
+    if change.chunk is not None:
+        action = decide_row(change.chunk, change.read_in, stored)
+    else:
+        action = decide_change(change.version, change.txid, stored)
+    if action is Action.DROP or (action is Action.APPLY and _adds_nothing(change, stored)):
         return None
     # On a replay (REEMIT) the state already holds this change and its previous
     # row is gone: the event carries the row itself, which downstream applies
@@ -115,12 +127,25 @@ def upsert(change: Change, state: KeyState, rows: RowCodec) -> Emit | None:
     previous = stored.value if stored else None
     after_stored = rows.dump(change) if change.after is not None else None
     if action is Action.APPLY:
-        state.put(key, Entry(change.version, after_stored).encode())
+        read_in = change.read_in
+        snapshot = read_in if isinstance(read_in, PgSnapshot) else None
+        entry = Entry(change.version, after_stored, change.txid, change.chunk, snapshot)
+        state.put(key, entry.encode())
+    if change.chunk is not None:
+        return Emit("r", previous, change.after, "snapshot", after_stored)
     if change.after is None:
         op = "d"
     else:
         op = "u" if previous is not None else "c"
     return Emit(op, previous, change.after, action.value, after_stored)
+
+
+def _adds_nothing(change: Change, stored: Entry | None) -> bool:
+    """Whether ``change`` is a delete without a transaction id of a key already deleted
+    (which would lose the transaction id of the delete stored)."""
+    return (
+        change.after is None and change.txid is None and stored is not None and stored.value is None
+    )
 
 
 def debezium_upsert(change: Change, state: KeyState, rows: RowCodec) -> Emit | None:

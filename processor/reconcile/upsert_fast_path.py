@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import orjson
 
+from processor.events.change import FLAT_DELETED, FLAT_TXID, in_64_bits
 from processor.events.json_codec import JsonCodec
 from processor.reconcile.envelopes import ENTRY
-from processor.reconcile.versions import HEAD, Action, Entry, decide
+from processor.reconcile.versions import HEAD, TXID, Action, Entry, decide
 from state.batch import BatchState
 from tidemark.avro_wire import MAGIC
 from tidemark.messages import RawMessage
@@ -36,6 +37,9 @@ _EVENT = (
     b'"envelope":"upsert","reason":"%b"}}'
 )
 _APPLY, _REEMIT, _DROP = Action.APPLY, Action.REEMIT, Action.DROP
+#: An entry's flags: its row is present, and a change's transaction id comes first.
+_PRESENT, _CHANGE_FLAGS = 1, 3
+_ROW_AT = {1: HEAD.size, 3: HEAD.size + TXID.size}
 _APPLIED, _REPLAYED = _APPLY.value.encode(), _REEMIT.value.encode()
 
 
@@ -69,6 +73,8 @@ def decide_flat(
         key, value = msg.key, msg.value
         if key is None or key[:1] == MAGIC:
             break
+        txid = None
+        deleted = False  # a flattened delete: a row that says so, with the event's schema
         if value is not None:
             if value[:1] == MAGIC or len(value) + len(key) > limit:
                 break
@@ -82,28 +88,43 @@ def decide_flat(
                 break
             if type(row) is not dict or (not prefix and "schema" in row and "payload" in row):
                 break
+            txid = row.get(FLAT_TXID)
+            if type(txid) is not int:
+                txid = None
+            elif not in_64_bits(txid):
+                break  # a dead letter, on the general path
+            if row.get(FLAT_DELETED) == "true":
+                deleted, value = True, None
         state_key = ENTRY + key
         stored = get(state_key)
         previous: bytes | None = None
         stored_version = None
         if stored is not None:
             _format, major, minor, flags = HEAD.unpack_from(stored)
-            if flags > 1:
-                break  # not an upsert entry
+            if flags > _CHANGE_FLAGS:
+                break  # a chunk row's or a pending entry: not a change's
             stored_version = (major, minor)
-            if flags:
-                previous = stored[HEAD.size :]
+            if flags & _PRESENT:
+                previous = stored[_ROW_AT[flags] :]
                 if previous[:1] == MAGIC:
                     break  # an Avro row: the general path converts it
         offset = msg.offset
         version = (0, offset)
         action = decide(version, stored_version)
         taken += 1
-        if action is _DROP or (action is _REEMIT and offset < flushed):
+        if (
+            action is _DROP
+            or (action is _REEMIT and offset < flushed)
+            # a delete without a transaction id of a deleted key adds nothing (upsert's rule)
+            or (action is _APPLY and value is None and txid is None and stored and not previous)
+        ):
             dropped += 1
             continue
         if action is _APPLY:
-            put(state_key, Entry.encode_row(version, value))
+            if txid is None:
+                put(state_key, Entry.encode_row(version, value))
+            else:
+                put(state_key, Entry(version, value, txid).encode())
         event = _EVENT % (
             previous if previous is not None else b"null",
             value if value is not None else b"null",
@@ -115,9 +136,9 @@ def decide_flat(
             offset,
             _APPLIED if action is _APPLY else _REPLAYED,
         )
-        if value is None:  # a null value has no schema: neither has its event
-            append((output, msg.partition, key, event))
+        if head and (value is not None or deleted):  # a null value has no schema
+            event = head + event + b"}"
+        append((output, msg.partition, key, event))
+        if value is None:
             append((output, msg.partition, key, None))
-        else:
-            append((output, msg.partition, key, head + event + b"}" if head else event))
     return taken, dropped

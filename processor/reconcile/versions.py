@@ -43,7 +43,7 @@ Version = tuple[int, int]
 
 #: An entry's head: format, version, flags (``flags < 2``: a version and a value only).
 HEAD = struct.Struct(">BqqB")
-_TXID = struct.Struct(">q")
+TXID = struct.Struct(">q")
 _CHUNK = struct.Struct(">q")
 _FORMAT = 2
 _PRESENT, _TXID_FLAG, _SNAPSHOT_FLAG, _CHUNK_FLAG, _PENDING_FLAG = 1, 2, 4, 8, 16
@@ -129,7 +129,7 @@ class Entry(NamedTuple):
         optional = b""
         if self.txid is not None:
             flags |= _TXID_FLAG
-            optional = _TXID.pack(self.txid)
+            optional = TXID.pack(self.txid)
         if self.snapshot is not None:
             flags |= _SNAPSHOT_FLAG
             optional += _CHUNK.pack(self.chunk or 0) + self.snapshot.encode()
@@ -155,8 +155,8 @@ class Entry(NamedTuple):
         offset = HEAD.size
         txid = chunk = snapshot = None
         if flags & _TXID_FLAG:
-            txid = _TXID.unpack_from(raw, offset)[0]
-            offset += _TXID.size
+            txid = TXID.unpack_from(raw, offset)[0]
+            offset += TXID.size
         if flags & _SNAPSHOT_FLAG:
             chunk = _CHUNK.unpack_from(raw, offset)[0]
             snapshot, offset = PgSnapshot.decode(raw, offset + _CHUNK.size)

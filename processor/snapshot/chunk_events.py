@@ -7,6 +7,12 @@ partition that owns the key, and the same value encoding for every column.
 events on its change topic (JSON with or without schemas, or Avro with the
 registry's ids) and then writes ``op = r`` events with ``source.snapshot =
 incremental`` for rows converted by :mod:`processor.snapshot.postgres.values`.
+
+A topic flattened by Debezium's ``ExtractNewRecordState`` holds rows, not
+envelopes: the table's columns, then the fields the transform adds
+(``__deleted``, then ``add.fields``, e.g. ``__op``, ``__txId``). Its chunk rows are
+flat rows of the same fields, with the values the transform gives a snapshot READ
+event: ``__op`` ``r``, ``__deleted`` ``false``, no ``__txId`` or ``__lsn``.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import fastavro
 import orjson
 
 from processor.errors import ShapeError
+from processor.events.change import FLAT_PREFIX
 from processor.snapshot.connect_values import Column, to_avro, to_json
 from processor.snapshot.encoding_check import (
     Disagreement,
@@ -64,22 +71,34 @@ class TableShape:
     """A table's Debezium event layout, learned from one of its events."""
 
     def __init__(
-        self, key: _Side, value: _Side, source: dict[str, Any], row: dict[str, Any]
+        self,
+        key: _Side,
+        value: _Side,
+        source: dict[str, Any],
+        row: dict[str, Any],
+        flat: dict[str, Any] | None = None,
     ) -> None:
         self._key, self._value, self._source = key, value, source
         self._row = row  # the learned event's row: what a schemaless topic says of its types
+        #: A flattened topic's: the fields the transform adds, as the learned event has them.
+        self.flat = flat
 
     @staticmethod
     def learn(key: bytes, value: bytes, schemas: SchemaCache | None) -> TableShape:
-        """The shape of the events of the table that Debezium's ``key``/``value`` belong to."""
+        """The shape of the events of the table that Debezium's ``key``/``value`` belong to:
+        Debezium's envelopes, or rows flattened by ``ExtractNewRecordState``."""
         key_side, key_payload = _learn(key, schemas, "key")
         value_side, payload = _learn(value, schemas, "value")
-        if not isinstance(payload, dict) or not isinstance(payload.get("source"), dict):
-            raise ShapeError("not a Debezium change event: cannot learn the table's events")
+        if not isinstance(payload, dict):
+            raise ShapeError("neither a Debezium change event nor a row")
         if not isinstance(key_payload, dict) or not key_payload:
             raise ShapeError("a Debezium key is a struct of the key columns")
         key_side.fields = tuple(key_payload)
         value_side.fields = tuple(payload)
+        if not isinstance(payload.get("source"), dict) or "after" not in payload:
+            flat = {k: v for k, v in payload.items() if k.startswith(FLAT_PREFIX)}
+            row = {k: v for k, v in payload.items() if k not in flat}
+            return TableShape(key_side, value_side, {}, row, flat)
         row = payload.get("after") or payload.get("before") or {}
         return TableShape(key_side, value_side, dict(payload["source"]), dict(row))
 
@@ -89,34 +108,33 @@ class TableShape:
         """The ``columns`` whose encoding under ``settings`` is not the events' own. Schemaless
         events show only values: ``others`` (more of the table's event values) add to the
         learned one, as a value that reads both ways proves nothing."""
-        if self._value.format == "avro":
-            fields = avro_fields(self._value.parsed)
-        elif self._value.format == "json-schema":
-            fields = json_fields(self._value.schema)
-        else:
-            for row in (self._row, *map(_row_of, others)):
+        declared = self.declared()
+        if declared is None:
+            for row in (self._row, *(_row_of(value, self.flat is not None) for value in others)):
                 found = value_disagreements(row, columns, settings)
                 if found:
                     return found
             return []
-        return declared_disagreements(fields, columns, settings)
+        return declared_disagreements(declared, columns, settings)
 
     def declared(self) -> dict[str, tuple[str, str | None]] | None:
         """The row's field schemas as the learned event declares them (``(type, logical
         name)`` per column); ``None`` for schemaless events, which declare none."""
+        flat = self.flat is not None
         if self._value.format == "avro":
-            return avro_fields(self._value.parsed)
+            return avro_fields(self._value.parsed, flat)
         if self._value.format == "json-schema":
-            return json_fields(self._value.schema)
+            return json_fields(self._value.schema, flat)
         return None
 
     @property
     def row_columns(self) -> tuple[str, ...]:
         """The columns of the learned event's row, in its order."""
         if self._value.format == "avro":
-            return tuple(f["name"] for f in avro_row_fields(self._value.parsed))
+            fields = avro_row_fields(self._value.parsed, self.flat is not None)
+            return tuple(f["name"] for f in fields)
         if self._value.format == "json-schema":
-            return tuple(json_fields(self._value.schema))
+            return tuple(json_fields(self._value.schema, self.flat is not None))
         return tuple(self._row)
 
     @property
@@ -141,6 +159,7 @@ class TableShape:
         names = [c.name for c in columns]
         converted = [(i, c.json) for i, c in enumerate(columns) if c.json is not None]
         head, tail = self._around_after(payload)
+        row_end = -1 if self.flat is not None else None  # a flat row goes on with its fields
         key_at = [(name, names.index(name)) for name in self._key.fields]
         key_head = self._key.head if self._key.format == "json-schema" else b""
         key_tail = b"}" if key_head else b""
@@ -151,11 +170,15 @@ class TableShape:
             for i, encode in converted:
                 values[i] = encode(values[i])
             key = key_head + dumps({name: values[i] for name, i in key_at}) + key_tail
-            out.append((key, head + dumps(dict(zip(names, values, strict=True))) + tail))
+            body = dumps(dict(zip(names, values, strict=True)))[:row_end]
+            out.append((key, head + body + tail))
         return out
 
     def _payload(self, now_ns: int) -> dict[str, Any]:
-        """A READ event without its row, with the fields and order of the table's events."""
+        """A READ event without its row, with the fields and order of the table's events;
+        a flattened topic's: the fields the transform adds to the row."""
+        if self.flat is not None:
+            return _flat_fields(self.flat, now_ns)
         source = dict(self._source, **_READ_SOURCE)
         source.update(ts_ms=now_ns // 1_000_000, ts_us=now_ns // 1000, ts_ns=now_ns)
         payload: dict[str, Any] = {
@@ -171,9 +194,13 @@ class TableShape:
         return {f: payload.get(f) for f in self._value.fields}
 
     def _around_after(self, payload: dict[str, Any]) -> tuple[bytes, bytes]:
-        """The JSON value's bytes before and after its ``after`` row."""
-        text = orjson.dumps(dict(payload, after=_AFTER_MARK))
-        head, tail = text.split(orjson.dumps(_AFTER_MARK))
+        """The JSON value's bytes before and after its ``after`` row; a flat row's, before
+        its columns and after them (its closing brace not included)."""
+        if self.flat is not None:
+            head, tail = b"", (b"," + orjson.dumps(payload)[1:]) if payload else b"}"
+        else:
+            text = orjson.dumps(dict(payload, after=_AFTER_MARK))
+            head, tail = text.split(orjson.dumps(_AFTER_MARK))
         if self._value.format == "json-schema":
             return self._value.head + head, tail + b"}"
         return head, tail
@@ -183,11 +210,37 @@ class TableShape:
     ) -> tuple[bytes, bytes]:
         values = {c.name: c.convert(v) for c, v in zip(columns, row, strict=True)}
         key = _wire(self._key, {name: values[name] for name in self._key.fields})
-        envelope = dict(payload, after=_wire(self._value, values))
-        return _write(self._key, key), _write(self._value, envelope)
+        if self.flat is not None:
+            value = dict(_wire(self._value, values), **payload)
+        else:
+            value = dict(payload, after=_wire(self._value, values))
+        return _write(self._key, key), _write(self._value, value)
 
 
 _AFTER_MARK = "\x01tidemark:after\x01"
+#: What ``ExtractNewRecordState`` gives a snapshot READ event's fields, by name (without
+#: the prefix; ``source_`` names a ``source`` field): the rest keep the learned event's.
+_FLAT_READ: dict[str, Any] = {
+    "deleted": "false",
+    "op": "r",
+    **_READ_SOURCE,
+    **{f"source_{name}": value for name, value in _READ_SOURCE.items()},
+}
+_FLAT_TIMES = {"ts_ms": 1_000_000, "ts_us": 1000, "ts_ns": 1}
+
+
+def _flat_fields(learned: dict[str, Any], now_ns: int) -> dict[str, Any]:
+    """The fields ``ExtractNewRecordState`` adds to a snapshot READ row, as it adds them to
+    the ``learned`` event (its values of the table's own, like ``__table``, kept)."""
+    out = {}
+    for field, value in learned.items():
+        name = field[len(FLAT_PREFIX) :]
+        time_unit = _FLAT_TIMES.get(name.removeprefix("source_"))
+        if time_unit is not None:
+            out[field] = now_ns // time_unit
+        else:
+            out[field] = _FLAT_READ.get(name, value)
+    return out
 
 
 def _learn(raw: bytes, schemas: SchemaCache | None, what: str) -> tuple[_Side, Any]:
@@ -206,14 +259,17 @@ def _learn(raw: bytes, schemas: SchemaCache | None, what: str) -> tuple[_Side, A
     return _Side("json"), document
 
 
-def _row_of(value: bytes) -> dict[str, Any]:
-    """A schemaless event's row (``after``, else ``before``); nothing if it is not one."""
+def _row_of(value: bytes, flat: bool) -> dict[str, Any]:
+    """A schemaless event's row (``after``, else ``before``; a ``flat`` event's columns);
+    nothing if it is not one."""
     try:
         document = orjson.loads(value)
     except orjson.JSONDecodeError:
         return {}
     if not isinstance(document, dict):
         return {}
+    if flat:
+        return {k: v for k, v in document.items() if not k.startswith(FLAT_PREFIX)}
     row = document.get("after") or document.get("before")
     return row if isinstance(row, dict) else {}
 

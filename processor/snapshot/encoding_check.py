@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from processor.events.change import FLAT_PREFIX
 from processor.snapshot.connect_values import Column
 from tidemark.debezium_settings import ValueSettings
 
@@ -93,19 +94,23 @@ def value_disagreements(
     return out
 
 
-def avro_row_fields(schema: Any) -> list[dict[str, Any]]:
-    """The row fields (``after``'s) of a parsed Debezium value schema, in order."""
+def avro_row_fields(schema: Any, flat: bool = False) -> list[dict[str, Any]]:
+    """The row fields (``after``'s) of a parsed Debezium value schema, in order; of a
+    ``flat`` row's schema, its fields but those the flattening adds (``__``)."""
+    if flat:
+        return [f for f in schema.get("fields", []) if not f["name"].startswith(FLAT_PREFIX)]
     named = schema.get("__named_schemas", {}) if isinstance(schema, dict) else {}
     row = next((f["type"] for f in schema.get("fields", []) if f["name"] == "after"), None)
     record = _resolve(_non_null(row), named)
     return list(record.get("fields", [])) if isinstance(record, dict) else []
 
 
-def avro_fields(schema: Any) -> dict[str, tuple[str, str | None]]:
-    """The Connect schemas of a parsed Debezium value schema's row fields (``after``)."""
+def avro_fields(schema: Any, flat: bool = False) -> dict[str, tuple[str, str | None]]:
+    """The Connect schemas of a parsed Debezium value schema's row fields (``after``), or
+    of a ``flat`` row's."""
     named = schema.get("__named_schemas", {}) if isinstance(schema, dict) else {}
     out: dict[str, tuple[str, str | None]] = {}
-    for field in avro_row_fields(schema):
+    for field in avro_row_fields(schema, flat):
         kind = _resolve(_non_null(field["type"]), named)
         if isinstance(kind, str):
             out[field["name"]] = (_AVRO_TYPES.get(kind, kind), None)
@@ -115,12 +120,15 @@ def avro_fields(schema: Any) -> dict[str, tuple[str, str | None]]:
     return out
 
 
-def json_fields(schema: dict[str, Any]) -> dict[str, tuple[str, str | None]]:
-    """The Connect schemas of a JSON converter's value schema's row fields (``after``)."""
-    row: dict[str, Any] = next(
-        (f for f in schema.get("fields", []) if f.get("field") == "after"), {}
-    )
-    return {f["field"]: (f.get("type", ""), f.get("name")) for f in row.get("fields", [])}
+def json_fields(schema: dict[str, Any], flat: bool = False) -> dict[str, tuple[str, str | None]]:
+    """The Connect schemas of a JSON converter's value schema's row fields (``after``), or
+    of a ``flat`` row's (but those the flattening adds, ``__``)."""
+    fields: list[dict[str, Any]] = schema.get("fields", [])
+    if flat:
+        fields = [f for f in fields if not f["field"].startswith(FLAT_PREFIX)]
+    else:
+        fields = next((f for f in fields if f.get("field") == "after"), {}).get("fields", [])
+    return {f["field"]: (f.get("type", ""), f.get("name")) for f in fields}
 
 
 def _fits(value: Any, col: Column, settings: ValueSettings) -> bool:

@@ -3,8 +3,12 @@
 A table is refused (:class:`~processor.errors.SnapshotRefusedError`, which
 aborts that table with its reason while the queue goes on) when:
 
-- its topic uses another envelope than ``debezium-upsert`` (chunk rows are
-  decided against per-key state);
+- its topic uses the ``debezium`` envelope (chunk rows are decided against per-key
+  state), or ``upsert`` on rows that do not carry what a backfill needs: Debezium's
+  ``ExtractNewRecordState`` with each change's transaction id (``add.fields`` with
+  ``txId``) and deletes as rows (``delete.tombstone.handling.mode=rewrite``), read
+  under read-only watermarks (an ``upsert`` topic's changes are placed by offset,
+  which a signal-table window cannot bound), and learned from its own events;
 - its topic holds no event yet (or does not exist yet), and no other table of the
   connector has one to build its events' layout from with the catalog
   (:mod:`processor.snapshot.template_event`), or the catalog alone cannot give it;
@@ -31,6 +35,7 @@ from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processor.errors import ChunkError, SnapshotRefusedError, SourceUnavailableError
+from processor.events.change import FLAT_DELETED, FLAT_TXID
 from processor.snapshot.chunk_events import TableShape
 from processor.snapshot.chunk_reader import ChunkReader, TableInfo
 from processor.snapshot.connector import Connector
@@ -92,10 +97,19 @@ class TableChecks:
             return found
         topic = change_topic(self._config.source.topic_prefix, entry.table)
         envelope = self._config.envelope_of(topic)
-        if envelope != "debezium-upsert":
+        if envelope == "debezium":
             raise SnapshotRefusedError(
-                f"{entry.table} uses the {envelope} envelope; incremental snapshots need "
-                "debezium-upsert (per-key state decides chunk rows against changes)"
+                f"{entry.table} uses the debezium envelope; incremental snapshots need "
+                "debezium-upsert, or upsert for rows flattened by ExtractNewRecordState "
+                "(per-key state decides chunk rows against changes)"
+            )
+        flattened = envelope == "upsert"
+        if flattened and self._config.snapshot.watermarks == "signal-table":
+            raise SnapshotRefusedError(
+                f"{entry.table} uses the upsert envelope, whose changes are placed by their "
+                "offsets, which a signal-table window cannot bound; backfill it under "
+                "snapshot.watermarks read-only",
+                reason="flattened",
             )
         try:
             info = reader.table_info(entry.table, entry.surrogate_key)
@@ -112,16 +126,28 @@ class TableChecks:
         if count is not None:
             self._check_partitioner(topic, count, recent)
         latest = max(recent, key=lambda e: e.timestamp, default=None)
+        if latest is None and flattened:
+            raise SnapshotRefusedError(
+                f"{topic} holds no event yet, and a flattened topic's rows are learned from "
+                "its own events; change one row of the table and signal again"
+            )
         if latest is None:  # a quiet table: an event built from the catalog
             event, count = self._quiet_table_event(topic, info, count)
         else:
             assert count is not None  # its events were read
             event = (latest.key, latest.value)
         shape = self._learn(topic, event)
+        _check_form(topic, shape, flattened)
         before = self._changed_from.pop((entry.table, entry.request_id), None)
         if shape.row_columns != info.columns or self._retyped(info, before, shape):
             # The table's columns changed after its last event (ALTER TABLE): its rows get
             # the event Debezium writes for the new columns, built from the catalog.
+            if flattened:
+                raise SnapshotRefusedError(
+                    f"{topic}: the table's columns changed since its last event, and a "
+                    "flattened topic's rows are learned from its own events; change one row "
+                    "of the table and signal again"
+                )
             event = self._built_event(topic, info, event, "its columns changed since its last")
             shape = self._learn(topic, event)
         settings = self._config.source.value_settings()
@@ -259,6 +285,35 @@ class TableChecks:
         """Leadership lost: what was learned may be stale when it comes back."""
         self._prepared.clear()
         self._changed_from.clear()
+
+
+def _check_form(topic: str, shape: TableShape, flattened: bool) -> None:
+    """Refuse a topic whose events are not in the form its envelope reads, and flattened rows
+    that lack a change's transaction id or a delete's row."""
+    if not flattened:
+        if shape.flat is not None:
+            raise SnapshotRefusedError(
+                f"{topic} holds rows, not Debezium's change events: read it with the upsert "
+                "envelope (processor.envelopes) if Debezium's ExtractNewRecordState made them"
+            )
+        return
+    if shape.flat is None:
+        raise SnapshotRefusedError(
+            f"{topic} holds Debezium's change events: read it with the debezium-upsert envelope"
+        )
+    missing = []
+    if FLAT_TXID not in shape.flat:
+        missing.append(f"each change's transaction id ({FLAT_TXID})")
+    if FLAT_DELETED not in shape.flat:
+        missing.append(f"deletes as rows ({FLAT_DELETED})")
+    if missing:
+        raise SnapshotRefusedError(
+            f"{topic} holds flattened rows without {' or '.join(missing)}, which a backfill "
+            "needs to place its rows against the changes; give Debezium's "
+            "ExtractNewRecordState add.fields=op,txId,lsn,source.ts_ms (txId is the one "
+            "needed) and delete.tombstone.handling.mode=rewrite",
+            reason="flattened",
+        )
 
 
 def _is_change_event(value: bytes) -> bool:

@@ -38,6 +38,7 @@ from tests.integration.processes import (
     reconciled,
 )
 from tests.integration.test_chunk_events import SETTINGS, compare_under_settings
+from tests.integration.test_flattened import backfill_flattened
 from tidemark.cli.demo import compare_table
 from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
@@ -278,3 +279,9 @@ def test_avro_backfill_rows_are_debeziums_own(avro_stack: DevStack) -> None:
 def test_chunk_rows_follow_debeziums_value_settings_in_avro(avro_stack: DevStack) -> None:
     registry = SchemaCache(HttpRegistry(avro_stack.config.kafka.schema_registry_url))
     compare_under_settings(avro_stack, "avro", registry, SETTINGS["avro"], "iso_modes_avro")
+
+
+def test_a_flattened_avro_topic_is_backfilled_in_its_own_form(avro_stack: DevStack) -> None:
+    """``ExtractNewRecordState`` over Avro: the chunk rows carry the schema id of
+    Debezium's own flattened rows (``test_flattened.py`` for JSON)."""
+    backfill_flattened(avro_stack, "flatavro", "avro")

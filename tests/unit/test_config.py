@@ -79,6 +79,26 @@ def test_the_catalog_password_comes_from_the_environment_and_stays_out_of_repr(
             "source:\n  debezium:\n    decimal.handling.mode: exact\n",
             "source.debezium.decimal.handling.mode: 'exact' is not one of precise",
         ),
+        (
+            "source:\n  debezium:\n    transforms: route\n"
+            "    transforms.route.type: org.apache.kafka.connect.transforms.RegexRouter\n",
+            "source.debezium.transforms.route.type: only io.debezium.transforms."
+            "ExtractNewRecordState is supported",
+        ),
+        (
+            "source:\n  debezium:\n    transforms: unwrap\n",
+            "source.debezium.transforms.unwrap.type: missing",
+        ),
+        (
+            "source:\n  debezium:\n    transforms: unwrap\n"
+            "    transforms.unwrap.type: io.debezium.transforms.ExtractNewRecordState\n"
+            "    transforms.unwrap.add.fields.prefix: meta_\n",
+            "transforms.unwrap.add.fields.prefix: only the default '__' is supported",
+        ),
+        (
+            "source:\n  debezium:\n    transforms.other.add.fields: op\n",
+            "source.debezium.transforms: name the transforms (e.g. unwrap)",
+        ),
         ("kafka: {bootstrap_servers: [\n", "not valid YAML"),
         ("- just\n- a list\n", "the top level must be a mapping"),
     ],
@@ -106,3 +126,17 @@ def test_default_input_pattern_takes_change_topics_only() -> None:
         "other.public.orders",
     ):
         assert not pattern.match(topic), topic
+
+
+def test_the_flattening_transform_reaches_the_connector_as_given(tmp_path: Path) -> None:
+    text = (
+        "source:\n  debezium:\n    transforms: unwrap\n"
+        "    transforms.unwrap.type: io.debezium.transforms.ExtractNewRecordState\n"
+        "    transforms.unwrap.add.fields: op,txId,lsn\n"
+        "    transforms.unwrap.delete.tombstone.handling.mode: rewrite\n"
+    )
+    properties = load_config(write(tmp_path, text), environ={}).source.value_settings().properties()
+    assert properties["transforms"] == "unwrap"
+    assert properties["transforms.unwrap.add.fields"] == "op,txId,lsn"
+    assert properties["transforms.unwrap.delete.tombstone.handling.mode"] == "rewrite"
+    assert properties["decimal.handling.mode"] == "precise"

@@ -5,9 +5,10 @@ The model: concurrent transactions with row locks and 64-bit ids that cross a
 and chunk reads at arbitrary moments, each with the ``pg_snapshot`` PostgreSQL
 would give it. Change events and chunk rows then arrive in any interleaving
 that keeps each stream's own order, exactly what two Kafka topics allow. The
-``debezium-upsert`` rules must give, per key: the final row of the database
-(I1), and emitted versions that never go back in commit order (I3, which
-implies I2: no chunk row over a newer change).
+``debezium-upsert`` rules, and the ``upsert`` rules on flattened rows that carry
+their transaction id, must give, per key: the final row of the database (I1), and
+emitted versions that never go back in commit order (I3, which implies I2: no chunk
+row over a newer change).
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processor.events.change import Change
 from processor.events.json_codec import JsonCodec
 from processor.events.visibility import PgSnapshot
-from processor.reconcile.envelopes import debezium_upsert
+from processor.reconcile.envelopes import Step, debezium_upsert, upsert
 from state.batch import BatchState
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
@@ -141,9 +143,12 @@ def arrivals(draw: st.DrawFn, db: Database) -> list[Arrival]:
     return merged
 
 
+@pytest.mark.parametrize("step", [debezium_upsert, upsert], ids=["debezium-upsert", "upsert"])
 @settings(max_examples=400, deadline=None)
 @given(st.data())
-def test_snapshot_rows_and_changes_converge_and_stay_monotone(data: st.DataObject) -> None:
+def test_snapshot_rows_and_changes_converge_and_stay_monotone(
+    step: Step, data: st.DataObject
+) -> None:
     db = data.draw(histories())
     stream = data.draw(arrivals(db))
     store = MemoryPartitionStore()
@@ -153,7 +158,7 @@ def test_snapshot_rows_and_changes_converge_and_stay_monotone(data: st.DataObjec
     for start in range(0, len(stream), batch):
         state = BatchState(store)
         for arrival in stream[start : start + batch]:
-            emit = debezium_upsert(arrival.change(), state, ROWS)
+            emit = step(arrival.change(), state, ROWS)
             if emit is not None:
                 emitted.setdefault(arrival.key, []).append(arrival)
                 last[arrival.key] = emit.after

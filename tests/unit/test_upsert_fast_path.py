@@ -1,7 +1,8 @@
 """The flat-upsert fast path against the general path: the same outputs, dead letters and state.
 
 Random batches mix what the fast path takes (bare JSON rows, rows in a known
-schema envelope, deletes, replays of earlier offsets) with what it leaves to the
+schema envelope, deletes, flattened Debezium rows with a transaction id or a delete
+marker, replays of earlier offsets) with what it leaves to the
 general path (a first schema, malformed bytes, JSON that is not an object, a
 missing key, Avro bytes with an unknown schema id). One reconciler runs with
 the fast path, one without; every batch must decide the same, byte for byte
@@ -18,12 +19,16 @@ import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from processor.events.chunk_tag import ChunkTag
+from processor.events.visibility import PgSnapshot
 from processor.reconcile.batch import Batch, Reconciler
+from processor.reconcile.versions import Entry
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
 from tidemark.config import Config, ProcessorConfig
 from tidemark.messages import RawMessage
 from tidemark.schema_registry import MemoryRegistry, SchemaCache
+from tidemark.topics import backfill_topic
 
 TOPIC = "tidemark.public.items"
 TP = (TOPIC, 0)
@@ -40,7 +45,15 @@ ROW_SCHEMA = {
 ENVELOPED = orjson.dumps({"schema": ROW_SCHEMA, "payload": "@"})
 
 rows = st.fixed_dictionaries(
-    {"id": st.integers(0, 3)}, optional={"name": st.text(max_size=8) | st.none()}
+    {"id": st.integers(0, 3)},
+    optional={
+        "name": st.text(max_size=8) | st.none(),
+        # Debezium's ExtractNewRecordState fields: a transaction id (sometimes beyond 64
+        # bits, or not a number; orjson writes up to 2**64 - 1), and the delete marker of its
+        # rewrite mode
+        "__txId": st.integers(-(2**63), 2**64 - 1) | st.none() | st.just("7") | st.just(True),
+        "__deleted": st.sampled_from(["true", "false", True, None]),
+    },
 )
 values = st.one_of(
     rows.map(orjson.dumps),
@@ -122,3 +135,33 @@ def test_rows_go_to_state_and_output_as_the_input_bytes() -> None:
     assert [e["before"] for e in events] == [None, {"id": 1, "name": "a"}, {"id": 1, "name": "a"}]
     assert payload in (batch.records[2][3] or b"")  # the input's bytes, spacing kept
     assert batch.states[TP].updates[b"k" + key].endswith(payload)
+
+
+def test_a_flattened_delete_keeps_its_transaction_id_until_a_stale_chunk_row_comes() -> None:
+    """ExtractNewRecordState's rewrite mode: ``__deleted`` ``"true"`` deletes with the
+    transaction id, the tombstone after it changes nothing, and a chunk row read before
+    the delete committed is dropped, not resurrected; one read after it is applied."""
+    reconciler, store = make_reconciler(), MemoryPartitionStore()
+    key = orjson.dumps({"id": 1})
+    row = {"id": 1, "name": "a", "__op": "c", "__txId": 100, "__deleted": "false"}
+    deleted = dict(row, __op="d", __txId=101, __deleted="true")
+    stream = [
+        RawMessage(TOPIC, 0, 0, key, orjson.dumps(row)),
+        RawMessage(TOPIC, 0, 1, key, orjson.dumps(deleted)),
+        RawMessage(TOPIC, 0, 2, key, None),
+    ]
+    batch = reconciler.decide({TP: stream}, {TP: store})
+    ops = [orjson.loads(v)["op"] if v else None for _t, _p, _k, v in batch.records]
+    assert ops == ["c", "d", None]  # the tombstone after the delete emits nothing more
+    assert Entry.decode(batch.states[TP].updates[b"k" + key]).txid == 101
+    store.commit(batch.states[TP].updates, Checkpoint(3))
+    backfill = backfill_topic("tidemark", TOPIC)
+    chunk_row = orjson.dumps(dict(row, __op="r", __txId=None))
+    for number, seen, emitted in ((1, PgSnapshot(100, 101), []), (2, PgSnapshot(102, 102), ["r"])):
+        tag = ChunkTag(number, seen, "load")
+        message = RawMessage(backfill, 0, number, key, chunk_row, tag)
+        batch = reconciler.decide({(backfill, 0): [message]}, {TP: store})
+        events = [orjson.loads(v) for _t, _p, _k, v in batch.records if v]
+        assert [e["op"] for e in events] == emitted, seen
+        assert all(e["tidemark"]["reason"] == "snapshot" for e in events)
+        store.commit(batch.states[TP].updates, Checkpoint(3))
