@@ -21,6 +21,7 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+import orjson
 from aiohttp.web import HTTPRequestEntityTooLarge
 from faust import App
 from faust.web import Request, Response, View
@@ -28,6 +29,7 @@ from faust.web import Request, Response, View
 from processor.dataplane.loop import DataPlane
 from processor.errors import (
     BadRequestError,
+    FilterError,
     InvalidOffsetsError,
     PipelineActiveError,
     RequestTooLargeError,
@@ -37,9 +39,12 @@ from processor.openapi import ACTIONS, BODIES, LIFECYCLE_ACTIONS, OPENAPI, PREFI
 from processor.pipeline.control_topic import Lifecycle, set_lifecycle
 from processor.pipeline.offsets import Offsets
 from processor.pipeline.offsets_schema import schema_error
+from processor.snapshot.chunk_reader import ChunkReader
 from processor.snapshot.client import read_state, send_signal, status_document
+from processor.snapshot.connector import Connector
 from processor.snapshot.coordinator import Coordinator
-from processor.snapshot.signals import json_object
+from processor.snapshot.filters import refused_filters
+from processor.snapshot.signals import ExecuteSnapshot, json_object, parse_signal
 from tidemark.config import TOKEN_ENV, Config
 from tidemark.errors import TidemarkError
 
@@ -76,8 +81,10 @@ async def body_of(request: Request, schema: str | None = None) -> dict[str, Any]
     return given
 
 
-def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Coordinator) -> None:
-    """Add the ``/api/v1`` views to ``app``."""
+def register_api(
+    app: App, config: Config, dataplane: DataPlane, coordinator: Coordinator, connector: Connector
+) -> None:
+    """Add the ``/api/v1`` views to ``app`` (``connector``: the source's, to plan filters)."""
     token = api_token()
     pipeline = config.processor.pipeline
 
@@ -108,7 +115,7 @@ def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Co
         do it."""
         try:
             return view.json(await work(), status=status)
-        except (BadRequestError, SignalError, InvalidOffsetsError) as exc:
+        except (BadRequestError, SignalError, FilterError, InvalidOffsetsError) as exc:
             return view.error(400, str(exc))
         except PipelineActiveError as exc:
             return view.error(409, str(exc))
@@ -120,14 +127,37 @@ def register_api(app: App, config: Config, dataplane: DataPlane, coordinator: Co
     async def signal(
         view: View, request: Request, kind: str, body: str, **defaults: Any
     ) -> Response:
-        """Send the signal ``kind``, the request's body (OpenAPI schema ``body``) its data."""
+        """Send the signal ``kind``, the request's body (OpenAPI schema ``body``) its data.
+        A snapshot's filters are planned by the source first: a refused one is a 400."""
 
         async def send() -> dict[str, str]:
             data = {**defaults, **await body_of(request, body)}
+            if kind == "execute-snapshot":
+                await blocking(lambda: plan_filters(data))
             request_id = await blocking(lambda: send_signal(config, kind, data))
             return {"request_id": request_id, "signal": kind}
 
         return await answer(view, send, 202)
+
+    def plan_filters(data: dict[str, Any]) -> None:
+        signal = parse_signal("api", "execute-snapshot", orjson.dumps(data))
+        assert isinstance(signal, ExecuteSnapshot)
+        if not signal.conditions:
+            return
+        readers: list[ChunkReader] = []
+
+        def reader() -> ChunkReader:
+            if not readers:
+                readers.append(connector.chunk_reader())
+            return readers[0]
+
+        try:
+            refused = refused_filters(signal.conditions, reader)
+        finally:
+            for opened in readers:
+                opened.close()
+        if refused:
+            raise BadRequestError("; ".join(refused.values()))
 
     def instance() -> dict[str, Any]:
         """This instance's data plane and snapshot coordinator."""

@@ -93,7 +93,8 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
     )
     dataplane = DataPlane(config, RocksDBBackend(pc.state_dir))
     # The source's connector: the one place a database kind is chosen.
-    coordinator = Coordinator(config, PostgresConnector(config), dataplane.reconciler.schemas)
+    connector = PostgresConnector(config)
+    coordinator = Coordinator(config, connector, dataplane.reconciler.schemas)
 
     @app.page("/metrics")
     class Metrics(View):
@@ -126,7 +127,7 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
                 body["waiting"] = waiting
             return self.json(body, status=200 if healthy else 503)
 
-    register_api(app, config, dataplane, coordinator)
+    register_api(app, config, dataplane, coordinator, connector)
     return app, dataplane, coordinator
 
 

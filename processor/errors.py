@@ -51,6 +51,11 @@ class ChunkError(ProcessorError):
     """A table cannot be snapshotted (no key, unknown table) or a chunk read failed."""
 
 
+class FilterError(ChunkError):
+    """A snapshot filter that is not one boolean expression of its table, or that the
+    source cannot plan; the message says why."""
+
+
 class TableChangedError(ChunkError):
     """The table's columns changed (``ALTER TABLE``) since its backfill learned them: the
     part is read again with the new ones."""

@@ -99,6 +99,13 @@ class SourceConfig:
     #: default, Kafka Connect's), ``crc32`` (librdkafka's default, ``consistent_random``)
     #: or ``fnv1a``. Backfilled rows are produced with it; ``tidemark dev``'s bridge too.
     partitioner: Partitioner = "murmur2"
+    #: Every statement of the processor on the source ends after this long (a filter such
+    #: as ``pg_sleep(600)`` aborts its table, never holds a reader).
+    statement_timeout_ms: int = 300_000
+    #: A lock the processor waits for longer (its chunk read behind an ``ALTER TABLE``)
+    #: fails the read, which is tried again.
+    lock_timeout_ms: int = 30_000
+    connect_timeout_s: int = 10
 
     def value_settings(self) -> ValueSettings:
         """``debezium`` read and checked."""
@@ -113,6 +120,19 @@ class SourceConfig:
             "user": self.user,
             "password": self.password,
         }
+
+    def session(self, read_only: bool = True) -> dict[str, Any]:
+        """:meth:`conninfo` for the processor's own connections: read-only for the whole
+        session (but for the one that writes signal-table watermarks), with the timeouts,
+        and standard strings (the filter check reads quotes as PostgreSQL then does)."""
+        settings = {
+            "default_transaction_read_only": "on" if read_only else "off",
+            "statement_timeout": self.statement_timeout_ms,
+            "lock_timeout": self.lock_timeout_ms,
+            "standard_conforming_strings": "on",
+        }
+        options = " ".join(f"-c {name}={value}" for name, value in settings.items())
+        return {**self.conninfo(), "options": options, "connect_timeout": self.connect_timeout_s}
 
 
 @dataclass(frozen=True)
@@ -263,6 +283,9 @@ _POSITIVE = {
     ("kafka", "heartbeat_interval_ms"),
     ("kafka", "max_poll_interval_ms"),
     ("kafka", "outage_deadline_s"),
+    ("source", "statement_timeout_ms"),
+    ("source", "lock_timeout_ms"),
+    ("source", "connect_timeout_s"),
     ("processor", "batch_size"),
     ("processor", "batch_timeout_ms"),
     ("snapshot", "chunk_size"),

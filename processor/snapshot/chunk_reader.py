@@ -74,6 +74,12 @@ class ChunkReader(ABC):
         cannot place (other columns, or a type whose key values it does not read)."""
 
     @abstractmethod
+    def check_filter(self, table: str, condition: str) -> None:
+        """:class:`~processor.errors.FilterError` unless ``condition`` is one expression
+        (:func:`processor.snapshot.filters.check_filter`) that the database can plan over
+        ``table`` (``schema.table``), checked without running it."""
+
+    @abstractmethod
     def max_key(self, info: TableInfo, condition: str | None = None) -> Key | None:
         """The largest key now (``None``: the table, or its filtered part, is empty)."""
 

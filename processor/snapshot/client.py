@@ -15,9 +15,10 @@ import orjson
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-from processor.errors import ProcessorError
+from processor.errors import FilterError, ProcessorError
+from processor.snapshot.filters import check_filter
 from processor.snapshot.progress import PROGRESS_KEY, SnapshotState
-from processor.snapshot.signals import parse_signal
+from processor.snapshot.signals import ExecuteSnapshot, parse_signal
 from tidemark.config import Config
 from tidemark.kafka import (
     client_config,
@@ -34,7 +35,13 @@ def send_signal(config: Config, kind: str, data: dict[str, Any], signal_id: str 
     """Write a signal to the pipeline's signal topic; its id (given or new)."""
     signal_id = signal_id or str(uuid.uuid4())
     body = orjson.dumps(data)
-    parse_signal(signal_id, kind, body)  # refuse here what the coordinator would refuse
+    signal = parse_signal(signal_id, kind, body)  # refuse here what the coordinator would
+    if isinstance(signal, ExecuteSnapshot):
+        for table, condition in signal.conditions.items():
+            try:
+                check_filter(condition)
+            except FilterError as exc:
+                raise FilterError(f"the filter of {table} is refused: {exc}") from None
     pipeline = config.processor.pipeline
     topic = signal_topic(pipeline)
     ensure_topics(

@@ -48,6 +48,7 @@ from processor.errors import (
 from processor.outages import Outage, is_outage
 from processor.snapshot.chunk_reader import ChunkReader, next_chunk_size
 from processor.snapshot.connector import Connector
+from processor.snapshot.filters import refused_filters
 from processor.snapshot.progress import (
     COMPLETED,
     PROGRESS_KEY,
@@ -61,7 +62,7 @@ from processor.snapshot.progress import (
 )
 from processor.snapshot.reader_pool import ChunkJob, ChunkWorkers
 from processor.snapshot.signal_channels import SignalChannels
-from processor.snapshot.signals import PauseSnapshot, Signal
+from processor.snapshot.signals import ExecuteSnapshot, PauseSnapshot, Signal
 from processor.snapshot.tables import TableChecks
 from tidemark.config import Config
 from tidemark.group_repair import RebalanceWatch, repair_stuck
@@ -300,11 +301,27 @@ class Coordinator:
         notes = state.apply(signal, time.time()) if signal is not None else []
         if signal is not None:
             log.info("signal %s: %s", signal.request_id, type(signal).__name__)
+        if isinstance(signal, ExecuteSnapshot) and signal.conditions:
+            notes += self._check_filters(signal)
         if notes and isinstance(signal, PauseSnapshot):
             # Paused means quiet: the parts being read are recorded before PAUSED is sent.
             while self._workers.busy():
                 self._collect(1.0)
         self._persist(notes)
+
+    def _check_filters(self, signal: ExecuteSnapshot) -> list[Notification]:
+        """Abort, as they arrive, the tables of ``signal`` whose filter is refused."""
+        state = self.state
+        assert state is not None
+        refused = refused_filters(signal.conditions, self._connected)
+        notes: list[Notification] = []
+        for entry in state.tables:
+            reason = refused.get(entry.table)
+            if entry.request_id == signal.request_id and reason and entry.status == QUEUED:
+                log.error("snapshot of %s refused: %s", entry.table, reason)
+                metrics.SNAPSHOT_REFUSED.labels(entry.table, "filter").inc()
+                notes += state.abort(entry, reason, time.time())
+        return notes
 
     # -- reading chunks ------------------------------------------------------------
 

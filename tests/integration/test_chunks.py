@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import psycopg
 import pytest
 
-from processor.errors import ChunkError
+from processor.errors import ChunkError, FilterError
 from processor.snapshot.chunk_reader import TableInfo
 from processor.snapshot.postgres.reader import PostgresChunkReader
 from tidemark.cli.devstack.stack import DevStack
@@ -33,7 +34,12 @@ def reader(stack: DevStack) -> PostgresChunkReader:
         conn.execute(
             "INSERT INTO iso_chunks_surrogate SELECT 'c' || g, g FROM generate_series(1, 9) g"
         )
-    return PostgresChunkReader(stack.config.source.conninfo())
+        conn.execute("CREATE TABLE iso_chunks_canary (a int)")
+        conn.execute(
+            "CREATE FUNCTION iso_chunks_side_effect() RETURNS boolean LANGUAGE plpgsql AS "
+            "$$ BEGIN INSERT INTO iso_chunks_canary VALUES (1); RETURN true; END $$"
+        )
+    return PostgresChunkReader(stack.config.source.session(read_only=True))
 
 
 def named(info: TableInfo, rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
@@ -128,3 +134,86 @@ def test_keys_read_again_select_exactly_those_rows_whatever_their_text(
     surrogate = reader.table_info("public.iso_chunks_surrogate", "code")
     with pytest.raises(ChunkError, match="no primary key"):
         reader.key_condition(surrogate, [{"code": "c1"}])
+
+
+def test_a_filter_that_ends_its_statement_runs_nothing_more(
+    stack: DevStack, reader: PostgresChunkReader
+) -> None:
+    """Past the filter check (called here without it): every query that carries a filter is
+    one statement (the extended protocol), so the statement after ``;`` never runs."""
+    info = reader.table_info("public.iso_chunks_surrogate", surrogate_key="code")
+    injected = "true); CREATE TABLE iso_chunks_injected (a int); SELECT (true"
+    calls = [
+        lambda: reader.max_key(info, injected),
+        lambda: reader.estimate_rows(info, injected),
+        lambda: reader.boundary(info, None, ("c9",), 3, injected),
+        lambda: reader.read_chunk(info, None, ("c9",), injected),
+    ]
+    for call in calls:
+        with pytest.raises(ChunkError, match="cannot insert multiple commands"):
+            call()
+    with pytest.raises(FilterError, match="closes a parenthesis"):
+        reader.check_filter("public.iso_chunks_surrogate", injected)
+    with psycopg.connect(**stack.config.source.conninfo()) as conn:
+        found = conn.execute("SELECT to_regclass('public.iso_chunks_injected')").fetchone()
+    assert found == (None,)
+
+
+def test_a_filter_that_turns_the_session_writable_leaves_every_later_read_read_only(
+    stack: DevStack, reader: PostgresChunkReader
+) -> None:
+    info = reader.table_info("public.iso_chunks_surrogate", surrogate_key="code")
+    opened = "set_config('default_transaction_read_only', 'off', false) = 'off'"
+    assert len(reader.read_chunk(info, None, ("c9",), opened).rows) == 9
+    for writing in ("iso_chunks_side_effect()", "(SELECT nextval('iso_chunks_seq')) > 0"):
+        with pytest.raises(ChunkError, match="read-only transaction"):
+            reader.read_chunk(info, None, ("c9",), writing)
+    with psycopg.connect(**stack.config.source.conninfo()) as conn:
+        assert conn.execute("SELECT count(*) FROM iso_chunks_canary").fetchone() == (0,)
+
+
+def test_a_filter_past_the_statement_timeout_is_its_tables_fault(stack: DevStack) -> None:
+    """``pg_sleep(600)`` ends at ``source.statement_timeout_ms``, as the table's error (its
+    snapshot is aborted), not as an unreachable source (which would be tried again)."""
+    source = dataclasses.replace(stack.config.source, statement_timeout_ms=500)
+    slow = PostgresChunkReader(source.session(read_only=True))
+    try:
+        info = slow.table_info("public.iso_chunks_surrogate", surrogate_key="code")
+        slow.check_filter("public.iso_chunks_surrogate", "pg_sleep(600) IS NOT NULL")  # plans
+        with pytest.raises(ChunkError, match="statement timeout"):
+            slow.read_chunk(info, None, ("c9",), "pg_sleep(600) IS NOT NULL")
+    finally:
+        slow.close()
+
+
+@pytest.mark.parametrize(
+    "condition",
+    [
+        "v > 3",
+        "code = 'it''s (here'",
+        "code = E'\\')'",
+        "$$;)$$ = code",
+        "code ~ '^a;b--c/*d$'",
+        "\"code\" IN ('c1', 'c2')",
+    ],
+)
+def test_filters_that_are_one_expression_are_planned(
+    reader: PostgresChunkReader, condition: str
+) -> None:
+    reader.check_filter("public.iso_chunks_surrogate", condition)
+
+
+@pytest.mark.parametrize(
+    ("condition", "reason"),
+    [
+        ("v >", "syntax error"),
+        ("nosuch > 1", 'column "nosuch" does not exist'),
+        ("v", "must be type boolean, not type integer"),
+        ("true) OR (true", "closes a parenthesis it did not open"),
+    ],
+)
+def test_filters_the_source_cannot_plan_are_refused_with_its_reason(
+    reader: PostgresChunkReader, condition: str, reason: str
+) -> None:
+    with pytest.raises(FilterError, match=reason):
+        reader.check_filter("public.iso_chunks_surrogate", condition)

@@ -22,7 +22,7 @@ class PostgresConnector(Connector):
         self._config = config
 
     def chunk_reader(self) -> ChunkReader:
-        return PostgresChunkReader(self._config.source.conninfo())
+        return PostgresChunkReader(self._config.source.session(read_only=True))
 
     def watermark_writer(self) -> WatermarkWriter:
         return PostgresWatermarkWriter(self._config)

@@ -10,7 +10,13 @@ the source.
 Composite keys compare as row values, ``(k1, k2) > (%s, %s)``, which
 PostgreSQL answers from the key's index. Identifiers are quoted by psycopg's
 ``sql`` module; the optional filter (Debezium's ``additional-conditions``) is
-SQL by design and is the only text taken as it is.
+SQL by design and is the only text taken as it is. It is checked first
+(:mod:`processor.snapshot.filters`), and every query that carries it has
+parameters, so psycopg sends it by the extended protocol, which takes exactly
+one statement: text that ended the statement could not run another. The
+session is read-only (:meth:`tidemark.config.SourceConfig.session`), and every
+transaction is ``READ ONLY`` on its own, so a filter that turns the session's
+default off changes no later transaction.
 """
 
 from __future__ import annotations
@@ -24,9 +30,10 @@ import psycopg
 from psycopg import sql
 from psycopg.types.string import TextLoader
 
-from processor.errors import ChunkError, SourceUnavailableError, TableChangedError
+from processor.errors import ChunkError, FilterError, SourceUnavailableError, TableChangedError
 from processor.events.visibility import PgSnapshot
 from processor.snapshot.chunk_reader import Chunk, ChunkReader, Key, TableInfo
+from processor.snapshot.filters import check_filter
 
 
 class PostgresChunkReader(ChunkReader):
@@ -130,13 +137,30 @@ class PostgresChunkReader(ChunkReader):
         condition = sql.SQL("({}) IN ({})").format(_columns(columns), sql.SQL(", ").join(rows))
         return condition.as_string(self._conn)
 
+    def check_filter(self, table: str, condition: str) -> None:
+        """:class:`FilterError` if ``condition`` is not one expression, or if PostgreSQL cannot
+        plan it over ``table`` (a syntax or type error, an unknown column): ``EXPLAIN``, which
+        runs nothing, in a read-only transaction."""
+        check_filter(condition)
+        schema, _, name = table.partition(".")
+        query = sql.SQL("EXPLAIN SELECT 1 FROM {} WHERE %s AND ({})").format(
+            sql.Identifier(schema, name), sql.SQL(condition)
+        )
+        try:
+            with source_errors("PostgreSQL cannot plan it"), self._conn.transaction():
+                self._conn.execute(query, (True,))
+        except TableChangedError:
+            raise
+        except ChunkError as exc:
+            raise FilterError(str(exc)) from None
+
     def max_key(self, info: TableInfo, condition: str | None = None) -> Key | None:
         order = sql.SQL(", ").join(sql.SQL("{} DESC").format(sql.Identifier(k)) for k in info.key)
-        query = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT 1").format(
+        query = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT %s").format(
             _columns(info.key), sql.Identifier(info.schema, info.table), _where(condition), order
         )
         with source_errors(f"the largest key of {info.name}"), self._conn.transaction():
-            row = self._conn.execute(query).fetchone()
+            row = self._conn.execute(query, (1,)).fetchone()
         return None if row is None else tuple(row)
 
     def estimate_rows(self, info: TableInfo, condition: str | None = None) -> int:
@@ -150,10 +174,10 @@ class PostgresChunkReader(ChunkReader):
                 ).fetchone()
                 if row is not None and row[0] >= 0:
                     return int(row[0])
-            query = sql.SQL("SELECT count(*) FROM {}{}").format(
-                sql.Identifier(info.schema, info.table), _where(condition)
+            query = sql.SQL("SELECT count(*) FROM {} WHERE %s{}").format(
+                sql.Identifier(info.schema, info.table), _and(condition)
             )
-            counted = self._conn.execute(query).fetchone()
+            counted = self._conn.execute(query, (True,)).fetchone()
         return int(counted[0]) if counted else 0
 
     def boundary(
@@ -242,12 +266,15 @@ class PostgresChunkReader(ChunkReader):
 
 @contextlib.contextmanager
 def source_errors(what: str) -> Iterator[None]:
-    """psycopg's errors as Tidemark's, naming ``what`` was asked: a broken connection as
-    :class:`SourceUnavailableError` (worth trying again), anything else the source refused
-    (a filter's syntax or types, a missing column) as :class:`ChunkError`: the table's
-    fault, which aborts its snapshot."""
+    """psycopg's errors as Tidemark's, naming ``what`` was asked: a broken connection or a
+    lock not granted in time as :class:`SourceUnavailableError` (worth trying again),
+    anything else the source refused (a filter's syntax or types, a missing column, a
+    statement past the timeout) as :class:`ChunkError`: the table's fault, which aborts
+    its snapshot."""
     try:
         yield
+    except psycopg.errors.QueryCanceled as exc:  # the statement timeout: the query's fault
+        raise ChunkError(f"{what}: {exc} (source.statement_timeout_ms)") from None
     except psycopg.OperationalError as exc:
         raise SourceUnavailableError(f"{what}: the source cannot be reached: {exc}") from None
     except psycopg.Error as exc:
@@ -311,3 +338,7 @@ def _where(condition: str | None) -> sql.Composable:
     if not condition:
         return sql.SQL("")
     return sql.SQL(" WHERE ({})").format(sql.SQL(condition))
+
+
+def _and(condition: str | None) -> sql.Composable:
+    return sql.SQL(" AND ({})").format(sql.SQL(condition)) if condition else sql.SQL("")

@@ -41,7 +41,8 @@ class PostgresWatermarkWriter(WatermarkWriter):
         self._delete = sql.SQL("DELETE FROM {} WHERE id = ANY(%s)").format(table)
         self._confirm_timeout = confirm_timeout
         try:
-            self._conn = psycopg.connect(**config.source.conninfo(), autocommit=True)
+            session = config.source.session(read_only=False)  # it writes its signal table
+            self._conn = psycopg.connect(**session, autocommit=True)
         except psycopg.Error as exc:
             raise SourceUnavailableError(
                 f"cannot connect to the source for watermarks: {exc}"
