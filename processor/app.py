@@ -1,7 +1,8 @@
 """The Faust application that hosts the processor.
 
 Faust is the frame: worker lifecycle, signal handling, the web server
-(``/health``, ``/metrics``, the management API of :mod:`processor.api`). The
+(``/health``, ``/metrics``, the management API of :mod:`processor.api`, every route
+but the first two behind :mod:`processor.web_guard`). The
 change-topic data plane runs beside it in a thread (:mod:`processor.dataplane.loop`)
 because Faust's per-event stream path is far slower than a librdkafka batch
 loop. If the data plane fails, the worker stops with a non-zero exit code so
@@ -24,8 +25,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from processor.api import MAX_BODY_BYTES, register_api
 from processor.dataplane.loop import DataPlane
+from processor.openapi import PREFIX
 from processor.snapshot.coordinator import Coordinator
 from processor.snapshot.postgres.connector import PostgresConnector
+from processor.web_guard import FailureLimit, Tokens, guard
 from state.rocksdb import RocksDBBackend
 from tidemark.config import Config
 from tidemark.ports import claim_port
@@ -75,12 +78,23 @@ class LoopService(Service):
 def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
     """The Faust app and its data plane for ``config``."""
     pc = config.processor
+    tokens = Tokens.read(os.environ)  # refuses tokens too short before anything starts
+    limit = FailureLimit(pc.api_auth_failures_per_minute)
     app = faust.App(
         pc.pipeline,
         broker=[f"kafka://{s.strip()}" for s in config.kafka.bootstrap_servers.split(",")],
         store="memory://",
         web_enabled=True,
-        web_application_options={"client_max_size": MAX_BODY_BYTES},
+        web_application_options={
+            "client_max_size": MAX_BODY_BYTES,
+            "middlewares": [guard(tokens, limit, served=PREFIX + "/")],
+        },
+        # Faust's own views (router, tables, statistics, graph): not served at all.
+        web_router_enabled=False,
+        web_tables_enabled=False,
+        web_stats_enabled=False,
+        web_graph_enabled=False,
+        web_metrics_enabled=False,
         web_bind=pc.web_host,
         web_port=pc.web_port,
         web_host=pc.web_host,

@@ -90,3 +90,8 @@ WINDOW_BUFFERED_ROWS = Gauge(
     "Chunk rows of signal-table windows waiting for their partition to pass the window",
     ["topic"],
 )
+API_AUTH_FAILURES = Counter(
+    "tidemark_api_auth_failures_total",
+    "Requests to the web port refused for their token (missing, wrong) or for too many failures",
+    ["reason"],
+)

@@ -317,6 +317,41 @@ OPENAPI: dict[str, Any] = {
     },
 }
 
+_GUARD = {
+    "401": _ACCEPTED["401"],
+    "429": {
+        "description": "too many failed authentications from this client in a minute",
+        "headers": {"Retry-After": {"schema": {"type": "integer"}}},
+        "content": {"application/json": {"schema": _ERROR}},
+    },
+}
+_WRITE_GUARD = {"403": _answer("a viewer's token may read only", _ERROR)}
+
+
+def _guarded(paths: dict[str, Any]) -> dict[str, Any]:
+    """Every operation with the answers of :mod:`processor.web_guard` (and 413 where it
+    takes a body)."""
+    for item in paths.values():
+        for method, operation in item.items():
+            if method not in ("get", "put", "post", "patch", "delete"):
+                continue
+            answers = {**operation["responses"], **_GUARD}
+            if method != "get":
+                answers.update(_WRITE_GUARD)
+            if "requestBody" in operation:
+                answers["413"] = _ACCEPTED["413"]
+            operation["responses"] = dict(sorted(answers.items()))
+    return paths
+
+
+OPENAPI["paths"]["/openapi.json"] = {
+    "get": {
+        "summary": "this document",
+        "responses": {"200": _answer("the OpenAPI document", {"type": "object"})},
+    }
+}
+_guarded(OPENAPI["paths"])
+
 #: Validators of the request bodies the API checks against its own document.
 BODIES = {
     name: Draft202012Validator(

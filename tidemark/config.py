@@ -30,6 +30,8 @@ ENV_PREFIX = "TIDEMARK_"
 DEFAULT_CONFIG_PATH = "tidemark.yaml"
 #: The processor API's bearer token: an environment variable only, never a file or a flag.
 TOKEN_ENV = "TIDEMARK_API_TOKEN"  # noqa: S105 - the variable's name, not a secret
+#: A read-only token for the API (and the console): its writes are answered 403.
+VIEWER_TOKEN_ENV = "TIDEMARK_VIEWER_TOKEN"  # noqa: S105 - the variable's name
 
 #: The least ``kafka.max_record_bytes`` can be.
 MIN_RECORD_BYTES = 16 * 1024 * 1024
@@ -150,6 +152,8 @@ class ProcessorConfig:
     state_dir: str = ".tidemark/state"
     web_host: str = "127.0.0.1"
     web_port: int = 6066
+    #: Failed API authentications a client may make in a minute; more are answered 429.
+    api_auth_failures_per_minute: int = 20
     #: Most messages taken from Kafka per data-plane batch.
     batch_size: int = 5000
     batch_timeout_ms: int = 100
@@ -287,6 +291,7 @@ _POSITIVE = {
     ("source", "lock_timeout_ms"),
     ("source", "connect_timeout_s"),
     ("processor", "batch_size"),
+    ("processor", "api_auth_failures_per_minute"),
     ("processor", "batch_timeout_ms"),
     ("snapshot", "chunk_size"),
     ("snapshot", "min_chunk_size"),

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -10,7 +13,15 @@ from typing import Any
 
 import pytest
 
-from tests.integration.processes import Processor, final_rows, reconciled, wait_for
+from tests.integration.processes import (
+    TIDEMARK,
+    Processor,
+    final_rows,
+    metric,
+    pipeline_config,
+    reconciled,
+    wait_for,
+)
 from tests.integration.test_snapshots import (
     leading,
     notifications,
@@ -22,26 +33,42 @@ from tests.integration.test_snapshots import (
 )
 from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
-from tidemark.config import TOKEN_ENV
+from tidemark.config import TOKEN_ENV, VIEWER_TOKEN_ENV
 
 pytestmark = pytest.mark.integration
 
-TOKEN = "tm-api-test-7c1d9e"  # noqa: S105 - a test's token
+TOKEN = "tm-api-test-7c1d9e-5b2f80a41e6c93d7"  # noqa: S105 - a test's token
+VIEWER = "tm-api-viewer-3e8a7f10c25b94d6e1a0"  # noqa: S105 - a test's read-only token
 
 
 def call(
     method: str, url: str, body: Any = None, token: str | None = TOKEN, raw: bytes | None = None
 ) -> tuple[int, Any]:
     """``(status, JSON body)`` of one request, bearer ``token`` unless ``None``."""
+    status, _headers, answer = answered(method, url, body, token, raw)
+    return status, answer
+
+
+def answered(
+    method: str, url: str, body: Any = None, token: str | None = TOKEN, raw: bytes | None = None
+) -> tuple[int, Any, Any]:
+    """``(status, headers, JSON body or None)`` of one request."""
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
     request = urllib.request.Request(url, data=data, method=method)
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
     try:
         with urllib.request.urlopen(request, timeout=30) as resp:
-            return resp.status, json.loads(resp.read())
+            return resp.status, resp.headers, _json(resp.read())
     except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+        return exc.code, exc.headers, _json(exc.read())
+
+
+def _json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
 
 
 def test_api_needs_its_token_and_controls_snapshots_as_signals_do(stack: DevStack) -> None:
@@ -54,7 +81,8 @@ def test_api_needs_its_token_and_controls_snapshots_as_signals_do(stack: DevStac
     base = f"http://127.0.0.1:{config.processor.web_port}/api/v1"
     try:
         wait_for("the coordinator", lambda: leading(processor))
-        status, document = call("GET", f"{base}/openapi.json", token=None)
+        assert call("GET", f"{base}/openapi.json", token=None)[0] == 401
+        status, document = call("GET", f"{base}/openapi.json")
         assert status == 200 and "/snapshots" in document["paths"]
 
         # No token, a wrong one, another scheme: 401, and nothing is started.
@@ -125,3 +153,74 @@ def test_without_a_token_configured_the_api_refuses_everything(processor: int) -
     assert status == 401 and TOKEN_ENV in body["error"]
     status, _ = call("POST", f"http://127.0.0.1:{processor}/api/v1/snapshots/pause", token="")
     assert status == 401
+
+
+def test_the_web_port_serves_nothing_without_a_token_but_health_and_metrics(
+    stack: DevStack,
+) -> None:
+    """Faust's own views are not served; the API's document needs the token; a viewer's
+    token reads but cannot write (403); a client's failed authentications past the limit
+    are answered 429, counted and logged without what was sent."""
+    limit = 12
+    base = pipeline_config(stack, "guard")
+    config = dataclasses.replace(
+        base,
+        processor=dataclasses.replace(base.processor, api_auth_failures_per_minute=limit),
+    )
+    processor = Processor(stack, config, "guard-processor")
+    processor.start(env={TOKEN_ENV: TOKEN, VIEWER_TOKEN_ENV: VIEWER})
+    port = f"http://127.0.0.1:{config.processor.web_port}"
+    try:
+        for path in ("/health", "/metrics"):
+            assert answered("GET", port + path, token=None)[0] == 200
+        # with the token: Faust's views are not there at all
+        faust_views = ("/", "/router/", "/table/", "/graph/", "/stats/", "/performance/")
+        for path in faust_views:
+            assert call("GET", port + path)[0] == 404, path
+        assert call("GET", f"{port}/api/v1/openapi.json")[0] == 200
+        # a viewer reads everything, writes nothing
+        assert call("GET", f"{port}/api/v1/snapshots", token=VIEWER)[0] == 200
+        assert call("GET", f"{port}/api/v1/pipelines/guard/offsets", token=VIEWER)[0] == 200
+        status, body = call("POST", f"{port}/api/v1/snapshots/pause", token=VIEWER)
+        assert status == 403 and "read only" in body["error"]
+        assert call("DELETE", f"{port}/api/v1/pipelines/guard/offsets", token=VIEWER)[0] == 403
+        # without a token, or a wrong one: 401, every route (each a failure of this client)
+        failures = 0
+        for path in (*faust_views, "/api/v1/openapi.json", "/api/v1/snapshots", "/nothing"):
+            status, headers, _ = answered("GET", port + path, token=None)
+            assert status == 401 and headers["WWW-Authenticate"] == "Bearer", path
+            failures += 1
+        wrong = "wrong-" + TOKEN
+        while failures < limit:
+            assert call("GET", f"{port}/api/v1/snapshots", token=wrong)[0] == 401
+            failures += 1
+        # the limit reached: 429, whatever the client sends, until a minute has passed
+        status, headers, body = answered("GET", f"{port}/api/v1/snapshots")
+        assert status == 429 and 0 < int(headers["Retry-After"]) <= 60, body
+        text = processor.metrics()
+        assert metric(text, "tidemark_api_auth_failures_total", reason="missing") == 9
+        assert metric(text, "tidemark_api_auth_failures_total", reason="wrong") == limit - 9
+        assert metric(text, "tidemark_api_auth_failures_total", reason="rate-limited") == 1
+        log = processor.log.read_text()
+        assert "API authentication failed from 127.0.0.1: wrong token" in log
+        assert wrong not in log and TOKEN not in log and VIEWER not in log
+    finally:
+        processor.stop()
+
+
+@pytest.mark.parametrize("token", ["short-token", "x" * 31])
+def test_a_token_shorter_than_32_characters_is_refused_at_start(
+    stack: DevStack, token: str
+) -> None:
+    processor = Processor(stack, pipeline_config(stack, "short"), "short-processor")
+    done = subprocess.run(
+        [*TIDEMARK, "process", "--config", str(processor.path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, TOKEN_ENV: token},
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert f"{TOKEN_ENV}: a token of at least 32 characters is needed" in done.stderr
+    assert token not in done.stderr

@@ -8,8 +8,10 @@ nothing else.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
@@ -18,10 +20,11 @@ from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from processor.openapi import OPENAPI
-from tests.integration.processes import Processor, pipeline_config
-from tests.integration.test_api import TOKEN
+from tests.integration.processes import Processor, final_rows, pipeline_config, reconciled
+from tests.integration.test_api import TOKEN, call
 from tidemark.cli.devstack.stack import DevStack
-from tidemark.config import TOKEN_ENV
+from tidemark.cli.verify import wait_caught_up
+from tidemark.config import TOKEN_ENV, Config
 
 pytestmark = pytest.mark.integration
 
@@ -38,12 +41,21 @@ CROSS_CHECKED = {
 
 
 @pytest.fixture(scope="module")
-def fuzzed(stack: DevStack) -> Iterator[str]:
+def fuzz_config(stack: DevStack) -> Config:
+    """Pipeline ``fuzz``, whose API takes any number of failed authentications: the fuzz
+    sends requests without a token too, which must not lock it out (the limit has its own
+    test in ``test_api.py``)."""
+    base = pipeline_config(stack, "fuzz")
+    processor = dataclasses.replace(base.processor, api_auth_failures_per_minute=1_000_000)
+    return dataclasses.replace(base, processor=processor)
+
+
+@pytest.fixture(scope="module")
+def fuzzed(stack: DevStack, fuzz_config: Config) -> Iterator[str]:
     """The base URL of the API of a processor running pipeline ``fuzz``."""
-    config = pipeline_config(stack, "fuzz")
-    processor = Processor(stack, config, "fuzz-processor").start(env={TOKEN_ENV: TOKEN})
+    processor = Processor(stack, fuzz_config, "fuzz-processor").start(env={TOKEN_ENV: TOKEN})
     try:
-        yield f"http://127.0.0.1:{config.processor.web_port}/api/v1"
+        yield f"http://127.0.0.1:{fuzz_config.processor.web_port}/api/v1"
     finally:
         processor.stop()
 
@@ -71,3 +83,19 @@ def test_every_answer_is_documented(label: str, fuzzed: str) -> None:
         )
 
     answers()
+
+
+def test_after_the_fuzz_the_pipeline_resumes_and_carries_changes(
+    fuzzed: str, fuzz_config: Config
+) -> None:
+    """Whatever the fuzz left (stopped, paused, offsets moved), resumed through the API the
+    pipeline reads again: a change written now reaches the reconciled topic. (Runs after
+    every operation's test: pytest keeps the file's order.)"""
+    status, _ = call("POST", f"{fuzzed}/pipelines/fuzz/resume")
+    assert status == 202
+    with psycopg.connect(**fuzz_config.source.conninfo(), autocommit=True) as conn:
+        conn.execute("CREATE TABLE IF NOT EXISTS iso_fuzz_after (id int PRIMARY KEY, v text)")
+        conn.execute("INSERT INTO iso_fuzz_after VALUES (1, 'after the fuzz')")
+    wait_caught_up(fuzz_config)
+    rows = final_rows(reconciled(fuzz_config, "iso_fuzz_after"))
+    assert rows == {(1,): {"id": 1, "v": "after the fuzz"}}

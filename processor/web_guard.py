@@ -1,0 +1,155 @@
+"""Who may use the processor's web port: every route but ``/health`` and ``/metrics`` needs a token.
+
+One aiohttp middleware stands in front of every route of the web server, Faust's
+own included (its views are switched off as well, and any route outside the API
+is answered 404), so no route is served open by being forgotten. A request needs
+``Authorization: Bearer <token>``:
+
+- the operator's token (``TIDEMARK_API_TOKEN``) may do anything the API offers;
+- the viewer's token (``TIDEMARK_VIEWER_TOKEN``, optional) may read: a request of
+  another method is answered 403;
+- without ``TIDEMARK_API_TOKEN`` every request is answered 401: the API never runs
+  open.
+
+Tokens shorter than :data:`MIN_TOKEN_CHARS` are refused when the processor starts.
+A client whose authentications failed ``processor.api_auth_failures_per_minute``
+times in the last minute is answered 429 (with ``Retry-After``) until the oldest of
+them is a minute old, whatever it sends; each failure is counted in
+``tidemark_api_auth_failures_total{reason}`` and logged with the client's address,
+never with what it sent. Tokens are compared in constant time.
+"""
+
+from __future__ import annotations
+
+import collections
+import hmac
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from processor import metrics
+from tidemark.config import TOKEN_ENV, VIEWER_TOKEN_ENV
+from tidemark.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+#: The routes served without a token.
+OPEN_PATHS = frozenset({"/health", "/metrics"})
+MIN_TOKEN_CHARS = 32
+#: Methods a viewer's token may use.
+READING = frozenset({"GET", "HEAD", "OPTIONS"})
+_WINDOW_S = 60.0
+_MAX_CLIENTS = 10_000
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """The operator's token and the viewer's (``None``: not set)."""
+
+    operator: str | None = field(repr=False)
+    viewer: str | None = field(default=None, repr=False)
+
+    @staticmethod
+    def read(environ: Mapping[str, str]) -> Tokens:
+        """The tokens in ``environ``; :class:`ConfigError` for one too short, or a viewer's
+        token without an operator's or equal to it."""
+        operator, viewer = environ.get(TOKEN_ENV) or None, environ.get(VIEWER_TOKEN_ENV) or None
+        for name, token in ((TOKEN_ENV, operator), (VIEWER_TOKEN_ENV, viewer)):
+            if token is not None and len(token) < MIN_TOKEN_CHARS:
+                raise ConfigError(
+                    f"{name}: a token of at least {MIN_TOKEN_CHARS} characters is needed, "
+                    f"not {len(token)} (for example: openssl rand -hex 24)"
+                )
+        if viewer is not None and (operator is None or hmac.compare_digest(viewer, operator)):
+            raise ConfigError(f"{VIEWER_TOKEN_ENV}: set it beside, and different from, {TOKEN_ENV}")
+        return Tokens(operator, viewer)
+
+    def role(self, header: str) -> str | None:
+        """``operator``, ``viewer`` or ``None`` for an ``Authorization`` header."""
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not given:
+            return None
+        found = None
+        for role, token in (("operator", self.operator), ("viewer", self.viewer)):
+            # both compared, always, in constant time
+            if token is not None and hmac.compare_digest(given.encode(), token.encode()):
+                found = role
+        return found
+
+
+class FailureLimit:
+    """Failed authentications per client over the last minute."""
+
+    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_minute = per_minute
+        self._clock = clock
+        self._failures: dict[str, collections.deque[float]] = {}
+
+    def retry_after(self, client: str) -> int | None:
+        """Seconds until ``client`` may try again; ``None``: it may now."""
+        seen = self._recent(client)
+        if seen is None or len(seen) < self.per_minute:
+            return None
+        return max(1, math.ceil(seen[0] + _WINDOW_S - self._clock()))
+
+    def failed(self, client: str) -> None:
+        """Count a failed authentication of ``client``."""
+        now = self._clock()
+        if len(self._failures) >= _MAX_CLIENTS:  # forget the clients quiet for a minute
+            horizon = now - _WINDOW_S
+            self._failures = {c: d for c, d in self._failures.items() if d and d[-1] > horizon}
+        seen = self._failures.setdefault(client, collections.deque(maxlen=self.per_minute))
+        seen.append(now)
+
+    def _recent(self, client: str) -> collections.deque[float] | None:
+        seen = self._failures.get(client)
+        if seen is not None:
+            horizon = self._clock() - _WINDOW_S
+            while seen and seen[0] <= horizon:
+                seen.popleft()
+        return seen
+
+
+Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
+
+
+def guard(tokens: Tokens, limit: FailureLimit, served: str) -> Middleware:
+    """The middleware that lets a request through only as described above, and only to the
+    open paths or under ``served`` (the API's prefix): any other route, even one a library
+    registered, is answered 404."""
+
+    @web.middleware
+    async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in OPEN_PATHS:
+            return await handler(request)
+        client = request.remote or "unknown"
+        wait = limit.retry_after(client)
+        if wait is not None:
+            metrics.API_AUTH_FAILURES.labels("rate-limited").inc()
+            return _error(429, "too many failed authentications", {"Retry-After": str(wait)})
+        if tokens.operator is None:
+            return _error(401, f"the API is off: start the processor with {TOKEN_ENV} set")
+        role = tokens.role(request.headers.get("Authorization", ""))
+        if role is None:
+            reason = "missing" if "Authorization" not in request.headers else "wrong"
+            limit.failed(client)
+            metrics.API_AUTH_FAILURES.labels(reason).inc()
+            log.warning("API authentication failed from %s: %s token", client, reason)
+            return _error(401, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"})
+        if not request.path.startswith(served):
+            return _error(404, f"no such route: {request.path}")
+        if role == "viewer" and request.method not in READING:
+            return _error(403, f"a viewer's token may read only, not {request.method}")
+        return await handler(request)
+
+    return guarded
+
+
+def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
+    return web.json_response({"error": message}, status=status, headers=headers)
