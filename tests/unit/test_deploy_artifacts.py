@@ -344,6 +344,25 @@ def test_workload_is_hardened(kind: str, name: str) -> None:
             assert {"cpu", "memory"} <= set(resources.get(bound, {})), f"{where}: {bound}"
 
 
+def test_the_processors_port_admits_only_labelled_api_clients_and_the_scraper() -> None:
+    """Port 6066 carries the API beside /health and /metrics: it is admitted from pods (or
+    namespaces) labelled as the API's clients, and from Prometheus' pods, never from any
+    pod at all."""
+    policy = find("NetworkPolicy", "tidemark-processor")["spec"]
+    assert policy["policyTypes"] == ["Ingress"]
+    [rule] = policy["ingress"]
+    assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
+    peers = rule["from"]
+    assert peers, "a rule without 'from' admits every peer"
+    client = {"tidemark.io/api-client": "true"}
+    assert {"podSelector": {"matchLabels": client}} in peers
+    assert {"namespaceSelector": {"matchLabels": client}} in peers
+    scraper = {"app.kubernetes.io/name": "prometheus"}
+    assert {"namespaceSelector": {}, "podSelector": {"matchLabels": scraper}} in peers
+    for peer in peers:  # each one narrowed by a label
+        assert any(sel.get("matchLabels") for sel in peer.values()), peer
+
+
 def test_namespace_enforces_the_restricted_pod_security_standard() -> None:
     labels = find("Namespace", NAMESPACE)["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
