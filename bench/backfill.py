@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import random
 import subprocess
 import sys
@@ -88,7 +89,7 @@ def children(pid: int) -> list[int]:
 
 
 def create_tables(config: Config, names: list[str], rows: int) -> None:
-    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
         conn.execute("CREATE SCHEMA IF NOT EXISTS stage")
         for name in names:
             staged = sql.Identifier("stage", name)
@@ -126,7 +127,7 @@ class Writes:
         query = sql.SQL(
             "UPDATE {} SET amount = amount + 1, updated_at = now() WHERE id = %s"
         ).format(sql.Identifier("public", self.table))
-        with psycopg.connect(**self.config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**self.config.owner_conninfo(), autocommit=True) as conn:
             while not self._stop.is_set():
                 conn.execute(query, (rng.randint(1, self.rows),))
                 self.done += 1
@@ -136,7 +137,7 @@ class Writes:
 def run_copy(config: Config, table: str, rows: int) -> dict[str, Any]:
     started = time.perf_counter()
     size = 0
-    with psycopg.connect(**config.source.conninfo()) as conn, conn.cursor() as cur:
+    with psycopg.connect(**config.owner_conninfo()) as conn, conn.cursor() as cur:
         query = sql.SQL("COPY (SELECT * FROM {}) TO STDOUT").format(sql.Identifier("public", table))
         with cur.copy(query) as copy:
             for block in copy:
@@ -158,7 +159,7 @@ def run_debezium(stack: DevStack, table: str, rows: int, writes_per_s: float) ->
     signal = {"data-collections": [f"public.{table}"], "type": "incremental"}
     seen, last = 0, 0.0
     with Writes(config, table, rows, writes_per_s) as writes:
-        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
             conn.execute(
                 "INSERT INTO public.debezium_signal (id, type, data) VALUES (%s, %s, %s)",
                 ("bench-dbz", "execute-snapshot", orjson.dumps(signal).decode()),
@@ -207,8 +208,9 @@ def run_tidemark(
         snapshot=snapshot,
     )
     path = stack.run_dir / f"{pipeline}.yaml"
-    path.write_text(dump_config(config))
-    path.chmod(0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds a password
+    with os.fdopen(fd, "w") as out:
+        out.write(dump_config(config))
     cmd = [sys.executable, "-m", "tidemark.cli", "process", "--config", str(path)]
     pid = stack.start_process(pipeline, cmd)
     try:

@@ -49,7 +49,7 @@ def warehouse_location(warehouse: str) -> str:
 
 
 def catalog_settings(sink: SinkConfig) -> dict[str, str]:
-    """The Spark settings that define the sink's Iceberg catalog."""
+    """The Spark settings that define the sink's Iceberg catalog, but its secrets."""
     prefix = f"spark.sql.catalog.{sink.catalog_name}"
     settings = {
         prefix: "org.apache.iceberg.spark.SparkCatalog",
@@ -60,14 +60,23 @@ def catalog_settings(sink: SinkConfig) -> dict[str, str]:
         settings[f"{prefix}.uri"] = sink.catalog_uri
     if sink.catalog_type == "jdbc":
         settings[f"{prefix}.jdbc.user"] = sink.catalog_user
-        settings[f"{prefix}.jdbc.password"] = sink.catalog_password
         # Iceberg's schema version V1 also keeps views; it creates its tables itself.
         settings[f"{prefix}.jdbc.schema-version"] = "V1"
-    elif sink.catalog_type == "rest" and sink.catalog_password:
-        settings[f"{prefix}.credential"] = f"{sink.catalog_user}:{sink.catalog_password}"
     for key, value in sink.catalog_properties.items():
         settings[f"{prefix}.{key}"] = value
     return settings
+
+
+def catalog_secrets(sink: SinkConfig) -> dict[str, str]:
+    """The catalog's secret settings. They are set on the running session, never given to
+    the builder: PySpark starts the JVM with the builder's settings as ``--conf``
+    arguments, which ``ps`` shows to every user of the machine."""
+    prefix = f"spark.sql.catalog.{sink.catalog_name}"
+    if sink.catalog_type == "jdbc" and sink.catalog_password:
+        return {f"{prefix}.jdbc.password": sink.catalog_password}
+    if sink.catalog_type == "rest" and sink.catalog_password:
+        return {f"{prefix}.credential": f"{sink.catalog_user}:{sink.catalog_password}"}
+    return {}
 
 
 def create_session(config: Config) -> SparkSession:
@@ -115,6 +124,9 @@ def create_session(config: Config) -> SparkSession:
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    # Read when the catalog is first loaded, which no statement has done yet.
+    for key, value in catalog_secrets(sink).items():
+        spark.conf.set(key, value)
     return spark
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spark_sink.session import catalog_settings, postgres_jar
+from spark_sink.session import catalog_secrets, catalog_settings, postgres_jar
 from tidemark.config import SinkConfig
 
 
@@ -29,7 +29,9 @@ def test_a_jdbc_catalog_carries_its_uri_and_credentials_and_keeps_a_uri_warehous
     assert settings["spark.sql.catalog.pg.type"] == "jdbc"
     assert settings["spark.sql.catalog.pg.uri"] == "jdbc:postgresql://db:5432/iceberg"
     assert settings["spark.sql.catalog.pg.jdbc.user"] == "iceberg"
-    assert settings["spark.sql.catalog.pg.jdbc.password"] == "secret"
+    # the password never reaches the builder (the JVM's command line), only the session
+    assert "secret" not in str(settings)
+    assert catalog_secrets(sink) == {"spark.sql.catalog.pg.jdbc.password": "secret"}
     assert settings["spark.sql.catalog.pg.warehouse"] == "s3://bucket/warehouse"
     assert settings["spark.sql.catalog.pg.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
 

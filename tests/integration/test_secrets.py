@@ -1,0 +1,144 @@
+"""Secrets stay secret: the pipeline runs with known ones, which are then searched for.
+
+The processor (source password, the API's two tokens) and a continuous sink with a
+JDBC catalog on PostgreSQL (its password) run from configuration files that hold no
+secret, the secrets given in the environment. While both work (a backfill, API
+calls with a right and a wrong token, merges), no process's command line holds a
+secret (``ps`` of every process), and neither does any log or any file the pipeline
+wrote: its logs, its state, the warehouse and Spark's scratch space, Debezium's and
+PostgreSQL's logs. The only file that may hold a password is the one ``tidemark dev
+up`` wrote, and it is readable by its owner alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import stat
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.integration.processes import Processor, SinkProcess, metric, wait_for
+from tests.integration.test_api import TOKEN, VIEWER, call
+from tests.integration.test_sink import sink_config
+from tests.integration.test_snapshots import leading, notified, snapshot_config, uncaptured_table
+from tidemark.cli.devstack.stack import DevStack
+from tidemark.config import TOKEN_ENV, VIEWER_TOKEN_ENV, Config
+from tidemark.ports import free_port
+
+pytestmark = pytest.mark.integration
+
+
+def without_secrets(config: Config) -> Config:
+    """``config`` with every secret blanked: what the test's files hold."""
+    return dataclasses.replace(
+        config,
+        source=dataclasses.replace(config.source, password=""),
+        sink=dataclasses.replace(config.sink, catalog_password=""),
+        dev=dataclasses.replace(config.dev, owner_password=""),
+    )
+
+
+def files_under(*roots: Path) -> list[Path]:
+    return [p for root in roots if root.exists() for p in root.rglob("*") if p.is_file()]
+
+
+def test_no_secret_reaches_a_command_line_a_log_or_a_file(stack: DevStack) -> None:
+    owner = stack.config.owner_conninfo()
+    source_password, owner_password = stack.config.source.password, owner["password"]
+    secrets = {
+        "source password": source_password,
+        "owner password": owner_password,
+        "API token": TOKEN,
+        "viewer token": VIEWER,
+    }
+    assert all(len(s) >= 16 for s in secrets.values())
+    table = "iso_secret_t"
+    base = snapshot_config(stack, "secret")
+    uncaptured_table(base, table, 300)
+    with psycopg.connect(**owner, autocommit=True) as conn:
+        conn.execute("CREATE DATABASE iceberg_secret")
+    catalog = sink_config(
+        base,
+        "secretcat",
+        [table],
+        catalog_type="jdbc",
+        catalog_uri=f"jdbc:postgresql://{owner['host']}:{owner['port']}/iceberg_secret",
+        catalog_user=owner["user"],
+        catalog_password=owner_password,
+        catalog_properties={"cache-enabled": "false"},
+        metrics_port=free_port(),
+        trigger_interval_s=0.5,
+    )
+    files = without_secrets(catalog)
+    processor = Processor(stack, files, "secret-processor")
+    sink = SinkProcess(stack, files, "secret-sink")
+    env = {
+        "TIDEMARK_SOURCE__PASSWORD": source_password,
+        TOKEN_ENV: TOKEN,
+        VIEWER_TOKEN_ENV: VIEWER,
+    }
+    processor.start(env=env)
+    try:
+        api = f"http://127.0.0.1:{files.processor.web_port}/api/v1"
+        wait_for("the coordinator", lambda: leading(processor))
+        status, body = call("POST", f"{api}/snapshots", {"data-collections": [f"public.{table}"]})
+        assert status == 202, body
+        wait_for("the backfill", lambda: notified(files, "COMPLETED", body["request_id"]))
+        assert call("GET", f"{api}/snapshots", token=VIEWER)[0] == 200
+        assert call("GET", f"{api}/snapshots", token=TOKEN[::-1])[0] == 401
+        sink.start(env={"TIDEMARK_SINK__CATALOG_PASSWORD": owner_password})
+
+        def merged() -> float:
+            url = f"http://127.0.0.1:{files.sink.metrics_port}/metrics"
+            try:
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    text = resp.read().decode()
+            except OSError:
+                return 0
+            return metric(text, "tidemark_sink_batches_total", table=f"secretcat.public.{table}")
+
+        wait_for("the sink's merges", lambda: merged() >= 1, timeout=180)
+        # Every process of the machine, while all of them run.
+        listed = subprocess.run(
+            ["ps", "-eww", "-o", "args"], capture_output=True, text=True, check=True
+        ).stdout
+        for what, secret in secrets.items():
+            assert secret not in listed, f"the {what} is on a command line"
+    finally:
+        if sink.pid:
+            sink.terminate()
+            sink.wait(120)
+        processor.stop()
+
+    run = stack.run_dir
+    written = files_under(
+        Path(files.processor.state_dir),
+        Path(files.sink.warehouse),
+        run / "spark-scratch",
+    ) + [
+        processor.log,
+        sink.log,
+        processor.path,
+        sink.path,
+        run / "debezium.log",
+        run / "broker.log",
+    ]
+    pg_logs = [p for p in run.glob("*postgres*") if p.is_file()]
+    searched = 0
+    for path in [*written, *pg_logs]:
+        if not path.is_file():
+            continue
+        data = path.read_bytes()
+        searched += 1
+        for what, secret in secrets.items():
+            assert secret.encode() not in data, f"the {what} is in {path}"
+    assert searched > 10, searched
+    # The one file that may hold the passwords: the stack's own, its owner's alone.
+    held = stack.config_path.read_text()
+    assert source_password in held and owner_password in held
+    assert stat.S_IMODE(os.stat(stack.config_path).st_mode) == 0o600
