@@ -583,7 +583,7 @@ class Writer:
     def _run(self) -> None:
         query = f"UPDATE {LAG_TABLE} SET seq = %s, v = %s WHERE id = ANY(%s)"  # noqa: S608
         try:
-            with psycopg.connect(**self.config.source.conninfo()) as conn:
+            with psycopg.connect(**self.config.owner_conninfo()) as conn:
                 started = time.monotonic()
                 seq = 0
                 while not self._stop.is_set():
@@ -681,7 +681,7 @@ def lag_stats(lags: list[float]) -> dict[str, float | None]:
 def run_lag(stack: DevStack, args: argparse.Namespace) -> dict[str, Any]:
     """Debezium, the processor and a continuous sink under ``args.rate`` changes/s."""
     config = stack.config
-    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {LAG_TABLE} (id int PRIMARY KEY, seq bigint, v text)")
         conn.execute(
             f"INSERT INTO {LAG_TABLE} SELECT g, 0, 'v0' FROM generate_series(0, %s) g",  # noqa: S608

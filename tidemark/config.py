@@ -245,6 +245,11 @@ class DevConfig:
     #: schemas in a registry the stack starts).
     debezium_format: Literal["json", "json-schemaless", "avro"] = "json"
     heartbeat_interval_ms: int = 1000
+    #: The development cluster's owner (a superuser): what Debezium, the demo's workload and
+    #: the tests connect as. The processor connects as ``source.user``, a role of its own
+    #: that may only read the tables (and write Tidemark's signal table).
+    owner_user: str = ""
+    owner_password: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)
@@ -257,6 +262,14 @@ class Config:
     snapshot: SnapshotConfig = field(default_factory=SnapshotConfig)
     sink: SinkConfig = field(default_factory=SinkConfig)
     dev: DevConfig = field(default_factory=DevConfig)
+
+    def owner_conninfo(self) -> dict[str, Any]:
+        """``psycopg.connect`` arguments as the development cluster's owner (``dev``), or as
+        ``source.user`` where no owner is configured."""
+        info = self.source.conninfo()
+        if self.dev.owner_user:
+            info.update(user=self.dev.owner_user, password=self.dev.owner_password)
+        return info
 
     def input_pattern(self) -> str:
         """The processor's input topics: ``<prefix>.<schema>.<table>``, never reconciled ones."""
@@ -306,7 +319,7 @@ _POSITIVE = {
     ("sink", "retain_last_snapshots"),
     ("dev", "heartbeat_interval_ms"),
 }
-_SECRETS = {"password", "schema_registry_password", "catalog_password"}
+_SECRETS = {"password", "schema_registry_password", "catalog_password", "owner_password"}
 _PORTS = {
     ("source", "port"),
     ("processor", "web_port"),
@@ -338,12 +351,30 @@ def load_config(
             raise ConfigError(f"{file}: not valid YAML: {exc}") from None
         if not isinstance(data, dict):
             raise ConfigError(f"{file}: the top level must be a mapping of sections")
+        _check_private(file, data)
     elif explicit or required:
         raise ConfigError(f"configuration file {file} does not exist")
     data = _apply_env(data, environ)
     config = _build(Config, data, "")
     _check_ranges(config)
     return config
+
+
+def _check_private(file: Path, data: dict[str, Any]) -> None:
+    """A file that holds a secret must be readable by its owner alone (mode 0600)."""
+    held = [
+        f"{section}.{key}"
+        for section, fields in data.items()
+        if isinstance(fields, dict)
+        for key, value in fields.items()
+        if key in _SECRETS and value
+    ]
+    mode = file.stat().st_mode & 0o777
+    if held and mode & 0o077:
+        raise ConfigError(
+            f"{file} holds {', '.join(held)} and is readable by others (mode {mode:o}): "
+            "chmod 600 it, or give secrets in the environment (TIDEMARK_SOURCE__PASSWORD, ...)"
+        )
 
 
 def dump_config(config: Config) -> str:

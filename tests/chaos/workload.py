@@ -23,7 +23,7 @@ TABLES = {"iso_chaos_a": ("id",), "iso_chaos_b": ("id",), "iso_chaos_c": ("a", "
 
 
 def create_tables(config: Config) -> None:
-    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
         for table, key in TABLES.items():
             columns = "id integer" if key == ("id",) else "a integer, b text"
             conn.execute(
@@ -68,7 +68,7 @@ class Workload:
         try:
             while not self._stop.is_set():
                 try:
-                    with psycopg.connect(**self.config.source.conninfo()) as conn:
+                    with psycopg.connect(**self.config.owner_conninfo()) as conn:
                         while not self._stop.is_set():
                             started = time.monotonic()
                             changed = self._transaction(conn, rng)

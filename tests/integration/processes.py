@@ -429,7 +429,7 @@ class Debezium:
 
         def streaming() -> bool:
             assert pid_alive(pid), log.read_text()[-3000:]
-            with psycopg.connect(**self.config.source.conninfo()) as conn:
+            with psycopg.connect(**self.config.owner_conninfo()) as conn:
                 row = conn.execute(
                     "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (self.name,)
                 ).fetchone()
@@ -457,7 +457,7 @@ class Debezium:
     def stop(self) -> None:
         """Stop the bridge and drop its slot (which would hold WAL back)."""
         self.stack.stop_process(self.name)
-        with psycopg.connect(**self.config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**self.config.owner_conninfo(), autocommit=True) as conn:
             wait_for(
                 f"{self.name}'s slot released",
                 lambda: (

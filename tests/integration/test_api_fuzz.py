@@ -93,7 +93,7 @@ def test_after_the_fuzz_the_pipeline_resumes_and_carries_changes(
     every operation's test: pytest keeps the file's order.)"""
     status, _ = call("POST", f"{fuzzed}/pipelines/fuzz/resume")
     assert status == 202
-    with psycopg.connect(**fuzz_config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**fuzz_config.owner_conninfo(), autocommit=True) as conn:
         conn.execute("CREATE TABLE IF NOT EXISTS iso_fuzz_after (id int PRIMARY KEY, v text)")
         conn.execute("INSERT INTO iso_fuzz_after VALUES (1, 'after the fuzz')")
     wait_caught_up(fuzz_config)

@@ -111,7 +111,7 @@ def test_avro_changes_reconcile_with_registered_output_schemas(avro_stack: DevSt
     config = avro_stack.config
     assert config.kafka.schema_registry_url.startswith("http://127.0.0.1:")
     rows = [kinds_row(i) for i in range(1, 9)]
-    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
         conn.execute(TABLE)
         with conn.cursor() as cur:
             cur.executemany("INSERT INTO kinds VALUES (" + ", ".join(["%s"] * 13) + ")", rows)
@@ -121,7 +121,7 @@ def test_avro_changes_reconcile_with_registered_output_schemas(avro_stack: DevSt
     try:
         wait_caught_up(config)
         events = reconciled(config, "kinds")
-        with psycopg.connect(**config.source.conninfo()) as conn:
+        with psycopg.connect(**config.owner_conninfo()) as conn:
             cur = conn.execute("SELECT * FROM kinds ORDER BY id")
             names = [c.name for c in cur.description or []]
             source = {r[0]: dict(zip(names, r, strict=True)) for r in cur.fetchall()}
@@ -218,7 +218,7 @@ def test_avro_backfill_rows_are_debeziums_own(avro_stack: DevStack) -> None:
     name = "iso_avrobf_kinds"
     rows = [kinds_row(i, null_names=True) for i in range(0, 9)]
     marks = ", ".join(["%s"] * 13)
-    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
         conn.execute("CREATE SCHEMA IF NOT EXISTS stage")
         conn.execute(TABLE.replace("kinds", f"stage.{name}"))
         with conn.cursor() as cur:  # rows Debezium never streams ...
@@ -241,7 +241,7 @@ def test_avro_backfill_rows_are_debeziums_own(avro_stack: DevStack) -> None:
         while not completed():
             assert time.monotonic() < deadline, "the snapshot did not complete"
             time.sleep(0.3)
-        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
             conn.execute(f"UPDATE {name} SET id = id")  # noqa: S608 - Debezium's event of every row
         wait_caught_up(config)
 
@@ -262,7 +262,7 @@ def test_avro_backfill_rows_are_debeziums_own(avro_stack: DevStack) -> None:
             assert (mine["op"], mine["source"]["snapshot"]) == ("r", "incremental")
 
         final = {e.key["id"]: e.after for e in reconciled(config, name)}
-        with psycopg.connect(**config.source.conninfo()) as conn:
+        with psycopg.connect(**config.owner_conninfo()) as conn:
             cur = conn.execute(f"SELECT * FROM {name}")  # noqa: S608
             names = [c.name for c in cur.description or []]
             source = {r[0]: dict(zip(names, r, strict=True)) for r in cur.fetchall()}

@@ -86,7 +86,7 @@ def payload(raw: bytes) -> dict[str, Any]:
 def test_chunk_rows_are_debeziums_own_events(stack: DevStack) -> None:
     config = stack.config
     name = "iso_types_kinds"
-    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
         with contextlib.suppress(psycopg.errors.DuplicateObject):
             conn.execute("CREATE TYPE iso_mood AS ENUM ('sad', 'happy')")
         conn.execute(KINDS.format(name=name))
@@ -96,7 +96,7 @@ def test_chunk_rows_are_debeziums_own_events(stack: DevStack) -> None:
     theirs = debezium_events(config, topic)
     assert len(theirs) == 4
 
-    reader = PostgresChunkReader(config.source.conninfo())
+    reader = PostgresChunkReader(config.owner_conninfo())
     try:
         info = reader.table_info(f"public.{name}")
         columns = [column(n, *t) for n, t in zip(info.columns, info.types, strict=True)]
@@ -171,14 +171,14 @@ def compare_under_settings(
     encoded under the same settings equal its events column by column, and under the
     defaults they are refused, naming each setting. The columns compared, and the settings
     named by the refusal under the defaults."""
-    with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
         with contextlib.suppress(psycopg.errors.DuplicateObject):
             conn.execute("CREATE TYPE iso_mood AS ENUM ('sad', 'happy')")
         conn.execute(KINDS.format(name=name))
     debezium = Debezium(stack, name.replace("_", ""), [f"public.{name}"], settings, fmt).start()
     config = debezium.config
     try:
-        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
             conn.execute(ROWS.format(name=name))
             conn.execute(EDGES.format(name=name))
         wait_debezium(config, source_lsn(config))
@@ -196,7 +196,7 @@ def compare_under_settings(
         theirs = wait_for("Debezium's events of the six rows", all_six)
     finally:
         debezium.stop()
-    reader = PostgresChunkReader(config.source.conninfo())
+    reader = PostgresChunkReader(config.owner_conninfo())
     try:
         info = reader.table_info(f"public.{name}")
         value_settings = config.source.value_settings()

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def reader(stack: DevStack) -> PostgresChunkReader:
-    with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
         conn.execute(
             'CREATE TABLE "iso_chunks_Weird Table" (region text, "select" int, v text, '
             'PRIMARY KEY (region, "select"))'
@@ -39,6 +39,11 @@ def reader(stack: DevStack) -> PostgresChunkReader:
             "CREATE FUNCTION iso_chunks_side_effect() RETURNS boolean LANGUAGE plpgsql AS "
             "$$ BEGIN INSERT INTO iso_chunks_canary VALUES (1); RETURN true; END $$"
         )
+        # Rights the processor's role must never have, given here so that the read-only
+        # session is what stops the writes below (without them, the role's rights do).
+        role = psycopg.sql.Identifier(stack.config.source.user)
+        conn.execute(psycopg.sql.SQL("GRANT USAGE ON iso_chunks_seq TO {}").format(role))
+        conn.execute(psycopg.sql.SQL("GRANT INSERT ON iso_chunks_canary TO {}").format(role))
     return PostgresChunkReader(stack.config.source.session(read_only=True))
 
 
@@ -70,7 +75,7 @@ def test_the_max_key_bounds_the_snapshot_and_a_filter_narrows_it(
     info = reader.table_info("public.iso_chunks_Weird Table")
     top = reader.max_key(info, "region = 'eu'")
     assert top == ("eu", 40)
-    with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
         conn.execute("""INSERT INTO "iso_chunks_Weird Table" VALUES ('eu', 99, 'late')""")
     rows = named(info, reader.read_chunk(info, None, top, "region = 'eu'").rows)
     assert [r["select"] for r in rows] == list(range(1, 41))  # 99 is above the bound
@@ -80,7 +85,7 @@ def test_a_chunk_snapshot_shows_a_concurrent_transaction_in_progress(
     stack: DevStack, reader: PostgresChunkReader
 ) -> None:
     info = reader.table_info("public.iso_chunks_Weird Table")
-    with psycopg.connect(**stack.config.source.conninfo()) as writer:
+    with psycopg.connect(**stack.config.owner_conninfo()) as writer:
         writer.execute("""UPDATE "iso_chunks_Weird Table" SET v = 'moved' WHERE region = 'ap'""")
         xid = writer.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
         assert xid is not None
@@ -154,7 +159,7 @@ def test_a_filter_that_ends_its_statement_runs_nothing_more(
             call()
     with pytest.raises(FilterError, match="closes a parenthesis"):
         reader.check_filter("public.iso_chunks_surrogate", injected)
-    with psycopg.connect(**stack.config.source.conninfo()) as conn:
+    with psycopg.connect(**stack.config.owner_conninfo()) as conn:
         found = conn.execute("SELECT to_regclass('public.iso_chunks_injected')").fetchone()
     assert found == (None,)
 
@@ -168,7 +173,7 @@ def test_a_filter_that_turns_the_session_writable_leaves_every_later_read_read_o
     for writing in ("iso_chunks_side_effect()", "(SELECT nextval('iso_chunks_seq')) > 0"):
         with pytest.raises(ChunkError, match="read-only transaction"):
             reader.read_chunk(info, None, ("c9",), writing)
-    with psycopg.connect(**stack.config.source.conninfo()) as conn:
+    with psycopg.connect(**stack.config.owner_conninfo()) as conn:
         assert conn.execute("SELECT count(*) FROM iso_chunks_canary").fetchone() == (0,)
 
 
@@ -217,3 +222,30 @@ def test_filters_the_source_cannot_plan_are_refused_with_its_reason(
 ) -> None:
     with pytest.raises(FilterError, match=reason):
         reader.check_filter("public.iso_chunks_surrogate", condition)
+
+
+def test_the_processors_role_reads_the_tables_and_writes_only_its_signal_table(
+    stack: DevStack, reader: PostgresChunkReader
+) -> None:
+    """The dev stack's processor role (README, Security: its grants), on a plain session:
+    it reads a captured table, writes none, creates nothing, and may insert into and
+    delete from Tidemark's signal table only (signal-table watermarks)."""
+    config = stack.config
+    assert config.source.user != config.owner_conninfo()["user"]
+    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM iso_chunks_surrogate").fetchone() == (9,)
+        for statement in (
+            "INSERT INTO iso_chunks_surrogate VALUES ('x', 1)",
+            "UPDATE iso_chunks_surrogate SET v = 0",
+            "DELETE FROM iso_chunks_surrogate",
+            "TRUNCATE iso_chunks_surrogate",
+            "CREATE TABLE iso_chunks_mine (a int)",
+            "COPY (SELECT 1) TO PROGRAM 'true'",
+            "SELECT pg_read_file('/etc/hostname')",
+        ):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement)  # type: ignore[arg-type] - the test's own literals
+        conn.execute("INSERT INTO public.tidemark_signal (id, type) VALUES ('role-test', 'x')")
+        conn.execute("DELETE FROM public.tidemark_signal WHERE id = 'role-test'")
+    with psycopg.connect(**config.owner_conninfo()) as conn:
+        assert conn.execute("SELECT count(*) FROM iso_chunks_surrogate").fetchone() == (9,)

@@ -65,7 +65,7 @@ def test_iceberg_tables_equal_the_source_after_changes_while_running(
     wait_caught_up(config)
     run_sink_once(sample)
 
-    with psycopg.connect(**config.source.conninfo()) as conn:
+    with psycopg.connect(**config.owner_conninfo()) as conn:
         conn.execute("UPDATE customers SET name = name || ' (renamed)' WHERE id % 3 = 0")
         conn.execute("DELETE FROM order_items WHERE order_id % 5 = 0")
         conn.execute("INSERT INTO customers VALUES (100000, 'late', NULL, true, NULL, now())")

@@ -64,7 +64,7 @@ def test_toast_refusal_and_dead_letters(stack: DevStack) -> None:
         envelopes={"public.iso_env_full": "debezium", "public.iso_env_bare": "debezium"},
     )
     bodies = {1: big_text(1), 2: big_text(2)}
-    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
         for table in ("iso_env_docs", "iso_env_full"):
             conn.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, title text, body text)")
         conn.execute("ALTER TABLE iso_env_full REPLICA IDENTITY FULL")
@@ -106,7 +106,7 @@ def test_toast_refusal_and_dead_letters(stack: DevStack) -> None:
         for key, value in bad:
             producer.produce(PREFIX + "iso_env_docs", value=value, key=key, partition=0)
         producer.flush(10)
-        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
             conn.execute("UPDATE iso_env_docs SET title = 'third' WHERE id = 1")
         wait_caught_up(without_table(config, "iso_env_bare"))
         dead = read_topic(config, "env.dlq")
@@ -131,7 +131,7 @@ def test_toast_refusal_and_dead_letters(stack: DevStack) -> None:
 
         # Debezium's own incremental snapshot: its READ events (lsn null, the close
         # watermark in `sequence`) are not mistaken for replays by the classic envelope.
-        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
             conn.execute(
                 "INSERT INTO debezium_signal VALUES ('env-1', 'execute-snapshot', %s)",
                 ('{"data-collections": ["public.iso_env_full"], "type": "incremental"}',),
@@ -149,7 +149,7 @@ def test_toast_refusal_and_dead_letters(stack: DevStack) -> None:
             assert event.value["source"]["lsn"] is None
             assert event.value["tidemark"]["reason"] == "snapshot"
             assert event.after is not None and event.after["body"] == bodies[event.key["id"]]
-        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
             conn.execute("UPDATE iso_env_full SET title = 'after the snapshot' WHERE id = 2")
         wait_caught_up(without_table(config, "iso_env_bare"))
         last = [e for e in reconciled(config, "iso_env_full") if e.key == {"id": 2}][-1]
@@ -167,7 +167,7 @@ def test_an_unchanged_toasted_bytea_in_each_binary_mode(stack: DevStack, mode: s
     says so)."""
     table = f"iso_env_bin_{mode.replace('-', '_')}"
     ident = sql.Identifier(table)
-    with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, n int, b bytea)").format(ident))
         conn.execute(sql.SQL("ALTER TABLE {} ALTER b SET STORAGE EXTERNAL").format(ident))
     name = f"envbin{mode.replace('-', '')}"
@@ -175,7 +175,7 @@ def test_an_unchanged_toasted_bytea_in_each_binary_mode(stack: DevStack, mode: s
     debezium.start()
     config = debezium.config
     try:
-        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
             big = sql.SQL("decode(repeat(md5('x'), 200), 'hex')")  # 3,200 bytes, out of line
             conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 0, {})").format(ident, big))
             conn.execute(sql.SQL("UPDATE {} SET n = 1 WHERE id = 1").format(ident))

@@ -63,7 +63,7 @@ def by_topic(config: Config, request: str, condition: str) -> None:
 
 
 def by_table(config: Config, request: str, condition: str) -> None:
-    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
         conn.execute(
             "INSERT INTO public.tidemark_signal (id, type, data) VALUES (%s, %s, %s)",
             (request, "execute-snapshot", json.dumps(execute(condition))),
@@ -76,7 +76,7 @@ def aborted(config: Config, request: str) -> None:
 
 def source_state(config: Config) -> tuple[object, ...]:
     """What an injection could change: the canary's rows, the injected table, the marker."""
-    with psycopg.connect(**config.source.conninfo()) as conn:
+    with psycopg.connect(**config.owner_conninfo()) as conn:
         canary = conn.execute("SELECT count(*) FROM iso_inject_canary").fetchone()
         made = conn.execute("SELECT to_regclass('public.iso_inject_made')").fetchone()
         tables = conn.execute("SELECT count(*) FROM pg_class").fetchone()
@@ -88,7 +88,7 @@ def test_no_filter_through_any_channel_changes_the_source(stack: DevStack, tmp_p
     config = dataclasses.replace(
         base, source=dataclasses.replace(base.source, statement_timeout_ms=3000)
     )
-    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
         conn.execute("CREATE TABLE iso_inject_t (id int PRIMARY KEY, v int)")
         conn.execute("INSERT INTO iso_inject_t SELECT g, g FROM generate_series(1, 20) g")
         conn.execute("CREATE TABLE iso_inject_canary (a int)")
@@ -138,7 +138,7 @@ def test_no_filter_through_any_channel_changes_the_source(stack: DevStack, tmp_p
         assert source_state(config) == before
         assert not marker.exists()
         # The pipeline goes on: a change still reaches the reconciled topic.
-        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
             conn.execute("UPDATE iso_inject_t SET v = -1 WHERE id = 1")
         wait_caught_up(config)
         rows = final_rows(reconciled(config, "iso_inject_t"))

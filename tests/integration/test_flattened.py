@@ -115,7 +115,7 @@ def backfill_flattened(stack: DevStack, name: str, fmt: str) -> None:
         assert len(snapshot_rows) > 200, len(snapshot_rows)  # most rows came by the backfill
         assert all(e.value and e.value["op"] == "r" for e in snapshot_rows)
         ident = sql.Identifier("public", table)
-        with psycopg.connect(**config.source.conninfo()) as conn:
+        with psycopg.connect(**config.owner_conninfo()) as conn:
             rows = conn.execute(sql.SQL("SELECT id, name, v FROM {}").format(ident)).fetchall()
         expected = {(r[0],): {"id": r[0], "name": r[1], "v": r[2]} for r in rows}
         final = {
@@ -132,7 +132,7 @@ def backfill_flattened(stack: DevStack, name: str, fmt: str) -> None:
         for record in read_topic(config, backfill_topic(config.processor.pipeline, change_topic)):
             assert record.key is not None and record.value is not None
             ours[record.key] = record
-        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
             conn.execute(sql.SQL("UPDATE {} SET v = v").format(ident))
         wait_debezium(config, source_lsn(config))
         theirs = {r.key: r for r in read_topic(config, change_topic) if r.key and r.value}
@@ -166,11 +166,11 @@ def test_a_flattened_topic_without_transaction_ids_is_refused_naming_the_setting
     ABORTED before its first row, with a reason that names ``add.fields`` and the delete
     mode, counted under ``reason="flattened"``."""
     table = "iso_flatdef_t"
-    with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {table} (id integer PRIMARY KEY, name text)")
     debezium = Debezium(stack, "flatdef", [f"public.{table}"], UNWRAP, "json").start()
     try:
-        with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
             conn.execute(f"INSERT INTO {table} SELECT g, 'n' || g FROM generate_series(1, 20) g")
         wait_debezium(debezium.config, source_lsn(debezium.config))
         config = flat_pipeline(stack, debezium, table)

@@ -41,7 +41,7 @@ def test_process_and_sink_run_without_the_extras(stack: DevStack, spark: SparkSe
             topic_pattern="",
         ),
     )
-    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {TABLE} (id int PRIMARY KEY, note text)")
         conn.execute(f"INSERT INTO {TABLE} SELECT i, 'row ' || i FROM generate_series(1, 500) i")  # noqa: S608
         conn.execute(f"UPDATE {TABLE} SET note = 'changed' WHERE id % 3 = 0")  # noqa: S608

@@ -129,7 +129,7 @@ def test_a_postgresql_restart_during_a_backfill_does_not_abort_it(stack: DevStac
         wait_for("the snapshot", lambda: notified(config, "COMPLETED", "pgr-1"), timeout=240)
         done = progress(config, table, "pgr-1")
         assert (done.status, done.rows) == ("completed", rows + 1), done
-        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
             conn.execute(f"UPDATE {name} SET v = 7 WHERE id = 5")  # noqa: S608 - Debezium streams again
         wait_caught_up(config, timeout=240)
         assert final_rows(reconciled(config, name)) == snapshot_rows(config, name)
@@ -158,7 +158,7 @@ def test_a_long_source_outage_waits_with_its_reason_then_aborts_the_table(
     table = f"public.{name}"
     processor = Processor(stack, config, "srcdown-processor").start()
     pid = processor.pid
-    admin = {**config.source.conninfo(), "dbname": "postgres"}
+    admin = {**config.owner_conninfo(), "dbname": "postgres"}
     try:
         wait_for("the coordinator", lambda: leading(processor))
         cli(processor, "snapshot", "start", table, "--id", "down-1")

@@ -71,7 +71,7 @@ def test_poison_and_a_10_mb_row_stop_nothing(stack: DevStack) -> None:
     workload.run_some(30)
     rng = random.Random(42)
     body = "".join(rng.choices(string.ascii_letters, k=BIG))
-    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
         conn.execute("CREATE TABLE iso_poison_big (id int PRIMARY KEY, title text, body text)")
         conn.execute("INSERT INTO iso_poison_big VALUES (1, 'first', 'small')")
     processor = Processor(stack, config, "poison-processor").start()
@@ -88,7 +88,7 @@ def test_poison_and_a_10_mb_row_stop_nothing(stack: DevStack) -> None:
     watcher.start()
     workload.start()
     try:
-        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
             conn.execute("UPDATE iso_poison_big SET body = %s WHERE id = 1", (body,))
             conn.execute("INSERT INTO iso_poison_big VALUES (2, 'second', %s)", (body[:1000],))
         topic = f"{config.source.topic_prefix}.public.iso_poison_big"
@@ -102,7 +102,7 @@ def test_poison_and_a_10_mb_row_stop_nothing(stack: DevStack) -> None:
         producer.produce(topic, b"{" + b" " * above + b"}", key, 0)
         expected.append("too-large")
         producer.flush(60)
-        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
             conn.execute("UPDATE iso_poison_big SET title = 'after the poison' WHERE id = 1")
             conn.execute("UPDATE iso_poison_big SET title = 'second, later' WHERE id = 2")
     finally:

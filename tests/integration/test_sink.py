@@ -58,7 +58,7 @@ COMPACTIONS = 8
 @pytest.fixture(scope="module")
 def pipeline(stack: DevStack) -> Iterator[Config]:
     config = pipeline_config(stack, "sink")
-    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
         for table, columns in TABLES.items():
             conn.execute(sql.SQL("CREATE TABLE {} (" + columns + ")").format(sql.Identifier(table)))
     processor = Processor(stack, config, "sink-processor").start()
@@ -90,7 +90,7 @@ def drain(sink: Sink) -> None:
 
 
 def execute(config: Config, *statements: str) -> None:
-    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
         for statement in statements:
             conn.execute(statement)  # type: ignore[arg-type] - the tests' own literals
 
@@ -198,6 +198,7 @@ def test_jdbc_catalog_on_postgresql_and_maintenance_that_keeps_the_offsets(
     pipeline: Config, spark: SparkSession, stack: DevStack
 ) -> None:
     source = pipeline.source
+    owner = pipeline.owner_conninfo()  # the catalog's tables are the cluster owner's
     execute(pipeline, "CREATE DATABASE iceberg_catalog")
     config = sink_config(
         pipeline,
@@ -205,8 +206,8 @@ def test_jdbc_catalog_on_postgresql_and_maintenance_that_keeps_the_offsets(
         ["iso_sink_keys"],
         catalog_type="jdbc",
         catalog_uri=f"jdbc:postgresql://{source.host}:{source.port}/iceberg_catalog",
-        catalog_user=source.user,
-        catalog_password=source.password,
+        catalog_user=owner["user"],
+        catalog_password=owner["password"],
         # small batches: many commits and small files for maintenance to work on
         max_records_per_partition=40,
         min_input_files=2,
@@ -226,7 +227,7 @@ def test_jdbc_catalog_on_postgresql_and_maintenance_that_keeps_the_offsets(
     drain(sink)
     table = "pgcat.public.iso_sink_keys"
     assert_equal(config, spark, "iso_sink_keys")
-    conninfo = dict(source.conninfo(), dbname="iceberg_catalog")
+    conninfo = dict(owner, dbname="iceberg_catalog")
     with psycopg.connect(**conninfo) as conn:
         listed = conn.execute(
             "SELECT table_namespace, table_name FROM iceberg_tables WHERE catalog_name = 'pgcat'"
@@ -253,10 +254,10 @@ def test_jdbc_catalog_on_postgresql_and_maintenance_that_keeps_the_offsets(
         text=True,
         timeout=300,
         check=False,
-        env={**os.environ, "TIDEMARK_SINK__CATALOG_PASSWORD": source.password},
+        env={**os.environ, "TIDEMARK_SINK__CATALOG_PASSWORD": owner["password"]},
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert source.password not in result.stdout + result.stderr
+    assert owner["password"] not in result.stdout + result.stderr
     report = re.search(r"(\d+) files compacted into (\d+), (\d+) snapshots expired", result.stdout)
     assert report, result.stdout
     compacted, written, expired = map(int, report.groups())
@@ -285,6 +286,7 @@ def test_maintenance_beside_a_continuous_sink_never_moves_its_offsets_back(
     committed over a newer MERGE carried older ones), the sink never stops, and the table
     ends equal to the source."""
     source = pipeline.source
+    owner = pipeline.owner_conninfo()  # the catalog's tables are the cluster owner's
     execute(pipeline, "CREATE DATABASE iceberg_live")
     config = sink_config(
         pipeline,
@@ -292,22 +294,22 @@ def test_maintenance_beside_a_continuous_sink_never_moves_its_offsets_back(
         ["iso_sink_live"],
         catalog_type="jdbc",
         catalog_uri=f"jdbc:postgresql://{source.host}:{source.port}/iceberg_live",
-        catalog_user=source.user,
-        catalog_password=source.password,
+        catalog_user=owner["user"],
+        catalog_password=owner["password"],
         catalog_properties={"cache-enabled": "false"},
         max_records_per_partition=20,  # many small commits, and files to compact
         trigger_interval_s=0.2,
         min_input_files=2,
     )
     execute(config, "INSERT INTO iso_sink_live SELECT i, 0 FROM generate_series(1, 200) i")
-    secret = {"TIDEMARK_SINK__CATALOG_PASSWORD": source.password}
+    secret = {"TIDEMARK_SINK__CATALOG_PASSWORD": owner["password"]}
     unsecret = dataclasses.replace(config.sink, catalog_password="")
     sink = SinkProcess(stack, dataclasses.replace(config, sink=unsecret), "live-sink")
     sink.start(env=secret)
     stop = threading.Event()
 
     def write() -> None:
-        with psycopg.connect(**source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**owner, autocommit=True) as conn:
             for i in itertools.count():
                 if stop.wait(0.1):
                     return

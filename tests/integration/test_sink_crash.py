@@ -39,7 +39,7 @@ TOPIC = f"tidemark.reconciled.public.{TABLE}"
 @pytest.fixture(scope="module")
 def config(stack: DevStack) -> Iterator[Config]:
     pipeline = pipeline_config(stack, "sinkcrash")
-    with psycopg.connect(**pipeline.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**pipeline.owner_conninfo(), autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {TABLE} (id int PRIMARY KEY, qty int, note text)")
         conn.execute(
             f"INSERT INTO {TABLE} SELECT i, i % 17, 'note ' || i FROM generate_series(1, 24000) i"  # noqa: S608
@@ -153,12 +153,12 @@ def test_a_continuous_sink_reports_its_lag_and_stops_on_sigterm(
 
     sink = SinkProcess(stack, config, "crash-sink-live").start()
     try:
-        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
             conn.execute(f"UPDATE {TABLE} SET note = 'warm-up' WHERE id = 1")  # noqa: S608
         wait_caught_up(config)
         batches = wait_for("the sink to catch up", caught_up, timeout=300)
         merged = metric(scrape(port), "tidemark_sink_rows_merged_total", **labels)
-        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
             conn.execute(f"UPDATE {TABLE} SET note = 'live' WHERE id <= 500")  # noqa: S608
         wait_caught_up(config)
         live = 500 - 500 // 11  # the rows updated: ids up to 500 but the deleted ones

@@ -33,7 +33,7 @@ def schemaless(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Config]:
     stack = DevStack(run_dir, base)
     stack.up()
     try:
-        with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
             conn.execute(
                 "CREATE TABLE loose (id int PRIMARY KEY, name text, ok boolean, "
                 "ratio double precision, doc jsonb, amount numeric(8, 2), later text)"

@@ -109,7 +109,7 @@ def uncaptured_table(
     """``public.<name>``: rows 1 to ``rows``, never streamed by Debezium, and (``streamed_row``)
     row 0, streamed."""
     key = "PRIMARY KEY" if primary_key else ""
-    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
         conn.execute("CREATE SCHEMA IF NOT EXISTS stage")
         staged = sql.Identifier("stage", name)
         conn.execute(
@@ -133,7 +133,7 @@ def uncaptured_table(
 
 
 def source_rows(config: Config, name: str) -> dict[tuple[Any, ...], dict[str, Any]]:
-    with psycopg.connect(**config.source.conninfo()) as conn:
+    with psycopg.connect(**config.owner_conninfo()) as conn:
         rows = conn.execute(
             sql.SQL("SELECT id, name, v FROM {}").format(sql.Identifier("public", name))
         ).fetchall()
@@ -164,7 +164,7 @@ class Writer:
 
     def _run(self) -> None:
         try:
-            with psycopg.connect(**self.config.source.conninfo()) as conn:
+            with psycopg.connect(**self.config.owner_conninfo()) as conn:
                 while not self._stop.is_set():
                     try:
                         with conn.transaction():
@@ -331,7 +331,7 @@ def test_snapshot_survives_a_crash_and_obeys_pause_resume_and_stop(stack: DevSta
     try:
         wait_for("the coordinator", lambda: leading(processor))
         data = {"data-collections": ["public.iso_snapctl_nokey", table]}
-        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
             conn.execute(
                 "INSERT INTO public.tidemark_signal (id, type, data) VALUES (%s, %s, %s)",
                 ("ctl-1", "execute-snapshot", orjson.dumps(data).decode()),
@@ -452,7 +452,7 @@ def test_a_window_row_loses_to_a_commit_its_chunk_could_not_see_yet(stack: DevSt
     )
     uncaptured_table(config, name, 20)
     processor = Processor(stack, config, "late-processor").start()
-    conninfo = config.source.conninfo()
+    conninfo = config.owner_conninfo()
     table = sql.Identifier("public", name)
     topic = f"{config.source.topic_prefix}.public.{name}"
     admin = psycopg.connect(**conninfo, autocommit=True)
@@ -540,7 +540,7 @@ def test_tiny_chunks_under_a_random_workload_with_crashes(
     kv, pair = Table(f"iso_{name}_kv"), Table(f"iso_{name}_pair", composite=True)
     workload = Workload(config, [kv, pair], seed=31, keys=90)
     workload.create_tables()
-    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
         conn.execute(
             sql.SQL(
                 "CREATE FUNCTION {}() RETURNS text LANGUAGE sql VOLATILE AS "
@@ -619,7 +619,7 @@ def test_a_filter_that_fails_aborts_its_table_and_nothing_else(stack: DevStack) 
                 {"data-collection": "public.iso_snapbad_type", "filter": "name > 3"},
             ],
         }
-        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
             conn.execute(
                 "INSERT INTO public.tidemark_signal (id, type, data) VALUES (%s, %s, %s)",
                 ("bad-1", "execute-snapshot", orjson.dumps(data).decode()),
@@ -644,12 +644,12 @@ def test_a_backfill_in_another_encoding_than_its_topic_is_refused_naming_the_set
     row: ABORTED with a reason that names the setting, counted in the refusal metric, and
     nothing in its backfill topic; set as the connector has it, the backfill completes."""
     name = "iso_snapenc_t"
-    with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {name} (id integer PRIMARY KEY, amount numeric(10, 2))")
     connector = {"decimal.handling.mode": "string"}
     debezium = Debezium(stack, "snapenc", [f"public.{name}"], connector, "json").start()
     try:
-        with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
             conn.execute(f"INSERT INTO {name} SELECT g, g * 1.25 FROM generate_series(1, 50) g")
         wait_debezium(debezium.config, source_lsn(debezium.config))
         config = own_pipeline(stack, debezium, name)
@@ -711,11 +711,11 @@ def test_a_backfill_goes_where_the_topics_partitioner_put_its_keys_or_is_refused
     contradiction in the data plane and refuses the backfill, naming crc32; one configured
     with crc32 backfills every row into the partition of its key's changes."""
     name = "iso_snappart_t"
-    with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {name} (id integer PRIMARY KEY, v text)")
     debezium = Debezium(stack, "snappart", [f"public.{name}"], {}, "json", "crc32").start()
     try:
-        with psycopg.connect(**stack.config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
             conn.execute(f"INSERT INTO {name} SELECT g, 'v' || g FROM generate_series(1, 200) g")
         wait_debezium(debezium.config, source_lsn(debezium.config))
         config = own_pipeline(stack, debezium, name)
@@ -775,7 +775,7 @@ def test_a_table_with_no_event_yet_is_backfilled_as_debezium_would_write_it(
         if r.key is not None and r.value is not None
     }
     assert len(ours) == 300
-    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
         conn.execute(sql.SQL("UPDATE {} SET v = v").format(sql.Identifier("public", name)))
     wait_debezium(config, source_lsn(config))
     theirs = debezium_events(config, topic)
@@ -832,7 +832,7 @@ def test_unchanged_toast_values_of_keys_with_no_state_are_read_again(
     reconciled topic and the Iceberg table end equal to the source."""
     config = tiny_chunks(stack, name, watermarks, 20)  # the kills come while it reads
     table = f"iso_{name}_doc"
-    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
         conn.execute("CREATE SCHEMA IF NOT EXISTS stage")
         staged = sql.Identifier("stage", table)
         conn.execute(
@@ -886,7 +886,7 @@ def read_again_requests(config: Config) -> int:
 
 
 def doc_rows(config: Config, name: str) -> dict[tuple[Any, ...], dict[str, Any]]:
-    with psycopg.connect(**config.source.conninfo()) as conn:
+    with psycopg.connect(**config.owner_conninfo()) as conn:
         rows = conn.execute(
             sql.SQL("SELECT id, n, doc FROM {}").format(sql.Identifier("public", name))
         ).fetchall()
@@ -912,7 +912,7 @@ def test_columns_added_and_dropped_during_a_backfill_shape_the_rows_read_after(
     table = "iso_snapddl_t"
     uncaptured_table(config, table, 1000)
     ident = sql.Identifier("public", table)
-    with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+    with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
         conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN note text DEFAULT NULL").format(ident))
         conn.execute(sql.SQL("UPDATE {} SET note = 'n' || id WHERE id > 0").format(ident))
     processor = Processor(stack, config, "snapddl-processor").start()
@@ -923,19 +923,19 @@ def test_columns_added_and_dropped_during_a_backfill_shape_the_rows_read_after(
         cli(processor, "snapshot", "start", f"public.{table}", "--id", "load-1")
         chunks = lambda: progress(config, f"public.{table}", "load-1").chunks  # noqa: E731
         wait_for("chunks", lambda: chunks() >= 3)
-        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
             conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN extra integer").format(ident))
             conn.execute(sql.SQL("UPDATE {} SET extra = id * 10 WHERE id % 3 = 0").format(ident))
         added_at = chunks()
         wait_for("chunks after the new column", lambda: chunks() >= added_at + 3)
-        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
             conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN note").format(ident))
         dropped_at = chunks()
         wait_for("chunks after the dropped column", lambda: chunks() >= dropped_at + 2)
         # A type whose Connect schema differs (int32 to int64), while no change brings an
         # event of it: the table's latest event still declares int32.
         writer.stop()
-        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
             conn.execute(sql.SQL("ALTER TABLE {} ALTER v TYPE bigint").format(ident))
         retyped_at = chunks()
         wait_for("chunks after the new type", lambda: chunks() >= retyped_at + 2)
@@ -945,7 +945,7 @@ def test_columns_added_and_dropped_during_a_backfill_shape_the_rows_read_after(
         read = progress(config, f"public.{table}", "load-1")
         unread = (read.last_key or [0])[0] + 40
         assert unread < 900, f"the backfill read too far ({read}) to test the new type"
-        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
             conn.execute(
                 sql.SQL("UPDATE {} SET v = v + 5000000000 WHERE id > %s").format(ident), [unread]
             )
@@ -971,7 +971,7 @@ def test_columns_added_and_dropped_during_a_backfill_shape_the_rows_read_after(
                 after = next(f for f in doc["schema"]["fields"] if f["field"] == "after")
                 big.append(next(f["type"] for f in after["fields"] if f["field"] == "v"))
         assert big and set(big) == {"int64"}, big
-        with psycopg.connect(**config.source.conninfo()) as conn:
+        with psycopg.connect(**config.owner_conninfo()) as conn:
             rows = conn.execute(
                 sql.SQL("SELECT id, name, v, extra FROM {}").format(ident)
             ).fetchall()

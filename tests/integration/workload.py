@@ -52,13 +52,13 @@ class Workload:
         self.error: BaseException | None = None
 
     def create_tables(self) -> None:
-        with psycopg.connect(**self.config.source.conninfo(), autocommit=True) as conn:
+        with psycopg.connect(**self.config.owner_conninfo(), autocommit=True) as conn:
             for table in self.tables:
                 table.create(conn)
 
     def run_some(self, transactions: int) -> None:
         """Apply ``transactions`` transactions now (one that deadlocks is drawn again)."""
-        with psycopg.connect(**self.config.source.conninfo()) as conn:
+        with psycopg.connect(**self.config.owner_conninfo()) as conn:
             done = 0
             while done < transactions:
                 changed: list[tuple[Table, tuple[Any, ...], bool]] = []
@@ -75,7 +75,7 @@ class Workload:
 
     def bulk(self, transactions: int) -> None:
         """``transactions`` transactions that each update every row of every table (a backlog)."""
-        with psycopg.connect(**self.config.source.conninfo()) as conn:
+        with psycopg.connect(**self.config.owner_conninfo()) as conn:
             done = 0
             while done < transactions:
                 try:
@@ -149,7 +149,7 @@ class Workload:
 
 def source_rows(config: Config, table: Table) -> dict[tuple[Any, ...], dict[str, Any]]:
     """The table's rows by key, as dicts."""
-    with psycopg.connect(**config.source.conninfo()) as conn:
+    with psycopg.connect(**config.owner_conninfo()) as conn:
         cur = conn.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier("public", table.name)))
         names = [c.name for c in cur.description or []]
         rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]

@@ -12,8 +12,10 @@ from tidemark.errors import ConfigError
 
 
 def write(tmp_path: Path, text: str) -> Path:
+    """``text`` as a configuration file readable by its owner alone (it may hold secrets)."""
     path = tmp_path / "tidemark.yaml"
     path.write_text(text)
+    path.chmod(0o600)
     return path
 
 
@@ -140,3 +142,15 @@ def test_the_flattening_transform_reaches_the_connector_as_given(tmp_path: Path)
     assert properties["transforms.unwrap.add.fields"] == "op,txId,lsn"
     assert properties["transforms.unwrap.delete.tombstone.handling.mode"] == "rewrite"
     assert properties["decimal.handling.mode"] == "precise"
+
+
+def test_a_file_that_holds_a_secret_must_be_private(tmp_path: Path) -> None:
+    path = write(tmp_path, "source:\n  password: hunter2\n")
+    path.chmod(0o644)
+    with pytest.raises(ConfigError, match="holds source.password and is readable by others"):
+        load_config(path, environ={})
+    path.chmod(0o600)
+    assert load_config(path, environ={}).source.password == "hunter2"
+    public = write(tmp_path, "source:\n  user: reader\n")
+    public.chmod(0o644)  # no secret in it: anyone may read it
+    assert load_config(public, environ={"TIDEMARK_SOURCE__PASSWORD": "x"}).source.password == "x"

@@ -108,7 +108,7 @@ def _interrupt(_sig: int, _frame: FrameType | None) -> None:
 
 def fill(config: Config, rng: random.Random, customers: int) -> None:
     """Create and fill the sample tables."""
-    with psycopg.connect(**config.source.conninfo()) as conn:
+    with psycopg.connect(**config.owner_conninfo()) as conn:
         conn.execute(SCHEMA_SQL)
         with conn.cursor() as cur:
             cur.executemany(
@@ -158,7 +158,7 @@ def apply_burst(
     """Random inserts, updates and deletes in small transactions."""
     counts = {"inserts": 0, "updates": 0, "deletes": 0}
     next_order = first_order or customers * 2 + 1
-    with psycopg.connect(**config.source.conninfo()) as conn:
+    with psycopg.connect(**config.owner_conninfo()) as conn:
         done = 0
         while done < operations:
             with conn.transaction(), conn.cursor() as cur:

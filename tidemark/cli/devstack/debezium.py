@@ -60,6 +60,7 @@ PUBLICATION = "tidemark_dev"
 def engine_properties(config: Config, run_dir: Path) -> dict[str, str]:
     """Debezium connector and engine properties for the development source."""
     source, dev = config.source, config.dev
+    owner = config.owner_conninfo()  # Debezium replicates: it connects as the owner
     schemas = "true" if dev.debezium_format == "json" else "false"
     props = {
         "name": "tidemark-dev",
@@ -69,8 +70,8 @@ def engine_properties(config: Config, run_dir: Path) -> dict[str, str]:
         "offset.flush.interval.ms": "1000",
         "database.hostname": source.host,
         "database.port": str(source.port),
-        "database.user": source.user,
-        "database.password": source.password,
+        "database.user": owner["user"],
+        "database.password": owner["password"],
         "database.dbname": source.dbname,
         "topic.prefix": source.topic_prefix,
         "plugin.name": "pgoutput",

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
+from psycopg import sql
 
 from tidemark.binaries import find_pg_bin
 from tidemark.cli.devstack.procs import wait_for
@@ -27,6 +28,9 @@ from tidemark.ports import claim_port
 
 SUPERUSER = "tidemark"
 DBNAME = "tidemark"
+#: The role the processor connects as: it may read the tables and write only its own
+#: signal table (README, Security).
+PROCESSOR_ROLE = "tidemark_processor"
 _SERVER_SETTINGS = {
     "listen_addresses": "127.0.0.1",
     "wal_level": "logical",
@@ -211,3 +215,33 @@ def _run(cmd: list[str], os_user: str | None, what: str, log: Path | None = None
         if log is not None and log.exists():
             detail += "\n" + "\n".join(log.read_text(errors="replace").splitlines()[-10:])
         raise DevStackError(f"{what} failed: {detail}")
+
+
+def processor_grants(role: str, signal_table: str) -> list[sql.Composed]:
+    """What the processor's ``role`` needs, and no more: ``SELECT`` on the tables (here every
+    table of the cluster's owner, also those created later), ``INSERT`` and ``DELETE`` on
+    Tidemark's signal table (signal-table watermarks only). Reading the replication slot's
+    position (``pg_replication_slots``), ``pg_current_snapshot()`` and
+    ``pg_current_wal_lsn()`` need no grant."""
+    who = sql.Identifier(role)
+    return [
+        sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA public TO {}").format(who),
+        sql.SQL("ALTER DEFAULT PRIVILEGES GRANT SELECT ON TABLES TO {}").format(who),
+        sql.SQL("GRANT INSERT, DELETE ON {} TO {}").format(
+            sql.Identifier(*signal_table.split(".")), who
+        ),
+    ]
+
+
+def create_processor_role(cluster: PostgresCluster, signal_table: str) -> str:
+    """Create :data:`PROCESSOR_ROLE` with a generated password (returned) and its grants."""
+    password = secrets.token_urlsafe(18)
+    with psycopg.connect(**cluster.conninfo(), autocommit=True) as conn:  # type: ignore[arg-type]
+        conn.execute(
+            sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                sql.Identifier(PROCESSOR_ROLE), sql.Literal(password)
+            )
+        )
+        for grant in processor_grants(PROCESSOR_ROLE, signal_table):
+            conn.execute(grant)
+    return password

@@ -87,6 +87,9 @@ class DevStack:
             }
             self._save_state()
             self._create_signal_tables(cluster)
+            processor_password = postgres.create_processor_role(
+                cluster, self.config.snapshot.signal_table
+            )
             registry_url = self.config.kafka.schema_registry_url
             if self.config.dev.debezium_format == "avro":
                 registry_pid, registry_port = registry.start_registry(self.run_dir, sys.executable)
@@ -104,10 +107,15 @@ class DevStack:
                     host="127.0.0.1",
                     port=cluster.port,
                     dbname=postgres.DBNAME,
-                    user=postgres.SUPERUSER,
-                    password=cluster.password,
+                    user=postgres.PROCESSOR_ROLE,
+                    password=processor_password,
                 ),
-                dev=dataclasses.replace(self.config.dev, run_dir=str(self.run_dir)),
+                dev=dataclasses.replace(
+                    self.config.dev,
+                    run_dir=str(self.run_dir),
+                    owner_user=postgres.SUPERUSER,
+                    owner_password=cluster.password,
+                ),
             )
             self._write_config()
         except BaseException:
