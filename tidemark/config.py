@@ -37,6 +37,7 @@ VIEWER_TOKEN_ENV = "TIDEMARK_VIEWER_TOKEN"  # noqa: S105 - the variable's name
 MIN_RECORD_BYTES = 16 * 1024 * 1024
 
 Envelope = Literal["upsert", "debezium-upsert", "debezium"]
+SslMode = Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"]
 ENVELOPE_NAMES: tuple[str, ...] = typing.get_args(Envelope)
 Watermarks = Literal["read-only", "signal-table"]
 
@@ -74,6 +75,8 @@ class KafkaConfig:
     schema_registry_user: str = ""
     #: Pass it as ``TIDEMARK_KAFKA__SCHEMA_REGISTRY_PASSWORD``; never logged.
     schema_registry_password: str = field(default="", repr=False)
+    #: An ``https://`` registry signed by a private CA: that CA's certificate (PEM).
+    schema_registry_ca: str = ""
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,14 @@ class SourceConfig:
     partitioner: Partitioner = "murmur2"
     #: Every statement of the processor on the source ends after this long (a filter such
     #: as ``pg_sleep(600)`` aborts its table, never holds a reader).
+    #: TLS to the source, as libpq names it: ``disable``, ``allow``, ``prefer`` (libpq's
+    #: default), ``require``, ``verify-ca`` or ``verify-full`` (the certificate is signed
+    #: by ``sslrootcert`` and names the host). ``sslcert`` and ``sslkey``: a client
+    #: certificate, for servers that ask for one (``clientcert`` in ``pg_hba.conf``).
+    sslmode: SslMode = "prefer"
+    sslrootcert: str = ""
+    sslcert: str = ""
+    sslkey: str = ""
     statement_timeout_ms: int = 300_000
     #: A lock the processor waits for longer (its chunk read behind an ``ALTER TABLE``)
     #: fails the read, which is tried again.
@@ -115,12 +126,15 @@ class SourceConfig:
 
     def conninfo(self) -> dict[str, Any]:
         """Keyword arguments for ``psycopg.connect``."""
+        tls = {"sslrootcert": self.sslrootcert, "sslcert": self.sslcert, "sslkey": self.sslkey}
         return {
             "host": self.host,
             "port": self.port,
             "dbname": self.dbname,
             "user": self.user,
             "password": self.password,
+            "sslmode": self.sslmode,
+            **{name: path for name, path in tls.items() if path},
         }
 
     def session(self, read_only: bool = True) -> dict[str, Any]:

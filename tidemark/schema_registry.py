@@ -21,6 +21,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import ssl
 import threading
 import urllib.error
 import urllib.parse
@@ -116,9 +117,13 @@ class HttpRegistry(SchemaRegistry):
     password never appears in an error or a log line.
     """
 
-    def __init__(self, url: str, user: str = "", password: str = "", timeout: float = 10) -> None:
+    def __init__(
+        self, url: str, user: str = "", password: str = "", timeout: float = 10, cafile: str = ""
+    ) -> None:
         self._url = url.rstrip("/")
         self._timeout = timeout
+        #: HTTPS: the system's trusted authorities, or ``cafile``'s (a private CA).
+        self._tls = ssl.create_default_context(cafile=cafile or None)
         self._headers = {
             "Accept": "application/vnd.schemaregistry.v1+json, application/json",
             "Content-Type": "application/vnd.schemaregistry.v1+json",
@@ -153,7 +158,9 @@ class HttpRegistry(SchemaRegistry):
             self._url + path, data=data, method=method, headers=self._headers
         )
         try:
-            with urllib.request.urlopen(request, timeout=self._timeout) as response:  # noqa: S310
+            with urllib.request.urlopen(  # noqa: S310
+                request, timeout=self._timeout, context=self._tls
+            ) as response:
                 return response.status, json.loads(response.read() or b"{}")
         except urllib.error.HTTPError as exc:
             try:
@@ -206,6 +213,9 @@ def configured_schemas(kafka: KafkaConfig) -> SchemaCache | None:
         return None
     return SchemaCache(
         HttpRegistry(
-            kafka.schema_registry_url, kafka.schema_registry_user, kafka.schema_registry_password
+            kafka.schema_registry_url,
+            kafka.schema_registry_user,
+            kafka.schema_registry_password,
+            cafile=kafka.schema_registry_ca,
         )
     )

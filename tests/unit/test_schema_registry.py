@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.certificates import Authority
 from tidemark.cli.devstack.registry import make_server
 from tidemark.errors import RegistryError, UnknownSchemaError
 from tidemark.ports import free_port
@@ -69,3 +71,27 @@ def test_an_unreachable_registry_is_an_infrastructure_error_without_the_password
 def test_a_schema_the_registry_rejects_is_an_error(server: str) -> None:
     with pytest.raises(RegistryError, match="422"):
         HttpRegistry(server).register("t-value", "{not json")
+
+
+def test_an_https_registry_signed_by_a_private_ca_is_trusted_only_with_that_ca(
+    tmp_path: Path,
+) -> None:
+    authority = Authority(tmp_path, "registry")
+    issued = authority.issue("registry", ips=("127.0.0.1",))
+    httpd = make_server(0, tmp_path / "registry.json")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(issued.cert, issued.key)
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    url = f"https://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        trusted = HttpRegistry(url, cafile=str(authority.cert))
+        schema_id = trusted.register("t-value", json.dumps(RECORD))
+        assert json.loads(trusted.schema(schema_id)) == RECORD
+        with pytest.raises(RegistryError, match="CERTIFICATE_VERIFY_FAILED"):
+            HttpRegistry(url).schema(schema_id)  # the system's authorities do not know it
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)

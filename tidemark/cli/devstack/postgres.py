@@ -64,8 +64,21 @@ class PostgresCluster:
         }
 
 
-def start_cluster(run_dir: Path, port: int = 0) -> PostgresCluster:
-    """initdb a new cluster, start it on ``port`` (0: a free one) and create the database."""
+@dataclass(frozen=True)
+class ServerTls:
+    """A cluster that takes TLS connections only: its certificate and key, and the CA whose
+    client certificates it checks where ``pg_hba.conf`` asks for one (:func:`_tls_only`)."""
+
+    cert: Path
+    key: Path
+    ca: Path
+    #: Roles that must also present a client certificate naming them.
+    client_cert_roles: tuple[str, ...] = ()
+
+
+def start_cluster(run_dir: Path, port: int = 0, tls: ServerTls | None = None) -> PostgresCluster:
+    """initdb a new cluster, start it on ``port`` (0: a free one) and create the database;
+    with ``tls``, TLS connections only."""
     port = claim_port(port, "PostgreSQL server")
     os_user = _server_user()
     data_dir = _data_dir(run_dir, os_user)
@@ -94,7 +107,10 @@ def start_cluster(run_dir: Path, port: int = 0) -> PostgresCluster:
             "initdb",
         )
         pwfile.unlink()
-        options = " ".join(f"-c {k}={v}" for k, v in _SERVER_SETTINGS.items())
+        settings = dict(_SERVER_SETTINGS)
+        if tls is not None:
+            settings.update(_tls_only(data_dir, tls, os_user))
+        options = " ".join(f"-c {k}={v}" for k, v in settings.items())
         options += f" -p {port} -c unix_socket_directories={data_dir}"
         log.touch()
         _hand_over(log, os_user)
@@ -130,6 +146,29 @@ def start_cluster(run_dir: Path, port: int = 0) -> PostgresCluster:
     except BaseException:
         stop_cluster(data_dir, os_user)
         raise
+
+
+def _tls_only(data_dir: Path, tls: ServerTls, os_user: str | None) -> dict[str, str]:
+    """Put the server's certificate, key and CA in ``data_dir``, let only TLS connections in
+    (with a client certificate for ``tls.client_cert_roles``), and return the settings."""
+    for name, source in (("server.crt", tls.cert), ("server.key", tls.key), ("ca.crt", tls.ca)):
+        target = data_dir / name
+        shutil.copyfile(source, target)
+        target.chmod(0o600)
+        _hand_over(target, os_user)
+    lines = ["local all all scram-sha-256"]
+    lines += [
+        f"hostssl all {role} 127.0.0.1/32 scram-sha-256 clientcert=verify-full"
+        for role in tls.client_cert_roles
+    ]
+    lines += ["hostssl all all 127.0.0.1/32 scram-sha-256", "host all all all reject"]
+    (data_dir / "pg_hba.conf").write_text("\n".join(lines) + "\n")
+    return {
+        "ssl": "on",
+        "ssl_cert_file": "server.crt",
+        "ssl_key_file": "server.key",
+        "ssl_ca_file": "ca.crt",
+    }
 
 
 def restart_cluster(data_dir: Path, os_user: str | None) -> None:
