@@ -16,9 +16,12 @@ import logging
 import os
 import signal
 import threading
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 import faust
+from faust.auth import SASLCredentials, SSLCredentials
+from faust.types.auth import CredentialsT
 from faust.web import Request, Response, View
 from mode import Service
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -31,6 +34,7 @@ from processor.snapshot.postgres.connector import PostgresConnector
 from processor.web_guard import FailureLimit, Tokens, guard
 from state.rocksdb import RocksDBBackend
 from tidemark.config import Config
+from tidemark.kafka_aio import aiokafka_settings
 from tidemark.ports import claim_port
 
 log = logging.getLogger(__name__)
@@ -75,6 +79,22 @@ class LoopService(Service):
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 30)
 
 
+def faust_credentials(properties: Mapping[str, str]) -> CredentialsT | None:
+    """Faust's credentials for ``kafka.client_properties`` (:mod:`tidemark.kafka_aio`)."""
+    settings = aiokafka_settings(properties)
+    protocol, context = settings["security_protocol"], settings.get("ssl_context")
+    if protocol == "PLAINTEXT":
+        return None
+    if protocol == "SSL":
+        return SSLCredentials(context)
+    return SASLCredentials(
+        username=settings["sasl_plain_username"],
+        password=settings["sasl_plain_password"],
+        mechanism=settings["sasl_mechanism"],
+        ssl_context=context,
+    )
+
+
 def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
     """The Faust app and its data plane for ``config``."""
     pc = config.processor
@@ -98,6 +118,7 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
         web_bind=pc.web_host,
         web_port=pc.web_port,
         web_host=pc.web_host,
+        broker_credentials=faust_credentials(config.kafka.client_properties),
         broker_session_timeout=config.kafka.session_timeout_ms / 1000,
         broker_heartbeat_interval=config.kafka.heartbeat_interval_ms / 1000,
         broker_max_poll_interval=config.kafka.max_poll_interval_ms / 1000,

@@ -24,6 +24,7 @@ import yaml
 from tidemark import topics
 from tidemark.debezium_settings import ValueSettings
 from tidemark.errors import ConfigError
+from tidemark.kafka_aio import check_translatable
 from tidemark.partitioners import Partitioner
 
 ENV_PREFIX = "TIDEMARK_"
@@ -496,6 +497,7 @@ def _check_ranges(config: Config) -> None:
                 + ", ".join(map(repr, ENVELOPE_NAMES))
             )
     config.source.value_settings()
+    check_translatable(config.kafka.client_properties)
     kafka = config.kafka
     if not kafka.heartbeat_interval_ms < kafka.session_timeout_ms <= kafka.max_poll_interval_ms:
         raise ConfigError(

@@ -32,7 +32,8 @@ import time
 from aiokafka.client import AIOKafkaClient, CoordinationType
 from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
 
-from tidemark.config import Config
+from tidemark.config import Config, KafkaConfig
+from tidemark.kafka_aio import aiokafka_settings
 from tidemark.topics import dataplane_group, snapshot_group
 
 log = logging.getLogger(__name__)
@@ -44,15 +45,19 @@ NO_SUBSCRIPTION = b"\x00\x00\x00\x00\x00\x00\xff\xff\xff\xff"
 
 
 def repair_group(
-    bootstrap: str, group: str, protocol: str = "range", timeout_s: float = 30.0
+    kafka: KafkaConfig, group: str, protocol: str = "range", timeout_s: float = 30.0
 ) -> str | None:
     """Make the lost leader of ``group`` a member that expires; its member id, or
     ``None`` when the group has no leader other than the probe (nothing to repair)."""
-    return asyncio.run(asyncio.wait_for(_repair(bootstrap, group, protocol), timeout_s))
+    return asyncio.run(asyncio.wait_for(_repair(kafka, group, protocol), timeout_s))
 
 
-async def _repair(bootstrap: str, group: str, protocol: str) -> str | None:
-    client = AIOKafkaClient(bootstrap_servers=bootstrap, client_id="tidemark-group-repair")
+async def _repair(kafka: KafkaConfig, group: str, protocol: str) -> str | None:
+    client = AIOKafkaClient(
+        bootstrap_servers=kafka.bootstrap_servers,
+        client_id="tidemark-group-repair",
+        **aiokafka_settings(kafka.client_properties),
+    )
     await client.bootstrap()
     try:
         node = await client.coordinator_lookup(CoordinationType.GROUP, group)
@@ -91,9 +96,8 @@ def pipeline_groups(pipeline: str) -> dict[str, str]:
 
 def repair_pipeline_groups(config: Config) -> dict[str, str | None]:
     """:func:`repair_group` on every group of the pipeline."""
-    bootstrap = config.kafka.bootstrap_servers
     return {
-        group: repair_group(bootstrap, group, protocol)
+        group: repair_group(config.kafka, group, protocol)
         for group, protocol in pipeline_groups(config.processor.pipeline).items()
     }
 
@@ -131,13 +135,13 @@ class RebalanceWatch:
         self._steady_at = time.monotonic()
 
 
-def repair_stuck(watch: RebalanceWatch, bootstrap: str, group: str) -> None:
+def repair_stuck(watch: RebalanceWatch, kafka: KafkaConfig, group: str) -> None:
     """Repair ``group`` once ``watch`` says its rebalance is stuck; errors are logged."""
     if not watch.stuck():
         return
     watch.restart()
     log.warning("group %s: no rebalance completed in %.0f s, repairing", group, watch.limit_s)
     try:
-        repair_group(bootstrap, group)
+        repair_group(kafka, group)
     except Exception as exc:  # the broker may be away: the next stuck period tries again
         log.warning("group %s: the repair failed: %r", group, exc)

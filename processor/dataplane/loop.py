@@ -174,7 +174,7 @@ class DataPlane:
             self.partitions.update_lag(consumer)
             self._next_lag = now + 2.0
             if self._subscribed:  # subscribed to nothing, no rebalance is awaited
-                repair_stuck(self._rebalance, self.config.kafka.bootstrap_servers, self.group)
+                repair_stuck(self._rebalance, self.config.kafka, self.group)
 
     def stop(self) -> None:
         """Ask the loop to finish its batch and leave the group."""

@@ -192,7 +192,7 @@ class Coordinator:
         else:
             wait = 0.0 if self._workers.busy() else 0.2
         messages = self._group.consume(100, min(wait, 0.2))
-        repair_stuck(self._rebalance, self.config.kafka.bootstrap_servers, self._group_id)
+        repair_stuck(self._rebalance, self.config.kafka, self._group_id)
         if self.state is None:
             self._collect(0)  # reads for a leadership lost: dropped
             return

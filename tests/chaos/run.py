@@ -368,7 +368,7 @@ def watch_groups(stack: DevStack, run: Run, instances: list[Instance]) -> None:
             instance.down_since = None
         elif now - instance.down_since > GROUP_STALL_S:
             protocol = pipeline_groups(PIPELINE)[PIPELINE]
-            if repair_group(stack.config.kafka.bootstrap_servers, PIPELINE, protocol):
+            if repair_group(stack.config.kafka, PIPELINE, protocol):
                 run.group_repairs["faust, by the run"] += 1
             instance.down_since = now
 
