@@ -907,7 +907,10 @@ def test_columns_added_and_dropped_during_a_backfill_shape_the_rows_read_after(
         chunk_size=20,
         min_chunk_size=20,
         max_chunk_size=20,
-        max_rows_per_second=60,
+        # Slow enough that the four changes below come while rows are left to read: each
+        # wait for chunks may overshoot by seconds on a loaded machine (in CI at 60 rows/s
+        # the backfill had ended before the type change).
+        max_rows_per_second=30,
     )
     table = "iso_snapddl_t"
     uncaptured_table(config, table, 1000)
