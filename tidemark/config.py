@@ -105,8 +105,6 @@ class SourceConfig:
     #: default, Kafka Connect's), ``crc32`` (librdkafka's default, ``consistent_random``)
     #: or ``fnv1a``. Backfilled rows are produced with it; ``tidemark dev``'s bridge too.
     partitioner: Partitioner = "murmur2"
-    #: Every statement of the processor on the source ends after this long (a filter such
-    #: as ``pg_sleep(600)`` aborts its table, never holds a reader).
     #: TLS to the source, as libpq names it: ``disable``, ``allow``, ``prefer`` (libpq's
     #: default), ``require``, ``verify-ca`` or ``verify-full`` (the certificate is signed
     #: by ``sslrootcert`` and names the host). ``sslcert`` and ``sslkey``: a client
@@ -115,6 +113,8 @@ class SourceConfig:
     sslrootcert: str = ""
     sslcert: str = ""
     sslkey: str = ""
+    #: Every statement of the processor on the source ends after this long (a filter such
+    #: as ``pg_sleep(600)`` aborts its table, never holds a reader).
     statement_timeout_ms: int = 300_000
     #: A lock the processor waits for longer (its chunk read behind an ``ALTER TABLE``)
     #: fails the read, which is tried again.
