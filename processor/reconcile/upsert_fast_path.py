@@ -24,7 +24,7 @@ import orjson
 from processor.events.change import FLAT_DELETED, FLAT_TXID, in_64_bits
 from processor.events.json_codec import JsonCodec
 from processor.reconcile.envelopes import ENTRY
-from processor.reconcile.versions import HEAD, TXID, Action, Entry, decide
+from processor.reconcile.versions import CHANGE_ROW_AT, HEAD, PRESENT_FLAG, Action, Entry, decide
 from state.batch import BatchState
 from tidemark.avro_wire import MAGIC
 from tidemark.messages import RawMessage
@@ -37,9 +37,6 @@ _EVENT = (
     b'"envelope":"upsert","reason":"%b"}}'
 )
 _APPLY, _REEMIT, _DROP = Action.APPLY, Action.REEMIT, Action.DROP
-#: An entry's flags: its row is present, and a change's transaction id comes first.
-_PRESENT, _CHANGE_FLAGS = 1, 3
-_ROW_AT = {1: HEAD.size, 3: HEAD.size + TXID.size}
 _APPLIED, _REPLAYED = _APPLY.value.encode(), _REEMIT.value.encode()
 
 
@@ -101,11 +98,12 @@ def decide_flat(
         stored_version = None
         if stored is not None:
             _format, major, minor, flags = HEAD.unpack_from(stored)
-            if flags > _CHANGE_FLAGS:
+            row_at = CHANGE_ROW_AT.get(flags)
+            if row_at is None:
                 break  # a chunk row's or a pending entry: not a change's
             stored_version = (major, minor)
-            if flags & _PRESENT:
-                previous = stored[_ROW_AT[flags] :]
+            if flags & PRESENT_FLAG:
+                previous = stored[row_at:]
                 if previous[:1] == MAGIC:
                     break  # an Avro row: the general path converts it
         offset = msg.offset

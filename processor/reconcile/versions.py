@@ -47,6 +47,12 @@ TXID = struct.Struct(">q")
 _CHUNK = struct.Struct(">q")
 _FORMAT = 2
 _PRESENT, _TXID_FLAG, _SNAPSHOT_FLAG, _CHUNK_FLAG, _PENDING_FLAG = 1, 2, 4, 8, 16
+PRESENT_FLAG = _PRESENT
+#: The flags of an entry that holds a change's row (or its deletion), with or without its
+#: transaction id (the rest hold a chunk row's or a pending change), and, for each, where
+#: the row's bytes start: what a hot path reads without decoding the entry.
+CHANGE_ROW_AT = {0: HEAD.size, _PRESENT: HEAD.size, _TXID_FLAG: HEAD.size + TXID.size}
+CHANGE_ROW_AT[_PRESENT | _TXID_FLAG] = HEAD.size + TXID.size
 
 
 class Action(enum.Enum):

@@ -84,12 +84,12 @@ def refused_filters(
     refused = {}
     for table, condition in conditions.items():
         try:
-            check_filter(condition)
-            reader().check_filter(table, condition)
+            try:
+                reader().check_filter(table, condition)  # one expression, then planned
+            except SourceUnavailableError:
+                check_filter(condition)  # the expression now, the plan at its first read
         except FilterError as exc:
             refused[table] = f"the filter of {table} is refused: {exc}"
-        except SourceUnavailableError:
-            continue
     return refused
 
 
