@@ -25,6 +25,45 @@ from tidemark.errors import DeliveryError, TopicError
 FAILURES_ONLY: dict[str, Any] = {"delivery.report.only.error": True}
 
 
+Rebalance = Callable[[Consumer, list[TopicPartition]], None]
+
+
+class RebalanceErrors:
+    """The error of a consumer's rebalance callbacks, raised again after the call that ran
+    them.
+
+    confluent-kafka (2.16) hands an error raised by one of its own calls inside a
+    rebalance callback back from ``consume()`` as a ``KafkaError`` object, which is no
+    exception class: no ``except`` clause but a bare one catches it, so a loop's error
+    handling is skipped and its thread dies. A callback wrapped by :meth:`wrap` keeps its
+    error instead; :meth:`raise_pending`, called after each ``consume()``, raises it as it
+    was raised (a ``KafkaException`` for Kafka's), which the loops ride out.
+    """
+
+    def __init__(self) -> None:
+        self.pending: BaseException | None = None
+
+    def wrap(self, callback: Rebalance) -> Rebalance:
+        def guarded(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            try:
+                callback(consumer, partitions)
+            except BaseException as exc:  # noqa: BLE001 - raised again by raise_pending
+                if self.pending is None:
+                    self.pending = exc
+
+        return guarded
+
+    def raise_pending(self) -> None:
+        """Raise the first error a callback met since the last call, if any."""
+        error, self.pending = self.pending, None
+        if error is not None:
+            raise error
+
+    def clear(self) -> None:
+        """Forget an error (the consumer that met it is being closed anyway)."""
+        self.pending = None
+
+
 class Acknowledgements:
     """The delivery failures of one producer's records, and the wait until all are settled.
 

@@ -39,6 +39,7 @@ from tidemark.config import Config
 from tidemark.failpoints import Failpoint
 from tidemark.group_repair import RebalanceWatch, repair_stuck
 from tidemark.kafka import (
+    RebalanceErrors,
     client_config,
     consumer_config,
     data_messages,
@@ -60,6 +61,8 @@ class DataPlane:
         self.config = config
         self.group = dataplane_group(config.processor.pipeline)
         self._rebalance = RebalanceWatch(config.kafka.stuck_rebalance_s)
+        #: What the group's callbacks raised, raised again after the consume that ran them.
+        self._callback_errors = RebalanceErrors()
         self.reconciler = Reconciler(config, configured_schemas(config.kafka))
         self._admin = AdminClient(client_config(config.kafka))
         self._replays = Replays(config.processor.pipeline)
@@ -160,6 +163,7 @@ class DataPlane:
         restoring = self.partitions.busy
         timeout = 0.01 if restoring else self.config.processor.batch_timeout_ms / 1000
         messages = consumer.consume(self.config.processor.batch_size, timeout)
+        self._callback_errors.raise_pending()
         if messages or self._replays.waiting:
             started = time.perf_counter()
             partitions = self.partitions
@@ -282,6 +286,7 @@ class DataPlane:
         try:
             consumer.close()
         finally:
+            self._callback_errors.clear()  # a revoke that failed: every store is closed here
             self.partitions.release_all()
 
     def _leave_quietly(self) -> None:
@@ -345,9 +350,9 @@ class DataPlane:
                     self._rebalance.restart()  # the first rebalance is awaited from now
                 self._member().subscribe(
                     names,
-                    on_assign=self.partitions.on_assign,
-                    on_revoke=self.partitions.on_revoke,
-                    on_lost=self.partitions.on_revoke,
+                    on_assign=self._callback_errors.wrap(self.partitions.on_assign),
+                    on_revoke=self._callback_errors.wrap(self.partitions.on_revoke),
+                    on_lost=self._callback_errors.wrap(self.partitions.on_revoke),
                 )
             else:
                 self._member().unsubscribe()

@@ -68,6 +68,7 @@ from tidemark.config import Config
 from tidemark.group_repair import RebalanceWatch, repair_stuck
 from tidemark.kafka import (
     TRANSACTION_TIMEOUT,
+    RebalanceErrors,
     client_config,
     consumer_config,
     data_messages,
@@ -108,6 +109,8 @@ class Coordinator:
         settings = {"enable.partition.eof": False}
         self._group_id = snapshot_group(config.processor.pipeline)
         self._rebalance = RebalanceWatch(kafka.stuck_rebalance_s)
+        #: What the group's callbacks raised, raised again after the consume that ran them.
+        self._callback_errors = RebalanceErrors()
         self._group = self._group_consumer()
         self._joined = False
         #: Kafka not answering: the loop waits and tries again, up to a deadline.
@@ -182,7 +185,12 @@ class Coordinator:
         ensure_topics(
             self._admin, {self.progress: 1}, replication, config={"cleanup.policy": "compact"}
         )
-        self._group.subscribe([self.signals], on_assign=self._on_assign, on_revoke=self._on_revoke)
+        errors = self._callback_errors
+        self._group.subscribe(
+            [self.signals],
+            on_assign=errors.wrap(self._on_assign),
+            on_revoke=errors.wrap(self._on_revoke),
+        )
         self._joined = True
 
     def _turn(self) -> None:
@@ -192,6 +200,7 @@ class Coordinator:
         else:
             wait = 0.0 if self._workers.busy() else 0.2
         messages = self._group.consume(100, min(wait, 0.2))
+        self._callback_errors.raise_pending()
         repair_stuck(self._rebalance, self.config.kafka, self._group_id)
         if self.state is None:
             self._collect(0)  # reads for a leadership lost: dropped
@@ -213,6 +222,7 @@ class Coordinator:
             self._group.close()
         except KafkaException as exc:
             log.warning("leaving the snapshot group: %s", exc)
+        self._callback_errors.clear()
         self._group = self._group_consumer()
         self._joined = False
 

@@ -13,12 +13,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import sys
 import time
 
 import psycopg
 import pytest
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 from pyspark.sql import SparkSession
 
+from processor.outages import is_outage
 from spark_sink.session import create_session
 from tests.integration.processes import (
     Processor,
@@ -42,6 +46,8 @@ from tidemark.cli.demo import compare_table
 from tidemark.cli.devstack.procs import pid_alive
 from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
+from tidemark.kafka import RebalanceErrors, client_config, ensure_topics
+from tidemark.ports import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -186,3 +192,44 @@ def test_a_long_source_outage_waits_with_its_reason_then_aborts_the_table(
         assert processor.pid == pid and pid_alive(pid)
     finally:
         processor.stop()
+
+
+def test_an_error_of_a_rebalance_callback_comes_back_as_an_exception(stack: DevStack) -> None:
+    """confluent-kafka (2.16) hands an error of its own calls made inside a rebalance
+    callback back from ``consume()`` as a ``KafkaError`` object, which no ``except``
+    clause with a class catches: the data plane's thread died of one (CI, the broker
+    pause: ``Failed to get watermark offsets`` from the changelog restorer in
+    ``on_assign``) and the processor lived on without it. Callbacks wrapped by
+    :class:`RebalanceErrors` keep the error and raise it after ``consume()``, a
+    ``KafkaException`` that the loops ride out."""
+    topic = "iso_rebalance_errors"
+    settings = client_config(stack.config.kafka)
+    ensure_topics(AdminClient(settings), {topic: 1}, 1)
+    dead = Consumer({"bootstrap.servers": f"127.0.0.1:{free_port()}", "group.id": "x"})
+
+    def on_assign(_consumer: Consumer, _partitions: list[TopicPartition]) -> None:
+        dead.get_watermark_offsets(TopicPartition(topic, 0), timeout=0.5)
+
+    def consumed(group: str, errors: RebalanceErrors | None) -> type | None:
+        """Consume until the callback ran; what ``consume()`` raised, if anything."""
+        consumer = Consumer({**settings, "group.id": group, "log_level": 0})
+        consumer.subscribe([topic], on_assign=errors.wrap(on_assign) if errors else on_assign)
+        deadline = time.monotonic() + 60
+        try:
+            while not (errors and errors.pending) and time.monotonic() < deadline:
+                try:
+                    consumer.consume(10, 0.5)
+                except:  # noqa: E722 - what no except clause with a class catches
+                    return sys.exc_info()[0]
+        finally:
+            consumer.close()
+        return None
+
+    raised = consumed("rebalance-bare", None)
+    assert raised is not None and not issubclass(raised, BaseException), raised
+    errors = RebalanceErrors()
+    assert consumed("rebalance-wrapped", errors) is None
+    with pytest.raises(KafkaException) as caught:
+        errors.raise_pending()
+    assert is_outage(caught.value)
+    errors.raise_pending()  # raised once
