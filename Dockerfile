@@ -1,5 +1,17 @@
 # One image for the stream processor (`tidemark process`, the default command)
 # and the Spark sink (`tidemark sink`); the Kubernetes manifests pick the command.
+# The build stage compiles the distribution (its C extension, tidemark._jsonscan, needs
+# gcc and the Python headers) into a wheel; the runtime stage installs that wheel and
+# ships no compiler.
+FROM python:3.11-bookworm AS build
+WORKDIR /src
+COPY pyproject.toml setup.py README.md ./
+COPY tidemark ./tidemark
+COPY processor ./processor
+COPY state ./state
+COPY spark_sink ./spark_sink
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+
 FROM python:3.11-slim-bookworm
 
 LABEL org.opencontainers.image.title="tidemark" \
@@ -30,15 +42,10 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# Only what the distribution (tidemark-cdc) is built from; .dockerignore keeps
-# the rest of the work tree out of the build context.
-WORKDIR /opt/tidemark
-COPY pyproject.toml README.md ./
-COPY tidemark ./tidemark
-COPY processor ./processor
-COPY state ./state
-COPY spark_sink ./spark_sink
-RUN pip install --no-cache-dir . \
+# The wheel the build stage made, mounted for the install only (no layer keeps it);
+# its dependencies come from the package index as pinned in pyproject.toml.
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    pip install --no-cache-dir /wheels/tidemark_cdc-*.whl \
     && tidemark --help > /dev/null
 
 # A fixed non-root uid/gid (the manifests' runAsUser/fsGroup). Its home is the

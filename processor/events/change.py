@@ -88,6 +88,11 @@ class Change:
     #: ``after`` exactly as the input holds it (JSON text), when it could be taken
     #: from the message without serializing it again.
     raw_after: bytes | None = None
+    #: For a JSON Debezium event the compiled scanner took (:mod:`tidemark.json_scan`):
+    #: the message's value and the scan of its payload, so the output is spliced from
+    #: the input's bytes (:func:`processor.events.json_codec.splice_event`).
+    raw: bytes | None = None
+    scan: Any = None
 
 
 @dataclass(slots=True)

@@ -30,6 +30,17 @@ from processor.events.change import (
 )
 from tidemark.errors import InputError
 from tidemark.json_envelope import PAYLOAD_HEAD, SCHEMA_HEAD, EnvelopeSplitter
+from tidemark.json_scan import (
+    AFTER,
+    AFTER_END,
+    BEFORE,
+    BEFORE_END,
+    CLOSE,
+    OPEN,
+    TOAST,
+    Scan,
+    scan_change,
+)
 from tidemark.messages import RawMessage
 
 TIDEMARK_FIELD: dict[str, Any] = {
@@ -208,14 +219,24 @@ class JsonCodec:
             change = chunk.decode(msg, value, state_key)
             if change is not None:
                 return change
-        payload, schema, _text = self.values.split(value, msg, "value")
+        payload, schema, text = self.values.split(value, msg, "value")
         # search the payload only: the schema before it is most of the bytes
         start = (
             len(self.values.prefix) if schema is not None and schema is self.values.schema else 0
         )
-        toast = value.find(_TOAST_TEXT, start) >= 0 or value.find(_TOAST_BASE64, start) >= 0
+        scan = None
+        if text is not None and msg.chunk is None:
+            scan = scan_change(value, start, len(value) - 1 if schema is not None else len(value))
+        if scan is not None:
+            toast = bool(scan[TOAST])
+        else:
+            toast = value.find(_TOAST_TEXT, start) >= 0 or value.find(_TOAST_BASE64, start) >= 0
         change = debezium_change(state_key, payload, msg, toast)
         change.schema = schema
+        if scan is not None:
+            change.raw, change.scan = value, scan
+            if change.after is not None:
+                change.raw_after = value[scan[AFTER] : scan[AFTER_END]]
         if msg.chunk is not None and (schema is None or start):
             self._chunk = ChunkEnvelope.learn(value, start, change)
         return change
@@ -237,6 +258,11 @@ class JsonCodec:
         they are; the ``tidemark`` block says where the event came from and why it
         is emitted.
         """
+        if change.scan is not None and change.raw is not None and emit.op == change.op:
+            body = spliced(change, emit, msg, self.envelope)
+            if change.schema is None:
+                return msg.key, body
+            return msg.key, self.output_head(change.schema) + body + b"}"
         event = change.event
         payload: dict[str, Any] = dict(event) if event else {}
         before = emit.before
@@ -273,6 +299,65 @@ class JsonCodec:
             head = SCHEMA_HEAD + orjson.dumps(output_schema(schema, self.envelope)) + PAYLOAD_HEAD
             self._out = (schema, head)
         return head
+
+
+_TIDEMARK = (
+    b',"tidemark":{"topic":%b,"partition":%d,"offset":%d,"position":"%d,%d",'
+    b'"envelope":"%b","reason":"%b"}}'
+)
+
+
+def tidemark_block(
+    msg: RawMessage, version: tuple[int, int], envelope: bytes, reason: bytes
+) -> bytes:
+    """``,"tidemark":{...}}``: the member that ends a spliced event (and its payload)."""
+    return _TIDEMARK % (
+        orjson.dumps(msg.topic),
+        msg.partition,
+        msg.offset,
+        version[0],
+        version[1],
+        envelope,
+        reason,
+    )
+
+
+def splice_event(raw: bytes, scan: Scan, before: bytes, after: bytes, tail: bytes) -> bytes:
+    """The payload scanned in ``raw`` with ``before`` and ``after`` in place of its own, and
+    ``tail`` (:func:`tidemark_block`) in place of its closing brace: the input's bytes,
+    re-serialized nowhere, so its numbers (64-bit or not) and strings pass exactly."""
+    b0, b1, a0, a1 = scan[BEFORE], scan[BEFORE_END], scan[AFTER], scan[AFTER_END]
+    open_, close = scan[OPEN], scan[CLOSE]
+    if b0 < a0:
+        return b"".join((raw[open_:b0], before, raw[b1:a0], after, raw[a1:close], tail))
+    return b"".join((raw[open_:a0], after, raw[a1:b0], before, raw[b1:close], tail))
+
+
+def spliced(change: Change, emit: Emit, msg: RawMessage, envelope: str) -> bytes:
+    """:meth:`JsonCodec.encode`'s event for a change the scanner took: its payload's bytes
+    with the emitted ``before`` and ``after``."""
+    raw, scan = change.raw, change.scan
+    assert raw is not None and scan is not None
+    previous = emit.before
+    if previous is None:
+        before = b"null"
+    elif isinstance(previous, bytes):
+        before = previous
+    elif previous is change.before:
+        before = raw[scan[BEFORE] : scan[BEFORE_END]]
+    else:
+        before = orjson.dumps(previous)
+    stored = emit.after_stored
+    if stored is not None and stored[:1] != b"\x00":
+        after = stored
+    elif emit.after is None:
+        after = b"null"
+    elif emit.after is change.after and not change.toast:
+        after = raw[scan[AFTER] : scan[AFTER_END]]
+    else:
+        after = orjson.dumps(emit.after)
+    tail = tidemark_block(msg, change.version, envelope.encode(), emit.reason.encode())
+    return splice_event(raw, scan, before, after, tail)
 
 
 _KeyColumn = tuple[str, bool, str, tuple[type, ...]]

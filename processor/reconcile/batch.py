@@ -42,6 +42,7 @@ from processor.events.change import Change
 from processor.events.source_codec import SourceCodec
 from processor.events.visibility import Window
 from processor.reconcile.batch_reads import READS_KEY, BatchReads, Span
+from processor.reconcile.debezium_fast_path import decide_debezium, decide_debezium_upsert
 from processor.reconcile.envelopes import ENTRY, READ_AGAIN, STEPS, Step, prune_seen
 from processor.reconcile.upsert_fast_path import decide_flat
 from processor.reconcile.window_buffer import Reached, WindowBuffers
@@ -247,10 +248,21 @@ class Reconciler:
         dropped = 0
         output = source.output
         rest = group
+        fast_last: bytes | None = None  # the payload of the last change the fast path took
         if upsert and not backfill:
             now_ms = int(time.time() * 1000)
             taken, dropped = decide_flat(
                 codec.json, group, state, output, records, flushed, now_ms, self.input_limit
+            )
+            rest = group[taken:]
+        elif source.envelope == "debezium-upsert" and not backfill:
+            taken, dropped, fast_last = decide_debezium_upsert(
+                codec.json, group, state, output, records, flushed, self.input_limit
+            )
+            rest = group[taken:]
+        elif source.envelope == "debezium" and not backfill:
+            taken, dropped, fast_last = decide_debezium(
+                codec.json, group, state, output, records, self.input_limit
             )
             rest = group[taken:]
         limit = self.input_limit
@@ -319,6 +331,8 @@ class Reconciler:
                 last = next((c for _, c in reversed(decoded) if isinstance(c, Change)), None)
                 if last is not None and not backfill:
                     batch.last_events[tp] = last.event
+                elif fast_last is not None:
+                    batch.last_events[tp] = orjson.loads(fast_last)
         if dropped:
             metrics.EVENTS_DROPPED.labels(tp[0]).inc(dropped)
         produced = len(records) - first_record

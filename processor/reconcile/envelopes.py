@@ -58,7 +58,8 @@ WINDOW_INDEXED = b"\x00tidemark:window-indexed"
 HIGH_WATER = b"\x00tidemark:high-water"
 #: Present while keys of a snapshot group that ended are left to delete.
 SEEN_STALE = b"\x00tidemark:seen-stale"
-_MARK = struct.Struct(">qqB")
+#: The high-water mark: the highest position emitted, and whether a snapshot group is open.
+HIGH_WATER_MARK = struct.Struct(">qqB")
 #: A group's position in keys, ordered as positions are (offset to unsigned).
 _GROUP = struct.Struct(">QQ")
 _OFFSET = 1 << 63
@@ -214,7 +215,7 @@ def debezium(change: Change, state: KeyState, rows: RowCodec) -> Emit | None:
     mark: Version | None = None
     group = False
     if raw is not None:
-        major, minor, flag = _MARK.unpack(raw)
+        major, minor, flag = HIGH_WATER_MARK.unpack(raw)
         mark, group = (major, minor), bool(flag)
     in_group = change.snapshot is not Snapshot.NONE
     if mark is not None and change.version < mark:
@@ -229,7 +230,7 @@ def debezium(change: Change, state: KeyState, rows: RowCodec) -> Emit | None:
     else:
         if group:
             state.put(SEEN_STALE, b"")  # the ended group's keys: pruned a page at a time
-        state.put(HIGH_WATER, _MARK.pack(change.version[0], change.version[1], in_group))
+        state.put(HIGH_WATER, HIGH_WATER_MARK.pack(change.version[0], change.version[1], in_group))
         if in_group:
             state.put(_seen(change.version) + change.key, b"")
     if change.toast and change.after is not None:
@@ -250,7 +251,7 @@ def prune_seen(state: KeyState, limit: int) -> None:
     raw = state.get(HIGH_WATER)
     before = None
     if raw is not None:
-        major, minor, flag = _MARK.unpack(raw)
+        major, minor, flag = HIGH_WATER_MARK.unpack(raw)
         if flag:  # the group being read now keeps its keys
             before = _seen((major, minor))
     stale = state.keys(SEEN, before=before, limit=limit)

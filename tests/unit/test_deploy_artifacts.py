@@ -433,7 +433,8 @@ def test_one_sink_driver_only() -> None:
 
 
 def test_dockerfile_agrees_with_the_project_and_the_manifests() -> None:
-    assert dockerfile("FROM") == ["python:3.11-slim-bookworm"]
+    # a build stage with a compiler, a slim runtime stage without one
+    assert dockerfile("FROM") == ["python:3.11-bookworm AS build", "python:3.11-slim-bookworm"]
     assert json.loads(dockerfile("ENTRYPOINT")[-1]) == ["tidemark"]
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert "tidemark" in scripts
@@ -451,7 +452,9 @@ def test_dockerfile_installs_java_lean_and_the_distribution() -> None:
     apt = next(r for r in runs if "openjdk-17-jre-headless" in r)
     assert "--no-install-recommends" in apt
     assert "rm -rf /var/lib/apt/lists/*" in apt
-    assert any("pip install --no-cache-dir ." in r for r in runs)
+    assert any("pip wheel --no-cache-dir --no-deps --wheel-dir /wheels ." in r for r in runs)
+    install = next(r for r in runs if "/wheels/tidemark_cdc-" in r)
+    assert install.startswith("--mount=type=bind,from=build,source=/wheels,target=/wheels")
 
 
 def test_dockerfile_copies_every_package_of_the_distribution() -> None:
@@ -465,7 +468,8 @@ def test_dockerfile_copies_every_package_of_the_distribution() -> None:
     assert packages, "no package found: the pyproject layout changed"
     copied = {args.split()[0] for args in dockerfile("COPY")}
     assert packages <= copied, f"not copied into the image: {sorted(packages - copied)}"
-    assert {"pyproject.toml", "README.md"} <= {w for a in dockerfile("COPY") for w in a.split()}
+    copied_files = {w for a in dockerfile("COPY") for w in a.split()}
+    assert {"pyproject.toml", "setup.py", "README.md"} <= copied_files
 
 
 def test_dockerignore_keeps_local_state_out_of_the_build_context() -> None:

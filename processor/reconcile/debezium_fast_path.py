@@ -1,0 +1,241 @@
+"""The Debezium envelopes on Debezium JSON events, decided a batch at a time without
+parsing them.
+
+:func:`decide_debezium_upsert` is :func:`processor.reconcile.envelopes.debezium_upsert`
+(the version rule :func:`processor.reconcile.versions.decide_change`, the state
+:class:`~processor.reconcile.versions.Entry`), :func:`decide_debezium` is
+:func:`processor.reconcile.envelopes.debezium` (the high-water mark), each fused with
+:class:`processor.events.json_codec.JsonCodec`'s decoding and encoding for the message
+they see most: a change event whose payload the compiled scanner
+(:mod:`tidemark.json_scan`) takes, bare or inside the envelope of the schema the codec
+already knows, with no unchanged-TOAST placeholder (and, for ``debezium``, outside a
+snapshot). Such a message costs one validating pass, a state read and a few byte
+operations: its rows go to state and to the output as the input's own bytes, the output
+being its payload with the emitted ``before`` in place
+(:func:`~processor.events.json_codec.splice_event`), as the general path writes it for
+the same message.
+
+Each stops at the first message it does not take (an Avro key or value, a new schema, a
+declined, TOASTed or snapshot event, a key that is not a JSON object, a stored row in
+another format, a change the envelope refuses) and leaves the rest of the group to the
+general path, so every error and every unusual case is handled there, once.
+``tests/unit/test_debezium_fast_path.py`` holds both to the general path: the same
+outputs, state and positions, byte for byte.
+"""
+
+from __future__ import annotations
+
+from processor.events.json_codec import JsonCodec, splice_event, tidemark_block
+from processor.reconcile.envelopes import ENTRY, HIGH_WATER, HIGH_WATER_MARK, SEEN_STALE
+from processor.reconcile.versions import (
+    CHANGE_ROW_AT,
+    HEAD,
+    PRESENT_FLAG,
+    Action,
+    Entry,
+    decide,
+    decide_change,
+)
+from state.batch import BatchState
+from tidemark.avro_wire import MAGIC
+from tidemark.errors import InputError
+from tidemark.json_scan import (
+    AFTER,
+    AFTER_END,
+    BEFORE,
+    BEFORE_END,
+    BEFORE_ROW,
+    CONNECTOR,
+    MAJOR,
+    MINOR,
+    OP,
+    SNAPSHOT,
+    TOAST,
+    TXID,
+    Scan,
+    scan_change,
+)
+from tidemark.messages import RawMessage
+
+Record = tuple[str, int, bytes | None, bytes | None]
+
+_APPLY, _REEMIT, _DROP = Action.APPLY, Action.REEMIT, Action.DROP
+_REASONS = {action: action.value.encode() for action in Action}
+_DELETE = ord("d")
+_ENVELOPE = b"debezium-upsert"
+_APPLIED = Action.APPLY.value.encode()
+#: ``source.connector`` codes of the scanner whose positions ``debezium`` orders.
+_ORDERED = frozenset({1, 2})
+_NEEDS_BEFORE = frozenset({ord("u"), ord("d")})
+
+
+def decide_debezium_upsert(
+    codec: JsonCodec,
+    group: list[RawMessage],
+    state: BatchState,
+    output: str,
+    records: list[Record],
+    flushed: int,
+    limit: int,
+) -> tuple[int, int, bytes | None]:
+    """Decide ``group``'s leading messages that take this path, appending their records.
+
+    ``flushed`` is the input offset below which outputs are already in Kafka (a
+    replayed equal version there is not emitted again); a message larger than
+    ``limit`` bytes is left to the general path. Returns how many messages were taken,
+    how many of them were dropped, and the payload of the last change taken (its
+    source position).
+    """
+    prefix, head = _schema(codec)
+    get, put, append = state.get, state.put, records.append
+    taken = dropped = 0
+    last: bytes | None = None
+    keys = _state_keys(codec, group)
+    state.prefetch([ENTRY + k for k in keys])
+    for msg, state_key in zip(group, keys, strict=False):
+        key, value = msg.key, msg.value
+        if value is None:
+            taken += 1  # Debezium's tombstone after a delete: its delete event emitted both
+            continue
+        scan = _scan(value, key, prefix, limit)
+        if scan is None:
+            break
+        entry_key = ENTRY + state_key
+        stored = get(entry_key)
+        version = (scan[MAJOR], scan[MINOR])
+        txid = scan[TXID]
+        previous: bytes | None = None
+        if stored is None:
+            action = _APPLY
+        else:
+            _format, major, minor, flags = HEAD.unpack_from(stored)
+            row_at = CHANGE_ROW_AT.get(flags)
+            if row_at is not None:  # a change's row: ordered by version alone
+                action = decide(version, (major, minor))
+                if flags & PRESENT_FLAG:
+                    previous = stored[row_at:]
+            else:  # a chunk row's or a pending entry
+                entry = Entry.decode(stored)
+                action = decide_change(version, txid, entry)
+                previous = entry.value
+            if previous is not None and previous[:1] == MAGIC:
+                break  # an Avro row: the general path converts it
+        taken += 1
+        last = value
+        if action is _DROP or (action is _REEMIT and msg.offset < flushed):
+            dropped += 1
+            continue
+        after = value[scan[AFTER] : scan[AFTER_END]]
+        deleted = scan[OP] == _DELETE
+        if action is _APPLY:
+            row = None if deleted else after
+            if txid is None:
+                put(entry_key, Entry.encode_row(version, row))
+            else:
+                put(entry_key, Entry(version, row, txid).encode())
+        tail = tidemark_block(msg, version, _ENVELOPE, _REASONS[action])
+        event = splice_event(value, scan, b"null" if previous is None else previous, after, tail)
+        if head:
+            event = head + event + b"}"
+        append((output, msg.partition, key, event))
+        if deleted:
+            append((output, msg.partition, key, None))
+    return taken, dropped, _payload(last, prefix)
+
+
+def decide_debezium(
+    codec: JsonCodec,
+    group: list[RawMessage],
+    state: BatchState,
+    output: str,
+    records: list[Record],
+    limit: int,
+) -> tuple[int, int, bytes | None]:
+    """As :func:`decide_debezium_upsert`, for the ``debezium`` envelope: a change at or
+    below the partition's high-water mark is a replay and dropped; the output carries the
+    input's own ``before`` and ``after``."""
+    prefix, head = _schema(codec)
+    append = records.append
+    taken = dropped = 0
+    last: bytes | None = None
+    raw = state.get(HIGH_WATER)
+    mark, group_open = ((-1 << 63, -1 << 63), False)
+    if raw is not None:
+        major, minor, flag = HIGH_WATER_MARK.unpack(raw)
+        mark, group_open = (major, minor), bool(flag)
+    moved = False
+    for msg, _state_key in zip(group, _state_keys(codec, group), strict=False):
+        key, value = msg.key, msg.value
+        if value is None:
+            taken += 1
+            continue
+        scan = _scan(value, key, prefix, limit)
+        if (
+            scan is None
+            or scan[SNAPSHOT]  # snapshot groups: the general path keeps their keys
+            or scan[CONNECTOR] not in _ORDERED
+            or (scan[OP] in _NEEDS_BEFORE and not scan[BEFORE_ROW])  # refused there
+        ):
+            break
+        taken += 1
+        last = value
+        version = (scan[MAJOR], scan[MINOR])
+        if raw is not None and version <= mark:
+            dropped += 1
+            continue
+        if group_open:
+            state.put(SEEN_STALE, b"")  # the ended group's keys: pruned a page at a time
+            group_open = False
+        mark, moved, raw = version, True, b""
+        tail = tidemark_block(msg, version, b"debezium", _APPLIED)
+        before = value[scan[BEFORE] : scan[BEFORE_END]]
+        event = splice_event(value, scan, before, value[scan[AFTER] : scan[AFTER_END]], tail)
+        if head:
+            event = head + event + b"}"
+        append((output, msg.partition, key, event))
+        if scan[OP] == _DELETE:
+            append((output, msg.partition, key, None))
+    if moved:
+        state.put(HIGH_WATER, HIGH_WATER_MARK.pack(mark[0], mark[1], False))
+    return taken, dropped, _payload(last, prefix)
+
+
+def _schema(codec: JsonCodec) -> tuple[bytes, bytes]:
+    """The value schema's prefix the codec knows (or none) and its output's head."""
+    splitter = codec.values
+    schema = splitter.schema
+    return splitter.prefix, codec.output_head(schema) if schema is not None else b""
+
+
+def _state_keys(codec: JsonCodec, group: list[RawMessage]) -> list[bytes]:
+    """The state keys of ``group``'s leading messages with a JSON key that decodes."""
+    keys = []
+    for msg in group:
+        key = msg.key
+        if key is None or key[:1] == MAGIC:
+            break
+        try:
+            keys.append(codec.decode_key(msg))
+        except InputError:
+            break
+    return keys
+
+
+def _scan(value: bytes, key: bytes | None, prefix: bytes, limit: int) -> Scan | None:
+    """The scan of a value this path takes, or ``None``."""
+    if value[:1] == MAGIC or len(value) + len(key or b"") > limit:
+        return None
+    if prefix:
+        if not (value.startswith(prefix) and value.endswith(b"}")):
+            return None
+        scan = scan_change(value, len(prefix), len(value) - 1)
+    else:
+        scan = scan_change(value, 0, len(value))
+    return None if scan is None or scan[TOAST] else scan
+
+
+def _payload(value: bytes | None, prefix: bytes) -> bytes | None:
+    """The payload of a value :func:`_scan` took."""
+    if value is not None and prefix:
+        return value[len(prefix) : -1]
+    return value

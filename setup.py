@@ -1,0 +1,18 @@
+"""The compiled part of the distribution; setuptools reads everything else from pyproject.toml.
+
+``tidemark._jsonscan`` (C, ``tidemark/_jsonscan.c``) is built by every ``pip install``,
+editable ones included: a C compiler and the Python headers are needed (``make setup``
+installs them on Debian).
+"""
+
+from setuptools import Extension, setup
+
+setup(
+    ext_modules=[
+        Extension(
+            "tidemark._jsonscan",
+            ["tidemark/_jsonscan.c"],
+            extra_compile_args=["-Wall", "-Wextra", "-Werror"],
+        )
+    ]
+)

@@ -1,0 +1,270 @@
+"""The fast paths of ``debezium-upsert`` and ``debezium`` against the general path: the
+same outputs, dead letters, state, refusals and source positions, byte for byte.
+
+Random batches mix what the fast paths take (Debezium events, bare or in a known schema
+envelope, creates, updates, deletes and their tombstones, replays of earlier offsets,
+keys whose state holds a chunk row of a backfill) with what they leave to the general
+path (a first schema, TOASTed values, malformed bytes, events without a position, Avro
+bytes, a missing key, snapshot rows, another connector, an update without ``before``).
+One reconciler runs with the fast paths, one without.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+from unittest import mock
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from processor.events.change import TOAST_PLACEHOLDER
+from processor.events.chunk_tag import ChunkTag
+from processor.events.visibility import PgSnapshot
+from processor.reconcile.batch import Batch, Reconciler
+from state.memory import MemoryPartitionStore
+from state.store import Checkpoint
+from tidemark.config import Config, ProcessorConfig
+from tidemark.messages import RawMessage
+from tidemark.schema_registry import MemoryRegistry, SchemaCache
+from tidemark.topics import backfill_topic
+
+TOPIC = "tidemark.public.items"
+TP = (TOPIC, 0)
+BACKFILL = backfill_topic("tidemark", TOPIC)
+ROW = {
+    "type": "struct",
+    "optional": True,
+    "fields": [
+        {"type": "int32", "optional": False, "field": "id"},
+        {"type": "string", "optional": True, "field": "name"},
+    ],
+}
+VALUE_SCHEMA = {
+    "type": "struct",
+    "optional": False,
+    "name": "tidemark.public.items.Envelope",
+    "fields": [
+        dict(ROW, field="before"),
+        dict(ROW, field="after"),
+        {"type": "struct", "optional": False, "field": "source", "fields": []},
+        {"type": "string", "optional": False, "field": "op"},
+        {"type": "int64", "optional": True, "field": "ts_ms"},
+    ],
+}
+KEY_SCHEMA = {
+    "type": "struct",
+    "optional": False,
+    "fields": [{"type": "int32", "optional": False, "field": "id"}],
+}
+
+names = st.one_of(
+    st.text(max_size=6), st.none(), st.just(TOAST_PLACEHOLDER), st.just("é\U0001f600")
+)
+
+
+@st.composite
+def events(draw: st.DrawFn, key: int) -> dict[str, Any]:
+    op = draw(st.sampled_from("cudr"))
+    row = {"id": key, "name": draw(names)}
+    lsn = draw(st.integers(1, 40))
+    source: dict[str, Any] = {
+        "connector": draw(st.sampled_from(["postgresql"] * 30 + ["mysql", "mongodb"])),
+        "snapshot": draw(st.sampled_from(["false"] * 8 + ["true", "last", "incremental"])),
+        "lsn": lsn * 8,
+    }
+    if draw(st.booleans()):
+        source["sequence"] = orjson.dumps([str(lsn * 8 - 4), str(lsn * 8)]).decode()
+    if draw(st.booleans()):
+        source["txId"] = draw(st.integers(90, 110))
+    if draw(st.integers(0, 20)) == 0:
+        del source["lsn"]  # no position: a dead letter, on the general path
+    before = draw(st.sampled_from([None] + [{"id": key, "name": "old"}] * 30))
+    return {
+        "before": before if op != "c" else None,
+        "after": None if op == "d" else row,
+        "source": source,
+        "op": op,
+        "ts_ms": 1700000000000 + lsn,
+    }
+
+
+#: How a topic's messages are written: bare JSON, in the schema envelope, or indented.
+STYLES = ("bare", "schema", "indented")
+
+
+@st.composite
+def messages(draw: st.DrawFn, style: str) -> tuple[bytes | None, bytes | None]:
+    """A message of a topic written in ``style``, now and then in another or malformed."""
+    key = draw(st.integers(0, 3))
+    kind = draw(st.integers(0, 15))
+    bare_key = orjson.dumps({"id": key})
+    if kind == 0:
+        return bare_key, None  # a tombstone
+    if kind == 1:
+        return draw(
+            st.sampled_from(
+                [
+                    (bare_key, b"{not json"),
+                    (bare_key, b"[1]"),
+                    (None, orjson.dumps(draw(events(key)))),
+                    (b"\x00\x00\x00\x00\x63\x02", b"\x00\x00\x00\x00\x63\x02"),
+                    (b"{}", orjson.dumps(draw(events(key)))),
+                ]
+            )
+        )
+    if kind == 2:
+        style = draw(st.sampled_from(STYLES))
+    event = draw(events(key))
+    if style == "schema":
+        value = orjson.dumps({"schema": VALUE_SCHEMA, "payload": event})
+        return orjson.dumps({"schema": KEY_SCHEMA, "payload": {"id": key}}), value
+    if style == "indented":
+        return bare_key, b" " + orjson.dumps(event, option=orjson.OPT_INDENT_2)
+    return bare_key, orjson.dumps(event)
+
+
+def chunk_row(key: int, number: int, seen: PgSnapshot) -> RawMessage:
+    """A chunk row of a backfill of ``key``, read in snapshot ``seen``."""
+    event = {
+        "before": None,
+        "after": {"id": key, "name": f"chunk {number}"},
+        "source": {"connector": "postgresql", "snapshot": "incremental"},
+        "op": "r",
+        "ts_ms": 1,
+    }
+    tag = ChunkTag(number, seen, "load")
+    return RawMessage(BACKFILL, 0, number, orjson.dumps({"id": key}), orjson.dumps(event), tag)
+
+
+def make_reconciler(envelope: str = "debezium-upsert") -> Reconciler:
+    config = Config(processor=ProcessorConfig(envelopes={"public.items": envelope}))
+    return Reconciler(config, SchemaCache(MemoryRegistry()))
+
+
+def seen(batch: Batch) -> dict[str, Any]:
+    return {
+        "records": batch.records,
+        "dead": [(e.message.offset, e.kind) for e in batch.dead_letters],
+        "updates": {tp: dict(state.updates) for tp, state in batch.states.items()},
+        "next": batch.next_offsets,
+        "rewinds": batch.rewinds,
+        "produced": batch.produced,
+        "last": batch.last_events,
+        "read_again": batch.read_again,
+    }
+
+
+@contextlib.contextmanager
+def general_only() -> Iterator[None]:
+    with (
+        mock.patch("processor.reconcile.batch.decide_debezium_upsert", lambda *_a: (0, 0, None)),
+        mock.patch("processor.reconcile.batch.decide_debezium", lambda *_a: (0, 0, None)),
+    ):
+        yield
+
+
+@pytest.mark.parametrize("envelope", ["debezium-upsert", "debezium"])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_fast_path_decides_as_the_general_path(envelope: str, data: st.DataObject) -> None:
+    style = data.draw(st.sampled_from(STYLES))
+    drawn = data.draw(st.lists(messages(style), min_size=1, max_size=40))
+    stream = [RawMessage(TOPIC, 0, offset, k, v) for offset, (k, v) in enumerate(drawn)]
+    fast, general = make_reconciler(envelope), make_reconciler(envelope)
+    fast_store, general_store = MemoryPartitionStore(), MemoryPartitionStore()
+    start = chunks = 0
+    while start < len(stream):
+        size = data.draw(st.integers(1, 12))
+        if data.draw(st.booleans()) and start:  # a rewind: replay some earlier offsets
+            start = data.draw(st.integers(0, start - 1))
+        groups: dict[tuple[str, int], list[RawMessage]] = {TP: stream[start : start + size]}
+        if data.draw(st.integers(0, 3)) == 0:  # chunk rows of a backfill, after the changes
+            chunks += 1
+            xmin = data.draw(st.integers(90, 111))
+            seen_in = PgSnapshot(xmin, xmin)
+            groups[(BACKFILL, 0)] = [chunk_row(k, chunks, seen_in) for k in range(4)]
+        stores = {TP: fast_store}
+        decided = fast.decide(groups, stores)
+        with general_only():
+            expected = general.decide(groups, {TP: general_store})
+        assert seen(decided) == seen(expected)
+        assert fast.refused == general.refused
+        if fast.refused:
+            break  # the topic stays stopped: nothing more to decide
+        flushed = decided.next_offsets[TP] if data.draw(st.booleans()) else None
+        fast_store.commit(decided.states[TP].updates, Checkpoint(flushed))
+        general_store.commit(expected.states[TP].updates, Checkpoint(flushed))
+        start += size
+
+
+def test_most_messages_take_the_fast_path() -> None:
+    """Not a path that declines everything: a plain stream is decided without decoding."""
+    key = orjson.dumps({"id": 1})
+    events_ = [
+        {
+            "before": None,
+            "after": {"id": 1, "name": f"v{i}"},
+            "source": {"connector": "postgresql", "lsn": 100 + i, "txId": 7 + i},
+            "op": "c" if i == 0 else "u",
+            "ts_ms": i,
+        }
+        for i in range(50)
+    ]
+    stream = [RawMessage(TOPIC, 0, i, key, orjson.dumps(e)) for i, e in enumerate(events_)]
+    with mock.patch("processor.events.json_codec.JsonCodec.decode") as decode:
+        batch = make_reconciler().decide({TP: stream}, {TP: MemoryPartitionStore()})
+    assert not decode.called
+    assert len(batch.records) == 50
+    last = orjson.loads(batch.records[-1][3] or b"")
+    assert last["before"] == {"id": 1, "name": "v48"} and last["after"]["name"] == "v49"
+    assert batch.last_events[TP]["source"]["lsn"] == 149
+
+
+def test_integers_beyond_64_bits_pass_exactly() -> None:
+    """The output is spliced from the input's bytes: a numeric(30) value stays exact
+    (orjson would have read it as a double)."""
+    key = orjson.dumps({"id": 1})
+    big = b"123456789012345678901234567890"
+    value = (
+        b'{"before":null,"after":{"id":1,"amount":' + big + b'},"source":{"connector":'
+        b'"postgresql","lsn":8},"op":"c","ts_ms":1}'
+    )
+    for fast in (True, False):
+        reconciler = make_reconciler()
+        stream = [RawMessage(TOPIC, 0, 0, key, value)]
+        if fast:
+            batch = reconciler.decide({TP: stream}, {TP: MemoryPartitionStore()})
+        else:
+            with general_only():
+                batch = reconciler.decide({TP: stream}, {TP: MemoryPartitionStore()})
+        output = batch.records[0][3] or b""
+        assert b'"after":{"id":1,"amount":' + big + b"}" in output, fast
+        assert batch.states[TP].updates[b"k" + key].endswith(big + b"}")
+
+
+def test_a_change_after_a_snapshot_group_ends_the_group() -> None:
+    """``debezium``: the keys the group remembered are pruned once a change passes it."""
+    key = orjson.dumps({"id": 1})
+
+    def event(lsn: int, snapshot: str) -> bytes:
+        source = {"connector": "postgresql", "snapshot": snapshot, "lsn": lsn}
+        op = "c" if snapshot == "false" else "r"
+        return orjson.dumps(
+            {"before": None, "after": {"id": 1}, "source": source, "op": op, "ts_ms": 1}
+        )
+
+    outcomes = []
+    for fast in (True, False):
+        reconciler, store = make_reconciler("debezium"), MemoryPartitionStore()
+        with contextlib.nullcontext() if fast else general_only():
+            for offset, (lsn, snapshot) in enumerate([(8, "true"), (16, "false")]):
+                message = RawMessage(TOPIC, 0, offset, key, event(lsn, snapshot))
+                batch = reconciler.decide({TP: [message]}, {TP: store})
+                store.commit(batch.states[TP].updates, Checkpoint(None))
+        outcomes.append(seen(batch))
+        assert store.keys(b"s") == []  # the group's keys are gone
+    assert outcomes[0] == outcomes[1]

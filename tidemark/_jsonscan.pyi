@@ -1,0 +1,6 @@
+"""Types of the compiled scanner (``tidemark/_jsonscan.c``); see :mod:`tidemark.json_scan`."""
+
+Scan = tuple[int, int, int, int, bool, int, int, int, int | None, int, int, int, int, int]
+
+def scan_change(buf: bytes, start: int, end: int) -> Scan | None: ...
+def scan_object(buf: bytes, start: int, end: int) -> bool: ...
