@@ -7,7 +7,8 @@ one broker, round after round (A, B, A, B, ...), so the machine's drift hits
 both alike. Prints the median of each and writes ``bench/results/compare.json``.
 
     git worktree add /tmp/before <commit>
-    python bench/compare.py /tmp/before [--programs tidemark-upsert,...] [--rounds 3]
+    python bench/compare.py /tmp/before [--programs tidemark-upsert,...] [--rounds 3] \
+        [--results compare]
 
 The "after" tree is the one this file lies in: to measure one commit against its
 parent, copy this file into a worktree of that commit and run it from there.
@@ -74,6 +75,9 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=300_000)
     parser.add_argument("--keys", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--results", default="compare", help="the results file's name (bench/results/<name>.json)"
+    )
     args = parser.parse_args()
     trees = {"before": args.before.resolve(), "after": ROOT}
     programs = args.programs.split(",")
@@ -130,7 +134,14 @@ def main() -> None:
             f"{program:32} {label:7} {results[-1]['events_per_s']:>9,} events/s  {cpu:5.1f} CPU-µs"
         )
     versions = {label: _commit(tree) for label, tree in trees.items()}
-    write_results("compare", results, **versions, events=args.events, rounds=args.rounds)
+    write_results(
+        args.results,
+        results,
+        "bench/compare.py",
+        **versions,
+        events=args.events,
+        rounds=args.rounds,
+    )
 
 
 def _commit(tree: Path) -> str:

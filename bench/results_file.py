@@ -12,11 +12,14 @@ from typing import Any
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def write_results(name: str, results: list[dict[str, Any]], **fields: Any) -> Path:
-    """Write a benchmark's document (its command line, ``fields``, the machine, the results)."""
+def write_results(
+    name: str, results: list[dict[str, Any]], script: str = "", **fields: Any
+) -> Path:
+    """Write a benchmark's document (its command line, ``fields``, the machine, the results)
+    to ``<name>.json``; ``script``: the benchmark's file when not ``bench/<name>.py``."""
     document = {
         "benchmark": name,
-        "command": " ".join(["python", f"bench/{name}.py", *sys.argv[1:]]),
+        "command": " ".join(["python", script or f"bench/{name}.py", *sys.argv[1:]]),
         **fields,
         "machine": {
             "python": platform.python_version(),

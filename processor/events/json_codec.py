@@ -308,11 +308,12 @@ _TIDEMARK = (
 
 
 def tidemark_block(
-    msg: RawMessage, version: tuple[int, int], envelope: bytes, reason: bytes
+    topic: bytes, msg: RawMessage, version: tuple[int, int], envelope: bytes, reason: bytes
 ) -> bytes:
-    """``,"tidemark":{...}}``: the member that ends a spliced event (and its payload)."""
+    """``,"tidemark":{...}}``: the member that ends a spliced event (and its payload);
+    ``topic`` is the input topic's name as JSON."""
     return _TIDEMARK % (
-        orjson.dumps(msg.topic),
+        topic,
         msg.partition,
         msg.offset,
         version[0],
@@ -356,7 +357,8 @@ def spliced(change: Change, emit: Emit, msg: RawMessage, envelope: str) -> bytes
         after = raw[scan[AFTER] : scan[AFTER_END]]
     else:
         after = orjson.dumps(emit.after)
-    tail = tidemark_block(msg, change.version, envelope.encode(), emit.reason.encode())
+    topic = orjson.dumps(msg.topic)
+    tail = tidemark_block(topic, msg, change.version, envelope.encode(), emit.reason.encode())
     return splice_event(raw, scan, before, after, tail)
 
 

@@ -25,6 +25,8 @@ outputs, state and positions, byte for byte.
 
 from __future__ import annotations
 
+import orjson
+
 from processor.events.json_codec import JsonCodec, splice_event, tidemark_block
 from processor.reconcile.envelopes import ENTRY, HIGH_WATER, HIGH_WATER_MARK, SEEN_STALE
 from processor.reconcile.versions import (
@@ -54,6 +56,7 @@ from tidemark.json_scan import (
     TXID,
     Scan,
     scan_change,
+    scan_object,
 )
 from tidemark.messages import RawMessage
 
@@ -87,6 +90,7 @@ def decide_debezium_upsert(
     source position).
     """
     prefix, head = _schema(codec)
+    topic = orjson.dumps(group[0].topic) if group else b""
     get, put, append = state.get, state.put, records.append
     taken = dropped = 0
     last: bytes | None = None
@@ -132,8 +136,8 @@ def decide_debezium_upsert(
             if txid is None:
                 put(entry_key, Entry.encode_row(version, row))
             else:
-                put(entry_key, Entry(version, row, txid).encode())
-        tail = tidemark_block(msg, version, _ENVELOPE, _REASONS[action])
+                put(entry_key, Entry.encode_change(version, row, txid))
+        tail = tidemark_block(topic, msg, version, _ENVELOPE, _REASONS[action])
         event = splice_event(value, scan, b"null" if previous is None else previous, after, tail)
         if head:
             event = head + event + b"}"
@@ -155,6 +159,7 @@ def decide_debezium(
     below the partition's high-water mark is a replay and dropped; the output carries the
     input's own ``before`` and ``after``."""
     prefix, head = _schema(codec)
+    topic = orjson.dumps(group[0].topic) if group else b""
     append = records.append
     taken = dropped = 0
     last: bytes | None = None
@@ -187,7 +192,7 @@ def decide_debezium(
             state.put(SEEN_STALE, b"")  # the ended group's keys: pruned a page at a time
             group_open = False
         mark, moved, raw = version, True, b""
-        tail = tidemark_block(msg, version, b"debezium", _APPLIED)
+        tail = tidemark_block(topic, msg, version, b"debezium", _APPLIED)
         before = value[scan[BEFORE] : scan[BEFORE_END]]
         event = splice_event(value, scan, before, value[scan[AFTER] : scan[AFTER_END]], tail)
         if head:
@@ -214,11 +219,20 @@ def _state_keys(codec: JsonCodec, group: list[RawMessage]) -> list[bytes]:
         key = msg.key
         if key is None or key[:1] == MAGIC:
             break
+        if _bare_key(key) and scan_object(key, 0, len(key)):
+            keys.append(key)  # a bare key with a column: what decode_key takes as it is
+            continue
         try:
             keys.append(codec.decode_key(msg))
         except InputError:
             break
     return keys
+
+
+def _bare_key(key: bytes) -> bool:
+    """Whether a JSON key that is an object is a bare one with a member: it has a colon,
+    and no ``"schema"`` member name, escaped or not, can be in it."""
+    return b":" in key and b'"schema"' not in key and b"\\" not in key
 
 
 def _scan(value: bytes, key: bytes | None, prefix: bytes, limit: int) -> Scan | None:

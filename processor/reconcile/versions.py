@@ -153,6 +153,13 @@ class Entry(NamedTuple):
         return HEAD.pack(_FORMAT, version[0], version[1], _PRESENT) + value
 
     @staticmethod
+    def encode_change(version: Version, value: bytes | None, txid: int) -> bytes:
+        """``Entry(version, value, txid).encode()`` without making the entry."""
+        flags = _TXID_FLAG | (_PRESENT if value is not None else 0)
+        head = HEAD.pack(_FORMAT, version[0], version[1], flags)
+        return head + TXID.pack(txid) + (value or b"")
+
+    @staticmethod
     def decode(raw: bytes) -> Entry:
         """Inverse of :meth:`encode`."""
         _format, major, minor, flags = HEAD.unpack_from(raw)

@@ -86,3 +86,15 @@ def test_below_its_window_a_row_loses_to_a_change_its_snapshot_did_not_see() -> 
     assert decide_row(7, window, Entry((95, 95), b"x", txid=91)) is Action.APPLY
     assert decide_row(7, window, Entry((95, 95), b"x")) is Action.APPLY  # no txId: positions
     assert decide_row(7, window, Entry((120, 120), b"x", txid=91)) is Action.DROP
+
+
+@given(versions, values, st.one_of(st.none(), st.integers(-(2**63), 2**63 - 1)))
+def test_a_hot_paths_encodings_are_the_entrys(
+    version: tuple[int, int], value: bytes | None, txid: int | None
+) -> None:
+    """:meth:`Entry.encode_row` and :meth:`Entry.encode_change`, what the fused paths
+    write, are the entry's own encoding."""
+    if txid is None:
+        assert Entry.encode_row(version, value) == Entry(version, value).encode()
+    else:
+        assert Entry.encode_change(version, value, txid) == Entry(version, value, txid).encode()
