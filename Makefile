@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup system-deps demo test lint bench chaos fidelity clean
+.PHONY: setup system-deps demo test lint bench chaos fidelity fuzz clean
 
 setup: system-deps $(VENV)/.installed
 
@@ -56,6 +56,13 @@ chaos: setup
 # Writes bench/results/fidelity.json.
 fidelity: setup
 	$(BIN)/python -m tests.fidelity.run
+
+# The compiled scanner's properties and byte fuzzing, and its fast paths' equivalence with
+# the general path, FUZZ_SCALE times longer than in make test.
+FUZZ_SCALE ?= 50
+
+fuzz: setup
+	TIDEMARK_FUZZ_SCALE=$(FUZZ_SCALE) $(BIN)/python -m pytest tests/unit/test_json_scan.py tests/unit/test_debezium_fast_path.py
 
 # Quix Streams pins an older confluent-kafka, so it gets a virtualenv of its own.
 QUIX := .venv-quix

@@ -103,6 +103,14 @@ KEY_SCHEMA = {
 
 # -- the data ------------------------------------------------------------------
 
+#: What each format's topic holds: a program pairs with the plain loop of its input.
+INPUTS = {
+    "json": "debezium-json-schemaless",
+    "flat": "flat-json",
+    "avro": "debezium-avro",
+    "avro-flat": "flat-avro",
+}
+
 
 def debezium_event(i: int, key: int) -> dict[str, Any]:
     """A Debezium update of about 500 bytes in JSON (``REPLICA IDENTITY FULL``)."""
@@ -247,15 +255,18 @@ def plain_loop(bootstrap: str, topic: str, events: int, registry: str) -> dict[s
             window.start()
             value = msg.value()
             assert value is not None
+            # One parse and one write of the row: a Debezium envelope's ``after``, or a
+            # flat row itself (the input of ``upsert``).
             if value[:1] == b"\x00":  # decode with the registry's schema, write the row
                 writer = schemas.get(struct.unpack_from(">I", value, 1)[0])[1]
-                after = fastavro.schemaless_reader(io.BytesIO(value[5:]), writer, None)["after"]
+                record = fastavro.schemaless_reader(io.BytesIO(value[5:]), writer, None)
                 body = io.BytesIO()
                 body.write(value[:5])
-                fastavro.schemaless_writer(body, row, after)
+                fastavro.schemaless_writer(body, row, record.get("after", record))
                 encoded = body.getvalue()
             else:
-                encoded = orjson.dumps(orjson.loads(value)["after"])
+                record = orjson.loads(value)
+                encoded = orjson.dumps(record.get("after", record))
             while True:
                 try:
                     producer.produce(out, encoded, msg.key(), partition=msg.partition())
@@ -493,10 +504,12 @@ def main() -> None:
             load(bootstrap, topic, events, key_count, fmt, ids)
         runs = [
             ("plain-loop", "json"),
+            ("plain-loop", "flat"),
             ("tidemark-upsert", "flat"),
             ("tidemark-debezium-upsert", "json"),
             ("tidemark-debezium", "json"),
             ("plain-loop-avro", "avro"),
+            ("plain-loop-avro", "avro-flat"),
             ("tidemark-upsert-avro", "avro-flat"),
             ("tidemark-debezium-upsert-avro", "avro"),
             ("tidemark-debezium-avro", "avro"),
@@ -520,10 +533,12 @@ def main() -> None:
         # Rounds, not one program's runs back to back: drift of the machine hits all alike.
         measured: dict[str, list[dict[str, Any]]] = {}
         for _ in range(args.repeat):
-            for program, _fmt, key_count, cmd in commands:
-                measured.setdefault(f"{program}/{key_count}", []).append(measure(cmd, 900))
+            for program, fmt, key_count, cmd in commands:
+                measured.setdefault(f"{program}/{fmt}/{key_count}", []).append(measure(cmd, 900))
         for program, fmt, key_count, _cmd in commands:
-            results.append(_report(program, fmt, key_count, measured[f"{program}/{key_count}"]))
+            results.append(
+                _report(program, fmt, key_count, measured[f"{program}/{fmt}/{key_count}"])
+            )
     finally:
         server.shutdown()
         server.server_close()
@@ -546,6 +561,7 @@ def _report(program: str, fmt: str, keys: int, runs: list[dict[str, Any]]) -> di
     cpu = result["cpu_s"] / result["events"] * 1_000_000
     row = {
         "program": program,
+        "input": INPUTS[fmt],
         "format": fmt,
         "keys": keys,
         "events": result["events"],

@@ -205,7 +205,9 @@ def test_an_error_of_a_rebalance_callback_comes_back_as_an_exception(stack: DevS
     topic = "iso_rebalance_errors"
     settings = client_config(stack.config.kafka)
     ensure_topics(AdminClient(settings), {topic: 1}, 1)
-    dead = Consumer({"bootstrap.servers": f"127.0.0.1:{free_port()}", "group.id": "x"})
+    dead = Consumer(
+        {"bootstrap.servers": f"127.0.0.1:{free_port()}", "group.id": "x", "log_level": 0}
+    )
 
     def on_assign(_consumer: Consumer, _partitions: list[TopicPartition]) -> None:
         dead.get_watermark_offsets(TopicPartition(topic, 0), timeout=0.5)

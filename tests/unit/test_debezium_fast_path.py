@@ -12,6 +12,7 @@ One reconciler runs with the fast paths, one without.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import Any
 from unittest import mock
@@ -31,6 +32,9 @@ from tidemark.config import Config, ProcessorConfig
 from tidemark.messages import RawMessage
 from tidemark.schema_registry import MemoryRegistry, SchemaCache
 from tidemark.topics import backfill_topic
+
+#: ``make fuzz`` runs these properties and the byte fuzzing this many times longer.
+SCALE = int(os.environ.get("TIDEMARK_FUZZ_SCALE", "1"))
 
 TOPIC = "tidemark.public.items"
 TP = (TOPIC, 0)
@@ -168,7 +172,7 @@ def general_only() -> Iterator[None]:
 
 
 @pytest.mark.parametrize("envelope", ["debezium-upsert", "debezium"])
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_the_fast_path_decides_as_the_general_path(envelope: str, data: st.DataObject) -> None:
     style = data.draw(st.sampled_from(STYLES))

@@ -11,6 +11,7 @@ crash it or make it read past the end it was given.
 from __future__ import annotations
 
 import json
+import os
 import random
 from typing import Any
 
@@ -45,6 +46,9 @@ from tidemark.json_scan import (
     scan_object,
 )
 from tidemark.messages import RawMessage
+
+#: ``make fuzz`` runs these properties and the byte fuzzing this many times longer.
+SCALE = int(os.environ.get("TIDEMARK_FUZZ_SCALE", "1"))
 
 
 def json_values_with(floats: st.SearchStrategy[float]) -> st.SearchStrategy[Any]:
@@ -126,7 +130,7 @@ def general(payload: Any, raw: bytes) -> Any:
         return exc
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(event=events)
 def test_what_the_scanner_takes_the_general_path_reads_the_same(event: dict[str, Any]) -> None:
     for raw in layouts(event):
@@ -190,7 +194,7 @@ columns = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200 * SCALE, deadline=None)
 @given(
     row=st.dictionaries(st.text(max_size=8), columns, max_size=6),
     txid=st.integers(0, 2**32),
@@ -202,14 +206,14 @@ def test_the_events_debezium_writes_are_taken(row: dict[str, Any], txid: int, ls
         assert scan_change(raw, 0, len(raw)) is not None
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=300 * SCALE, deadline=None)
 @given(doc=plain_json_values)
 def test_an_object_is_taken_exactly_when_orjson_reads_one(doc: Any) -> None:
     for raw in layouts(doc):
         assert scan_object(raw, 0, len(raw)) == isinstance(doc, dict)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(event=events, seed=st.integers(0, 2**32))
 def test_mutated_and_truncated_bytes_are_never_taken_wrongly(
     event: dict[str, Any], seed: int
@@ -241,7 +245,7 @@ def test_mutated_and_truncated_bytes_are_never_taken_wrongly(
 def test_random_bytes_do_not_crash_it() -> None:
     rng = random.Random(7)
     alphabet = b'{}[]":,\\ntrufalse0123456789-+.eE \t\n\x00\x7f\x80\xbf\xc2\xe0\xed\xf0\xf4\xff'
-    for _ in range(20_000):
+    for _ in range(20_000 * SCALE):
         size = rng.randrange(64)
         data = bytes(rng.choice(alphabet) for _ in range(size))
         for found in (scan_change(data, 0, size), scan_object(data, 0, size)):
