@@ -101,11 +101,37 @@ KEY_SCHEMA = {
 }
 
 
+_CONNECT_TYPES = {"long": "int64", "string": "string", "double": "double"}
+
+
+def connect_schema(avro: Any, field: str | None = None, optional: bool = False) -> dict[str, Any]:
+    """The Kafka Connect JSON schema (as ``JsonConverter`` writes it) of an Avro type of the
+    benchmark's schemas."""
+    if isinstance(avro, list):  # a union with null
+        kind = next(t for t in avro if t != "null")
+        return connect_schema(ROW_SCHEMA if kind == "Value" else kind, field, "null" in avro)
+    spec: dict[str, Any]
+    if isinstance(avro, dict):
+        fields = [connect_schema(f["type"], f["name"]) for f in avro["fields"]]
+        spec = {"type": "struct", "fields": fields, "optional": optional}
+        spec["name"] = f"{avro.get('namespace', 'bench')}.{avro['name']}"
+    else:
+        spec = {"type": _CONNECT_TYPES[avro], "optional": optional}
+    if field is not None:
+        spec["field"] = field
+    return spec
+
+
+#: What Debezium's JsonConverter with schemas enabled writes before each payload.
+CONNECT_VALUE_SCHEMA = connect_schema(VALUE_SCHEMA)
+CONNECT_KEY_SCHEMA = connect_schema(KEY_SCHEMA)
+
 # -- the data ------------------------------------------------------------------
 
 #: What each format's topic holds: a program pairs with the plain loop of its input.
 INPUTS = {
     "json": "debezium-json-schemaless",
+    "json-schema": "debezium-json-schema",
     "flat": "flat-json",
     "avro": "debezium-avro",
     "avro-flat": "flat-avro",
@@ -146,7 +172,8 @@ def debezium_event(i: int, key: int) -> dict[str, Any]:
 def load(bootstrap: str, topic: str, events: int, keys: int, fmt: str, ids: dict[str, int]) -> None:
     """Create ``topic`` and fill it; keys hash to partitions like Debezium's producer.
 
-    ``fmt``: ``json`` (Debezium envelope), ``flat`` (JSON rows for ``upsert``),
+    ``fmt``: ``json`` (Debezium envelope), ``json-schema`` (the same with the schema
+    JsonConverter writes), ``flat`` (JSON rows for ``upsert``),
     ``avro`` (envelope) or ``avro-flat`` (rows), Avro framed with ``ids``.
     """
     import fastavro
@@ -182,6 +209,9 @@ def load(bootstrap: str, topic: str, events: int, keys: int, fmt: str, ids: dict
         event = debezium_event(i, key)
         if fmt == "json":
             value, raw_key = orjson.dumps(event), orjson.dumps({"id": key})
+        elif fmt == "json-schema":
+            value = orjson.dumps({"schema": CONNECT_VALUE_SCHEMA, "payload": event})
+            raw_key = orjson.dumps({"schema": CONNECT_KEY_SCHEMA, "payload": {"id": key}})
         elif fmt == "flat":
             value, raw_key = orjson.dumps(event["after"]), orjson.dumps({"id": key})
         elif fmt == "avro":
@@ -266,6 +296,7 @@ def plain_loop(bootstrap: str, topic: str, events: int, registry: str) -> dict[s
                 encoded = body.getvalue()
             else:
                 record = orjson.loads(value)
+                record = record.get("payload", record)  # schemas enabled
                 encoded = orjson.dumps(record.get("after", record))
             while True:
                 try:
@@ -494,6 +525,7 @@ def main() -> None:
         print(f"broker {bootstrap}, registry {registry}; {n:,} events over {keys:,} keys per topic")
         topics = {  # (topic, format, events, keys)
             "json": ("bench.public.items", "json", n, keys),
+            "json-schema": ("bench.public.items_schema", "json-schema", n, keys),
             "flat": ("bench.public.rows", "flat", n, keys),
             "avro": ("bench.public.items_avro", "avro", n, keys),
             "avro-flat": ("bench.public.rows_avro", "avro-flat", n, keys),
@@ -508,6 +540,9 @@ def main() -> None:
             ("tidemark-upsert", "flat"),
             ("tidemark-debezium-upsert", "json"),
             ("tidemark-debezium", "json"),
+            ("plain-loop", "json-schema"),
+            ("tidemark-debezium-upsert", "json-schema"),
+            ("tidemark-debezium", "json-schema"),
             ("plain-loop-avro", "avro"),
             ("plain-loop-avro", "avro-flat"),
             ("tidemark-upsert-avro", "avro-flat"),
