@@ -405,27 +405,32 @@ static int holds(const unsigned char *p, Py_ssize_t n, const char *needle, size_
     return n >= (Py_ssize_t)k && memmem(p, (size_t)n, needle, k) != NULL;
 }
 
-static int bounds(PyObject *buf, Py_ssize_t start, Py_ssize_t end, const unsigned char **base) {
-    Py_ssize_t size = PyBytes_GET_SIZE(buf);
-    if (start < 0 || end > size || start > end) {
+/* The arguments (buf: bytes, start: int, end: int) as a cursor over buf[start:end], and
+ * buf's first byte; -1 with a Python error set when they are not that. */
+static int arguments(PyObject *const *args, Py_ssize_t nargs, const char *usage, cursor *c,
+                     const unsigned char **base) {
+    if (nargs != 3 || !PyBytes_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return -1;
+    }
+    Py_ssize_t start = PyLong_AsSsize_t(args[1]), end = PyLong_AsSsize_t(args[2]);
+    if ((start == -1 || end == -1) && PyErr_Occurred()) return -1;
+    if (start < 0 || end > PyBytes_GET_SIZE(args[0]) || start > end) {
         PyErr_SetString(PyExc_ValueError, "start and end must lie within the bytes");
         return -1;
     }
-    *base = (const unsigned char *)PyBytes_AS_STRING(buf);
+    *base = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    c->p = *base + start;
+    c->end = *base + end;
     return 0;
 }
 
 static PyObject *scan_change(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 3 || !PyBytes_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "scan_change(buf: bytes, start: int, end: int)");
-        return NULL;
-    }
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]), end = PyLong_AsSsize_t(args[2]);
-    if ((start == -1 || end == -1) && PyErr_Occurred()) return NULL;
+    cursor c;
     const unsigned char *base;
-    if (bounds(args[0], start, end, &base)) return NULL;
-    cursor c = {base + start, base + end};
+    if (arguments(args, nargs, "scan_change(buf: bytes, start: int, end: int)", &c, &base))
+        return NULL;
     skip_ws(&c);
     if (c.p >= c.end || *c.p != '{') Py_RETURN_NONE;
     const unsigned char *open = c.p;
@@ -508,15 +513,10 @@ static PyObject *scan_change(PyObject *self, PyObject *const *args, Py_ssize_t n
 
 static PyObject *scan_object(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 3 || !PyBytes_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "scan_object(buf: bytes, start: int, end: int)");
-        return NULL;
-    }
-    Py_ssize_t start = PyLong_AsSsize_t(args[1]), end = PyLong_AsSsize_t(args[2]);
-    if ((start == -1 || end == -1) && PyErr_Occurred()) return NULL;
+    cursor c;
     const unsigned char *base;
-    if (bounds(args[0], start, end, &base)) return NULL;
-    cursor c = {base + start, base + end};
+    if (arguments(args, nargs, "scan_object(buf: bytes, start: int, end: int)", &c, &base))
+        return NULL;
     skip_ws(&c);
     if (c.p >= c.end || *c.p != '{' || scan_container(&c, 0, '}')) Py_RETURN_FALSE;
     skip_ws(&c);
