@@ -24,7 +24,7 @@ system-deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
-$(VENV)/.installed: pyproject.toml setup.py tidemark/_jsonscan.c
+$(VENV)/.installed: pyproject.toml setup.py tidemark/_jsonscan.c tidemark/_avroread.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
@@ -57,12 +57,13 @@ chaos: setup
 fidelity: setup
 	$(BIN)/python -m tests.fidelity.run
 
-# The compiled scanner's properties and byte fuzzing, and its fast paths' equivalence with
-# the general path, FUZZ_SCALE times longer than in make test.
+# The compiled scanner's and Avro reader's properties and byte fuzzing, and the fast paths'
+# equivalence with the general path, FUZZ_SCALE times longer than in make test.
 FUZZ_SCALE ?= 50
 
 fuzz: setup
-	TIDEMARK_FUZZ_SCALE=$(FUZZ_SCALE) $(BIN)/python -m pytest tests/unit/test_json_scan.py tests/unit/test_debezium_fast_path.py
+	TIDEMARK_FUZZ_SCALE=$(FUZZ_SCALE) $(BIN)/python -m pytest tests/unit/test_json_scan.py \
+	  tests/unit/test_avro_read.py tests/unit/test_debezium_fast_path.py
 
 # Quix Streams pins an older confluent-kafka, so it gets a virtualenv of its own.
 QUIX := .venv-quix

@@ -1,8 +1,8 @@
 """The compiled part of the distribution; setuptools reads everything else from pyproject.toml.
 
-``tidemark._jsonscan`` (C, ``tidemark/_jsonscan.c``) is built by every ``pip install``,
-editable ones included: a C compiler and the Python headers are needed (``make setup``
-installs them on Debian).
+``tidemark._jsonscan`` (C, ``tidemark/_jsonscan.c``) and ``tidemark._avroread`` (C,
+``tidemark/_avroread.c``) are built by every ``pip install``, editable ones included: a C
+compiler and the Python headers are needed (``make setup`` installs them on Debian).
 """
 
 from setuptools import Extension, setup
@@ -13,6 +13,11 @@ setup(
             "tidemark._jsonscan",
             ["tidemark/_jsonscan.c"],
             extra_compile_args=["-Wall", "-Wextra", "-Werror"],
-        )
+        ),
+        Extension(
+            "tidemark._avroread",
+            ["tidemark/_avroread.c"],
+            extra_compile_args=["-Wall", "-Wextra", "-Werror"],
+        ),
     ]
 )

@@ -15,7 +15,6 @@ stops with the message's coordinates rather than skip it.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable
 from typing import Any
 
@@ -84,7 +83,7 @@ class EventDecoder:
             raise InputError("reconciled event without a key", msg, "no-key")
         if raw[:1] == MAGIC:
             document, parsed = self._schema(schema_id_of(raw, msg, "key"), msg)
-            key = read_avro(io.BytesIO(raw), HEADER.size, parsed, msg, "key")
+            key = read_avro(raw, HEADER.size, parsed, msg, "key")[0]
             converters = {
                 c.name: c.convert
                 for c in self._cached(("key", id(document)), lambda: _avro_key_columns(document))
@@ -115,7 +114,7 @@ class EventDecoder:
     def _avro(self, raw: bytes, msg: RawMessage) -> tuple[Any, list[Column]]:
         schema_id = schema_id_of(raw, msg, "value")
         document, parsed = self._schema(schema_id, msg)
-        payload = read_avro(io.BytesIO(raw), HEADER.size, parsed, msg, "value")
+        payload = read_avro(raw, HEADER.size, parsed, msg, "value")[0]
         return payload, self._cached(("value", schema_id), lambda: columns_from_avro(document))
 
     def _schema(self, schema_id: int, msg: RawMessage) -> tuple[dict[str, Any], Any]:

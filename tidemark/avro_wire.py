@@ -2,17 +2,16 @@
 
 Both the processor's codecs and the sink's decoder read messages in this
 framing; rows kept in state use it too. A message whose first byte is ``0x00``
-is Avro (no JSON text starts with it).
+is Avro (no JSON text starts with it). Bodies are read by :mod:`tidemark.avro_read`
+(compiled, fastavro's values and errors).
 """
 
 from __future__ import annotations
 
-import io
 import struct
 from typing import Any
 
-import fastavro
-
+from tidemark.avro_read import read
 from tidemark.errors import InputError
 from tidemark.messages import RawMessage
 
@@ -27,18 +26,21 @@ def schema_id_of(raw: bytes, msg: RawMessage, what: str) -> int:
     return int(HEADER.unpack_from(raw)[1])
 
 
-def read_avro(stream: io.BytesIO, start: int, parsed: Any, msg: RawMessage, what: str) -> Any:
-    """One Avro datum read from ``start``; an :class:`InputError` when it is not valid."""
-    stream.seek(start)
+def read_avro(raw: bytes, start: int, parsed: Any, msg: RawMessage, what: str) -> tuple[Any, int]:
+    """One Avro datum read from ``raw[start:]`` and the offset where it ends; an
+    :class:`InputError` when it is not valid.
+
+    The compiled reader (:mod:`tidemark.avro_read`) reads it when it takes the schema,
+    fastavro otherwise; either way the value, and the error, are fastavro's.
+    """
     try:
-        return fastavro.schemaless_reader(stream, parsed, None)
+        return read(parsed, raw, start)
     except Exception as exc:  # fastavro raises EOFError, ValueError, IndexError, ...
         reason = f"{what} is not valid Avro for its schema: {type(exc).__name__}: {exc}"
         raise InputError(reason, msg, "malformed") from None
 
 
-def at_end(stream: io.BytesIO, raw: bytes, msg: RawMessage) -> None:
-    """An :class:`InputError` unless the datum just read ends the value."""
-    if stream.tell() != len(raw):
-        extra = len(raw) - stream.tell()
-        raise InputError(f"value has {extra} bytes after its Avro body", msg, "malformed")
+def at_end(end: int, raw: bytes, msg: RawMessage) -> None:
+    """An :class:`InputError` unless the datum that ends at ``end`` ends the value."""
+    if end != len(raw):
+        raise InputError(f"value has {len(raw) - end} bytes after its Avro body", msg, "malformed")

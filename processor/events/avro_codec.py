@@ -44,6 +44,7 @@ from processor.events.change import (
     flat_change,
     flat_delete,
 )
+from tidemark.avro_read import read
 from tidemark.avro_wire import HEADER, MAGIC, at_end, read_avro, schema_id_of
 from tidemark.errors import InputError, UnknownSchemaError
 from tidemark.messages import RawMessage
@@ -139,7 +140,10 @@ class AvroCodec:
         schema_id = HEADER.unpack_from(raw)[1]
         writer = self._row(schema_id)
         reader = None if into is None or into == schema_id else self._row(into)
-        row = fastavro.schemaless_reader(io.BytesIO(raw[HEADER.size :]), writer, reader)
+        if reader is None:
+            row = read(writer, raw, HEADER.size)[0]
+        else:  # schema resolution: fastavro's
+            row = fastavro.schemaless_reader(io.BytesIO(raw[HEADER.size :]), writer, reader)
         return typing.cast(Row, row)
 
     # -- input -----------------------------------------------------------------
@@ -149,9 +153,7 @@ class AvroCodec:
         key = msg.key
         assert key is not None
         schema_id = schema_id_of(key, msg, "key")
-        datum = read_avro(
-            io.BytesIO(key), HEADER.size, self._parsed(schema_id, msg, "key")[1], msg, "key"
-        )
+        datum = read_avro(key, HEADER.size, self._parsed(schema_id, msg, "key")[1], msg, "key")[0]
         if self.envelope != "upsert" and (not isinstance(datum, dict) or not datum):
             raise InputError("key is not a struct of primary-key columns", msg, "key")
         return key[HEADER.size :]
@@ -161,7 +163,7 @@ class AvroCodec:
         key = msg.key
         assert key is not None
         schema = self._parsed(schema_id_of(key, msg, "key"), msg, "key")[1]
-        datum = read_avro(io.BytesIO(key), HEADER.size, schema, msg, "key")
+        datum = read_avro(key, HEADER.size, schema, msg, "key")[0]
         assert isinstance(datum, dict)
         return datum
 
@@ -173,22 +175,21 @@ class AvroCodec:
                 return flat_delete(state_key, msg)
             raise InputError("null value where a Debezium event was expected", msg, "not-debezium")
         layout = self._layout(schema_id_of(raw, msg, "value"), msg)
-        stream = io.BytesIO(raw)
         if self.envelope == "upsert":
-            row = read_avro(stream, HEADER.size, layout.row, msg, "value")
-            at_end(stream, raw, msg)
+            row, end = read_avro(raw, HEADER.size, layout.row, msg, "value")
+            at_end(end, raw, msg)
             if not isinstance(row, dict):
                 raise InputError("upsert value is not an Avro record", msg, "malformed")
             return flat_change(state_key, row, msg, _Decoded(layout, raw, HEADER.size, len(raw)))
         if raw[HEADER.size : HEADER.size + 1] == layout.null_byte:
             before, after_at = None, HEADER.size + 1  # no old row (no REPLICA IDENTITY FULL)
         else:
-            before = read_avro(stream, HEADER.size, layout.before, msg, "value")["before"]
-            after_at = stream.tell()
-        after = read_avro(stream, after_at, layout.after, msg, "value")["after"]
-        rest_at = stream.tell()
-        payload = read_avro(stream, rest_at, layout.rest, msg, "value")
-        at_end(stream, raw, msg)
+            wrapped, after_at = read_avro(raw, HEADER.size, layout.before, msg, "value")
+            before = wrapped["before"]
+        wrapped, rest_at = read_avro(raw, after_at, layout.after, msg, "value")
+        after = wrapped["after"]
+        payload, end = read_avro(raw, rest_at, layout.rest, msg, "value")
+        at_end(end, raw, msg)
         payload["before"], payload["after"] = before, after
         change = debezium_change(state_key, payload, msg, TOAST_PLACEHOLDER_BYTES in raw)
         change.schema = _Decoded(layout, raw, after_at + len(layout.row_byte), rest_at)

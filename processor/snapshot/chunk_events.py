@@ -37,6 +37,7 @@ from processor.snapshot.encoding_check import (
     json_fields,
     value_disagreements,
 )
+from tidemark.avro_read import read
 from tidemark.avro_wire import HEADER, MAGIC
 from tidemark.debezium_settings import ValueSettings
 from tidemark.json_envelope import PAYLOAD_HEAD, SCHEMA_HEAD
@@ -249,7 +250,7 @@ def _learn(raw: bytes, schemas: SchemaCache | None, what: str) -> tuple[_Side, A
             raise ShapeError(f"the {what}s are Avro but no schema registry is configured")
         schema_id = HEADER.unpack_from(raw)[1]
         parsed = schemas.get(schema_id)[1]
-        datum = fastavro.schemaless_reader(io.BytesIO(raw[HEADER.size :]), parsed, None)
+        datum = read(parsed, raw, HEADER.size)[0]
         return _Side("avro", schema_id=schema_id, parsed=parsed), datum
     document = orjson.loads(raw)
     if isinstance(document, dict) and set(document) == {"schema", "payload"}:
