@@ -524,11 +524,88 @@ static PyObject *scan_object(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_RETURN_TRUE;
 }
 
+/* Whether buf[start:end] is exactly one JSON object whose members are names[i], in that
+ * order, each holding a value of kinds[i]: 'i' an integer within 64 bits (no boolean), 'n'
+ * a number, 'b' a boolean, 's' a string, 'a' any value; an upper-case kind also takes
+ * null. False declines: the general path decides the key. */
+static PyObject *scan_key(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    cursor c;
+    const unsigned char *base;
+    const char *usage = "scan_key(buf: bytes, start: int, end: int, names: tuple[bytes, ...], "
+                        "kinds: bytes)";
+    if (nargs != 5 || !PyTuple_Check(args[3]) || !PyBytes_Check(args[4]) ||
+        PyTuple_GET_SIZE(args[3]) != PyBytes_GET_SIZE(args[4])) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return NULL;
+    }
+    if (arguments(args, 3, usage, &c, &base)) return NULL;
+    PyObject *names = args[3];
+    const char *kinds = PyBytes_AS_STRING(args[4]);
+    Py_ssize_t count = PyTuple_GET_SIZE(names);
+    skip_ws(&c);
+    if (count == 0 || c.p >= c.end || *c.p != '{') Py_RETURN_FALSE;
+    c.p++;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *expected = PyTuple_GET_ITEM(names, i);
+        const unsigned char *name;
+        Py_ssize_t len;
+        if (!PyBytes_Check(expected)) {
+            PyErr_SetString(PyExc_TypeError, usage);
+            return NULL;
+        }
+        skip_ws(&c);
+        if (i > 0) {
+            if (c.p >= c.end || *c.p != ',') Py_RETURN_FALSE;
+            c.p++;
+            skip_ws(&c);
+        }
+        if (member_name(&c, &name, &len) || c.p >= c.end) Py_RETURN_FALSE;
+        if (len != PyBytes_GET_SIZE(expected) ||
+            memcmp(name, PyBytes_AS_STRING(expected), (size_t)len) != 0)
+            Py_RETURN_FALSE;
+        char kind = kinds[i];
+        if (*c.p == 'n') {
+            if (kind < 'A' || kind > 'Z' || literal(&c, "null", 4)) Py_RETURN_FALSE;
+            continue;
+        }
+        int escaped, is_int;
+        int64_t number;
+        switch (kind | 0x20) { /* the kind in lower case */
+        case 'i':
+            if (scan_number(&c, &number, &is_int)) Py_RETURN_FALSE;
+            break;
+        case 'n':
+            if (scan_number(&c, NULL, &is_int)) Py_RETURN_FALSE;
+            break;
+        case 'b':
+            if (literal(&c, "true", 4) && literal(&c, "false", 5)) Py_RETURN_FALSE;
+            break;
+        case 's':
+            if (*c.p != '"' || scan_string(&c, &escaped)) Py_RETURN_FALSE;
+            break;
+        case 'a':
+            if (scan_value(&c, 1)) Py_RETURN_FALSE;
+            break;
+        default:
+            Py_RETURN_FALSE;
+        }
+    }
+    skip_ws(&c);
+    if (c.p >= c.end || *c.p != '}') Py_RETURN_FALSE;
+    c.p++;
+    skip_ws(&c);
+    if (c.p != c.end) Py_RETURN_FALSE;
+    Py_RETURN_TRUE;
+}
+
 static PyMethodDef methods[] = {
     {"scan_change", (PyCFunction)(void (*)(void))scan_change, METH_FASTCALL,
      "The parts of a Debezium change event's payload, or None (declined)."},
     {"scan_object", (PyCFunction)(void (*)(void))scan_object, METH_FASTCALL,
      "Whether the bytes are exactly one valid JSON object."},
+    {"scan_key", (PyCFunction)(void (*)(void))scan_key, METH_FASTCALL,
+     "Whether the bytes are one JSON object of the given members and kinds, in order."},
     {NULL, NULL, 0, NULL},
 };
 

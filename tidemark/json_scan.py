@@ -30,9 +30,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from tidemark._jsonscan import scan_change, scan_object
+from tidemark._jsonscan import scan_change, scan_key, scan_object
 
-__all__ = ["Scan", "scan_change", "scan_object"]
+__all__ = ["Scan", "scan_change", "scan_key", "scan_object"]
 
 #: What :func:`scan_change` returns, indexed by the names below.
 Scan = tuple[int, int, int, int, bool, int, int, int, int | None, int, int, int, int, int]

@@ -40,6 +40,8 @@ from tidemark.json_scan import (
     TOAST,
     Scan,
     scan_change,
+    scan_key,
+    scan_object,
 )
 from tidemark.messages import RawMessage
 
@@ -59,6 +61,9 @@ TIDEMARK_FIELD: dict[str, Any] = {
 }
 
 _READ_HEAD = b'{"before":null,"after":'
+#: Where ``null`` of ``before`` starts in :data:`_READ_HEAD`, and a read event's op.
+_BEFORE_AT = len(b'{"before":')
+_READ = ord("r")
 _TOAST_TEXT = TOAST_PLACEHOLDER.encode()
 _TOAST_BASE64 = TOAST_PLACEHOLDER_BASE64.encode()
 
@@ -87,18 +92,37 @@ class ChunkEnvelope:
     decoded row, the envelope lets the next rows with the same bytes around
     theirs be decoded by parsing the row alone: the bytes between are one JSON
     value (or the message is decoded in full), so the event is the learned one
-    with that ``after``.
+    with that ``after``. Where the event can be written by splicing (it has a
+    ``ts_ms`` and no ``tidemark`` member, as :mod:`tidemark.json_scan` requires), each
+    row's output is its own bytes with the emitted rows in place
+    (:func:`splice_event`), as for a change the scanner took.
     """
 
-    __slots__ = ("head", "tail", "event", "schema", "snapshot", "connector")
+    __slots__ = (
+        "head",
+        "tail",
+        "event",
+        "schema",
+        "snapshot",
+        "connector",
+        "txid",
+        "payload_at",
+        "spliceable",
+    )
 
-    def __init__(self, head: bytes, tail: bytes, change: Change) -> None:
-        self.head, self.tail = head, tail
+    def __init__(self, head: bytes, tail: bytes, payload_at: int, change: Change) -> None:
+        self.head, self.tail, self.payload_at = head, tail, payload_at
         self.event = dict(change.event, after=None)
-        self.schema, self.snapshot, self.connector = (
+        self.schema, self.snapshot, self.connector, self.txid = (
             change.schema,
             change.snapshot,
             change.connector,
+            change.txid,
+        )
+        event = change.event
+        closing = b"}}" if change.schema is not None else b"}"
+        self.spliceable = (
+            event.get("ts_ms") is not None and "tidemark" not in event and tail.endswith(closing)
         )
 
     @staticmethod
@@ -111,7 +135,16 @@ class ChunkEnvelope:
         row = orjson.dumps(change.after)
         if not value.startswith(row, row_at):
             return None  # written by another serializer: no byte-exact row to find
-        return ChunkEnvelope(value[:row_at], value[row_at + len(row) :], change)
+        return ChunkEnvelope(value[:row_at], value[row_at + len(row) :], payload_at, change)
+
+    def scan(self, value: bytes) -> Scan:
+        """Where the parts of ``value``, a row in this envelope, are (as
+        :func:`~tidemark.json_scan.scan_change` says; the spans :func:`splice_event` uses)."""
+        at = self.payload_at
+        row_at, row_end = len(self.head), len(value) - len(self.tail)
+        close = len(value) - (2 if self.schema is not None else 1)
+        before = at + _BEFORE_AT
+        return (before, before + 4, row_at, row_end, False, _READ, 0, 0, None, 2, 0, 0, at, close)
 
     def decode(self, msg: RawMessage, value: bytes, state_key: bytes) -> Change | None:
         """The chunk row in ``value`` if it has this envelope; ``None`` if not, or if
@@ -130,7 +163,7 @@ class ChunkEnvelope:
         tag = msg.chunk
         assert tag is not None
         toast = raw.find(_TOAST_TEXT) >= 0 or raw.find(_TOAST_BASE64) >= 0
-        return Change(
+        change = Change(
             state_key,
             "r",
             None,
@@ -141,10 +174,14 @@ class ChunkEnvelope:
             toast,
             self.event,
             self.schema,
+            txid=self.txid,
             chunk=tag.number,
             read_in=tag.read_in,
             raw_after=raw,
         )
+        if self.spliceable:
+            change.raw, change.scan = value, self.scan(value)
+        return change
 
 
 class JsonCodec:
@@ -158,8 +195,15 @@ class JsonCodec:
         self._out: tuple[Any, bytes] = (None, b"")
         #: The last key schema seen and its columns (name, optional, JSON types).
         self._key_columns: tuple[Any, list[_KeyColumn]] = (None, [])
+        #: The last key schema checked, and its columns' names and kinds for the scanner.
+        self._key_spec: tuple[Any, tuple[bytes, ...], bytes] = (None, (), b"")
         #: The envelope of the last chunk row decoded in full.
         self._chunk: ChunkEnvelope | None = None
+
+    @property
+    def chunk_envelope(self) -> ChunkEnvelope | None:
+        """The envelope of the last chunk row decoded in full (its chunk's other rows')."""
+        return self._chunk
 
     # -- rows in state ---------------------------------------------------------
 
@@ -183,6 +227,25 @@ class JsonCodec:
 
     # -- input -----------------------------------------------------------------
 
+    def scanned_key(self, key: bytes) -> bytes | None:
+        """:meth:`decode_key`'s answer for a Debezium key the scanner takes, found without
+        decoding it: a bare key with a member, or a key in the envelope of the key schema
+        :meth:`decode_key` checked last, holding its columns in its order and of its types
+        (:func:`~tidemark.json_scan.scan_key`). ``None``: :meth:`decode_key` decides."""
+        if _bare_key(key):
+            return key if scan_object(key, 0, len(key)) else None
+        prefix = self._keys.prefix
+        checked, names, kinds = self._key_spec
+        if (
+            not prefix
+            or checked is not self._keys.schema
+            or not key.startswith(prefix)
+            or not key.endswith(b"}")
+            or not scan_key(key, len(prefix), len(key) - 1, names, kinds)
+        ):
+            return None
+        return key[len(prefix) : -1]
+
     def decode_key(self, msg: RawMessage) -> bytes:
         """The key's bytes in state: the key's JSON payload (a schema is not part of it).
 
@@ -200,6 +263,7 @@ class JsonCodec:
             if checked is not schema:
                 columns = _key_columns(schema, msg)
                 self._key_columns = (schema, columns)
+                self._key_spec = (schema, *_key_spec(columns))
             _check_key(payload, columns, msg)
             prefix = self._keys.prefix
             if prefix and msg.key.startswith(prefix):
@@ -238,7 +302,9 @@ class JsonCodec:
             if change.after is not None:
                 change.raw_after = value[scan[AFTER] : scan[AFTER_END]]
         if msg.chunk is not None and (schema is None or start):
-            self._chunk = ChunkEnvelope.learn(value, start, change)
+            envelope = self._chunk = ChunkEnvelope.learn(value, start, change)
+            if envelope is not None and envelope.spliceable:
+                change.raw, change.scan = value, envelope.scan(value)
         return change
 
     def _decode_flat(self, msg: RawMessage, state_key: bytes) -> Change:
@@ -379,6 +445,36 @@ def _key_columns(schema: dict[str, Any], msg: RawMessage) -> list[_KeyColumn]:
         allowed = _JSON_TYPES.get(kind, ()) if isinstance(kind, str) else ()
         columns.append((name, bool(spec.get("optional")), str(kind), allowed))
     return columns
+
+
+#: The scanner's kind of a key column's value (:func:`~tidemark.json_scan.scan_key`), by the
+#: JSON types the column allows.
+_SCAN_KINDS: dict[tuple[type, ...], bytes] = {
+    (int,): b"i",
+    (int, float): b"n",
+    (bool,): b"b",
+    (str,): b"s",
+    (): b"a",
+}
+
+
+def _key_spec(columns: list[_KeyColumn]) -> tuple[tuple[bytes, ...], bytes]:
+    """The names and kinds :func:`~tidemark.json_scan.scan_key` checks a key by (none, so that
+    no key is taken, for columns named twice)."""
+    names = tuple(name.encode() for name, _optional, _kind, _allowed in columns)
+    kinds = b"".join(
+        _SCAN_KINDS[allowed].upper() if optional else _SCAN_KINDS[allowed]
+        for _name, optional, _kind, allowed in columns
+    )
+    if len(set(names)) != len(names):
+        return (), b""
+    return names, kinds
+
+
+def _bare_key(key: bytes) -> bool:
+    """Whether a JSON key that is an object is a bare one with a member: it has a colon,
+    and no ``"schema"`` member name, escaped or not, can be in it."""
+    return b":" in key and b'"schema"' not in key and b"\\" not in key
 
 
 def _check_key(payload: dict[str, Any], columns: list[_KeyColumn], msg: RawMessage) -> None:

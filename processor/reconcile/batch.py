@@ -42,7 +42,11 @@ from processor.events.change import Change
 from processor.events.source_codec import SourceCodec
 from processor.events.visibility import Window
 from processor.reconcile.batch_reads import READS_KEY, BatchReads, Span
-from processor.reconcile.debezium_fast_path import decide_debezium, decide_debezium_upsert
+from processor.reconcile.debezium_fast_path import (
+    decide_chunk_rows,
+    decide_debezium,
+    decide_debezium_upsert,
+)
 from processor.reconcile.envelopes import ENTRY, READ_AGAIN, STEPS, Step, prune_seen
 from processor.reconcile.upsert_fast_path import decide_flat
 from processor.reconcile.window_buffer import Reached, WindowBuffers
@@ -230,41 +234,125 @@ class Reconciler:
     ) -> None:
         """Decide ``group`` in order. A window's chunk row whose partition's state has
         not ``reached`` the row's end offset waits in the window buffer;
-        ``advance=False`` for rows released from it, read in an earlier batch."""
+        ``advance=False`` for rows released from it, read in an earlier batch.
+
+        The fused paths (:mod:`processor.reconcile.upsert_fast_path`,
+        :mod:`processor.reconcile.debezium_fast_path`) take what they can; the general
+        path decides the rest."""
         if not group:
             return
         tp = (group[0].topic, group[0].partition)
-        state_tp = (source.topic, tp[1])
-        hold_below: int | None = None
-        codec, step, records = source.codec, source.step, batch.records
+        codec, records = source.codec, batch.records
         first_record = len(records)
-        upsert = source.envelope == "upsert"
         backfill = tp[0] != source.topic
         # Outputs of every input offset below the checkpoint are in Kafka already
         # (acknowledged before the state was written): a replay of them, after a crash or
         # an offsets rewind that kept state, is not emitted again.
         flushed = -1 if backfill else state.flushed_offset()
+        output, limit = source.output, self.input_limit
+        fast_last: bytes | None = None  # the payload of the last change the fast path took
+        last: Change | None = None
+        stopped = False
+        if backfill and source.envelope == "debezium-upsert":
+            dropped, stopped = self._decide_chunk_rows(
+                source, group, state, batch, reached, advance
+            )
+        else:
+            rest, dropped = group, 0
+            if source.envelope == "upsert" and not backfill:
+                now_ms = int(time.time() * 1000)
+                taken, dropped = decide_flat(
+                    codec.json, group, state, output, records, flushed, now_ms, limit
+                )
+                rest = group[taken:]
+            elif source.envelope == "debezium-upsert" and not backfill:
+                taken, dropped, fast_last = decide_debezium_upsert(
+                    codec.json, group, state, output, records, flushed, limit
+                )
+                rest = group[taken:]
+            elif source.envelope == "debezium" and not backfill:
+                taken, dropped, fast_last = decide_debezium(
+                    codec.json, group, state, output, records, limit
+                )
+                rest = group[taken:]
+            more, stopped, last = self._decide_general(
+                source, rest, group[0].offset, state, batch, reached, advance, flushed
+            )
+            dropped += more
+        if not stopped and advance:
+            batch.next_offsets[tp] = group[-1].offset + 1
+            if last is not None and not backfill:
+                batch.last_events[tp] = last.event
+            elif fast_last is not None:
+                batch.last_events[tp] = orjson.loads(fast_last)
+        if dropped:
+            metrics.EVENTS_DROPPED.labels(tp[0]).inc(dropped)
+        produced = len(records) - first_record
+        batch.produced[output] = batch.produced.get(output, 0) + produced
+
+    def _decide_chunk_rows(
+        self,
+        source: InputTopic,
+        group: list[RawMessage],
+        state: BatchState,
+        batch: Batch,
+        reached: Reached | None,
+        advance: bool,
+    ) -> tuple[int, bool]:
+        """Chunk rows under ``debezium-upsert``: the fused path takes the rows of a chunk
+        whose envelope the codec knows; the general path decides each row it does not take
+        (a chunk's first row, from which the codec learns the envelope), or, when the
+        fused path took nothing since, the rest. Returns the rows dropped and whether the
+        source was refused."""
+        dropped, index, end = 0, 0, len(group)
+        while index < end:
+            taken_to, fast_dropped = decide_chunk_rows(
+                source.codec.json,
+                group,
+                index,
+                state,
+                source.output,
+                batch.records,
+                self.input_limit,
+            )
+            dropped += fast_dropped
+            if taken_to == end:
+                break
+            upto = taken_to + 1 if taken_to > index or index == 0 else end
+            more, stopped, _last = self._decide_general(
+                source, group[taken_to:upto], group[0].offset, state, batch, reached, advance, -1
+            )
+            dropped += more
+            if stopped:
+                return dropped, True
+            index = upto
+        return dropped, False
+
+    def _decide_general(
+        self,
+        source: InputTopic,
+        rest: list[RawMessage],
+        first_offset: int,
+        state: BatchState,
+        batch: Batch,
+        reached: Reached | None,
+        advance: bool,
+        flushed: int,
+    ) -> tuple[int, bool, Change | None]:
+        """Decode ``rest`` (messages of one partition from ``first_offset`` on), then decide
+        each against ``state`` by the envelope's rule. Returns the messages dropped,
+        whether the source was refused (the batch stops at the offending message), and
+        the last change decoded."""
+        if not rest:
+            return 0, False, None
+        tp = (rest[0].topic, rest[0].partition)
+        state_tp = (source.topic, tp[1])
+        hold_below: int | None = None
+        codec, step, records, output = source.codec, source.step, batch.records, source.output
+        upsert = source.envelope == "upsert"
+        backfill = tp[0] != source.topic
         decoded: list[tuple[RawMessage, Change | InputError | None]] = []
         dropped = 0
-        output = source.output
-        rest = group
-        fast_last: bytes | None = None  # the payload of the last change the fast path took
-        if upsert and not backfill:
-            now_ms = int(time.time() * 1000)
-            taken, dropped = decide_flat(
-                codec.json, group, state, output, records, flushed, now_ms, self.input_limit
-            )
-            rest = group[taken:]
-        elif source.envelope == "debezium-upsert" and not backfill:
-            taken, dropped, fast_last = decide_debezium_upsert(
-                codec.json, group, state, output, records, flushed, self.input_limit
-            )
-            rest = group[taken:]
-        elif source.envelope == "debezium" and not backfill:
-            taken, dropped, fast_last = decide_debezium(
-                codec.json, group, state, output, records, self.input_limit
-            )
-            rest = group[taken:]
         limit = self.input_limit
         for raw in rest:
             size = len(raw.key or b"") + len(raw.value or b"")
@@ -315,9 +403,9 @@ class Reconciler:
                 self._refuse(source.topic, str(exc), raw)
                 if advance:
                     batch.rewinds[tp] = raw.offset
-                    if raw.offset > group[0].offset:
+                    if raw.offset > first_offset:
                         batch.next_offsets[tp] = raw.offset
-                break
+                return dropped, True, None
             if emit is None or (emit.reason == "replayed" and raw.offset < flushed):
                 dropped += 1
                 continue
@@ -325,18 +413,8 @@ class Reconciler:
             records.append((output, raw.partition, key, value))
             if emit.after is None:
                 records.append((output, raw.partition, key, None))
-        else:
-            if advance:
-                batch.next_offsets[tp] = group[-1].offset + 1
-                last = next((c for _, c in reversed(decoded) if isinstance(c, Change)), None)
-                if last is not None and not backfill:
-                    batch.last_events[tp] = last.event
-                elif fast_last is not None:
-                    batch.last_events[tp] = orjson.loads(fast_last)
-        if dropped:
-            metrics.EVENTS_DROPPED.labels(tp[0]).inc(dropped)
-        produced = len(records) - first_record
-        batch.produced[output] = batch.produced.get(output, 0) + produced
+        last = next((c for _, c in reversed(decoded) if isinstance(c, Change)), None)
+        return dropped, False, last
 
     def _too_large(self, raw: RawMessage, size: int) -> InputError:
         """A dead letter that refers to ``raw``, which is too large to reconcile: its bytes

@@ -27,7 +27,10 @@ from __future__ import annotations
 
 import orjson
 
+from processor.events.change import TOAST_PLACEHOLDER, TOAST_PLACEHOLDER_BASE64
+from processor.events.chunk_tag import ChunkTag
 from processor.events.json_codec import JsonCodec, splice_event, tidemark_block
+from processor.events.visibility import PgSnapshot
 from processor.reconcile.envelopes import ENTRY, HIGH_WATER, HIGH_WATER_MARK, SEEN_STALE
 from processor.reconcile.versions import (
     CHANGE_ROW_AT,
@@ -37,6 +40,7 @@ from processor.reconcile.versions import (
     Entry,
     decide,
     decide_change,
+    decide_row,
 )
 from state.batch import BatchState
 from tidemark.avro_wire import MAGIC
@@ -69,6 +73,12 @@ _ENVELOPE = b"debezium-upsert"
 _APPLIED = Action.APPLY.value.encode()
 #: ``source.connector`` codes of the scanner whose positions ``debezium`` orders.
 _ORDERED = frozenset({1, 2})
+_SNAPSHOT = b"snapshot"
+#: A chunk row's payload up to its ``before``, and between ``before`` and its row.
+_OPENING, _BETWEEN = b'{"before":', b',"after":'
+_TOAST_TEXT = TOAST_PLACEHOLDER.encode()
+_TOAST_BASE64 = TOAST_PLACEHOLDER_BASE64.encode()
+
 _NEEDS_BEFORE = frozenset({ord("u"), ord("d")})
 
 
@@ -147,6 +157,84 @@ def decide_debezium_upsert(
     return taken, dropped, _payload(last, prefix)
 
 
+def decide_chunk_rows(
+    codec: JsonCodec,
+    group: list[RawMessage],
+    start: int,
+    state: BatchState,
+    output: str,
+    records: list[Record],
+    limit: int,
+) -> tuple[int, int]:
+    """Decide the chunk rows of a backfill topic's ``group`` from index ``start`` under
+    ``debezium-upsert``, as :func:`processor.reconcile.envelopes.debezium_upsert` decides a
+    chunk row (:func:`~processor.reconcile.versions.decide_row`), fused with
+    :class:`~processor.events.json_codec.ChunkEnvelope`'s decoding: a row inside the envelope
+    of its chunk's first row (which the general path decoded in full) is validated by the
+    scanner and goes to state and to the output as its own bytes.
+
+    It takes rows read in a PostgreSQL snapshot (a signal-table window's wait in the
+    general path's window buffer), stops at the first it does not take and returns the
+    index it stopped at and how many rows it dropped.
+    """
+    envelope = codec.chunk_envelope
+    if envelope is None or not envelope.spliceable or start >= len(group):
+        return start, 0
+    head, tail = envelope.head, envelope.tail
+    at, after_at = len(head), -len(tail)
+    rest = tail[: -2 if envelope.schema is not None else -1]  # the payload's closing brace out
+    out_head = codec.output_head(envelope.schema) if envelope.schema is not None else b""
+    out_tail = b"}" if out_head else b""
+    topic = orjson.dumps(group[start].topic)
+    get, put, append = state.get, state.put, records.append
+    keys = _state_keys(codec, group[start:])
+    state.prefetch([ENTRY + k for k in keys])
+    last_tag: ChunkTag | None = None
+    prefix = b""
+    version = (0, 0)
+    index, dropped = start, 0
+    for msg, state_key in zip(group[start:], keys, strict=False):
+        value, tag = msg.value, msg.chunk
+        if value is None or tag is None or len(value) + len(msg.key or b"") > limit:
+            break
+        if tag is not last_tag:
+            if not isinstance(tag.read_in, PgSnapshot):
+                break
+            last_tag, version = tag, (0, tag.number)
+            prefix = Entry(version, b"", envelope.txid, tag.number, tag.read_in).encode()
+        if (
+            len(value) <= at - after_at
+            or not value.startswith(head)
+            or not value.endswith(tail)
+            or not scan_object(value, at, len(value) + after_at)
+        ):
+            break
+        row = value[at:after_at]
+        if _TOAST_TEXT in row or _TOAST_BASE64 in row:
+            break
+        entry_key = ENTRY + state_key
+        stored = get(entry_key)
+        previous: bytes | None = None
+        action = _APPLY
+        if stored is not None:
+            entry = Entry.decode(stored)
+            previous = entry.value
+            if entry.pending or (previous is not None and previous[:1] == MAGIC):
+                break  # a row to read again, or an Avro row: the general path's
+            action = decide_row(tag.number, tag.read_in, entry)
+        index += 1
+        if action is _DROP:
+            dropped += 1
+            continue
+        if action is _APPLY:
+            put(entry_key, prefix + row)
+        before = b"null" if previous is None else previous
+        block = tidemark_block(topic, msg, version, _ENVELOPE, _SNAPSHOT)
+        event = b"".join((out_head, _OPENING, before, _BETWEEN, row, rest, block, out_tail))
+        append((output, msg.partition, msg.key, event))
+    return index, dropped
+
+
 def decide_debezium(
     codec: JsonCodec,
     group: list[RawMessage],
@@ -215,24 +303,19 @@ def _schema(codec: JsonCodec) -> tuple[bytes, bytes]:
 def _state_keys(codec: JsonCodec, group: list[RawMessage]) -> list[bytes]:
     """The state keys of ``group``'s leading messages with a JSON key that decodes."""
     keys = []
+    scanned = codec.scanned_key
     for msg in group:
         key = msg.key
         if key is None or key[:1] == MAGIC:
             break
-        if _bare_key(key) and scan_object(key, 0, len(key)):
-            keys.append(key)  # a bare key with a column: what decode_key takes as it is
-            continue
-        try:
-            keys.append(codec.decode_key(msg))
-        except InputError:
-            break
+        state_key = scanned(key)
+        if state_key is None:
+            try:
+                state_key = codec.decode_key(msg)
+            except InputError:
+                break
+        keys.append(state_key)
     return keys
-
-
-def _bare_key(key: bytes) -> bool:
-    """Whether a JSON key that is an object is a bare one with a member: it has a colon,
-    and no ``"schema"`` member name, escaped or not, can be in it."""
-    return b":" in key and b'"schema"' not in key and b"\\" not in key
 
 
 def _scan(value: bytes, key: bytes | None, prefix: bytes, limit: int) -> Scan | None:

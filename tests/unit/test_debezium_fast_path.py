@@ -24,8 +24,11 @@ from hypothesis import strategies as st
 
 from processor.events.change import TOAST_PLACEHOLDER
 from processor.events.chunk_tag import ChunkTag
-from processor.events.visibility import PgSnapshot
+from processor.events.json_codec import JsonCodec
+from processor.events.visibility import PgSnapshot, Window
 from processor.reconcile.batch import Batch, Reconciler
+from processor.reconcile.envelopes import ENTRY
+from processor.reconcile.versions import Entry
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
 from tidemark.config import Config, ProcessorConfig
@@ -131,17 +134,50 @@ def messages(draw: st.DrawFn, style: str) -> tuple[bytes | None, bytes | None]:
     return bare_key, orjson.dumps(event)
 
 
-def chunk_row(key: int, number: int, seen: PgSnapshot) -> RawMessage:
-    """A chunk row of a backfill of ``key``, read in snapshot ``seen``."""
-    event = {
+def chunk_row(
+    key: int, number: int, seen: PgSnapshot | Window, style: str = "bare", name: Any = None
+) -> RawMessage:
+    """A chunk row of a backfill of ``key`` (chunk ``number``, read in ``seen``), written in
+    ``style`` as Tidemark's chunk reader writes a topic's rows."""
+    payload = {
         "before": None,
-        "after": {"id": key, "name": f"chunk {number}"},
-        "source": {"connector": "postgresql", "snapshot": "incremental"},
+        "after": {"id": key, "name": f"chunk {number}" if name is None else name},
+        "source": {"connector": "postgresql", "snapshot": "incremental", "txId": None},
         "op": "r",
         "ts_ms": 1,
     }
     tag = ChunkTag(number, seen, "load")
-    return RawMessage(BACKFILL, 0, number, orjson.dumps({"id": key}), orjson.dumps(event), tag)
+    key_bytes, value = orjson.dumps({"id": key}), orjson.dumps(payload)
+    if style == "schema":
+        value = orjson.dumps({"schema": VALUE_SCHEMA, "payload": payload})
+        key_bytes = orjson.dumps({"schema": KEY_SCHEMA, "payload": {"id": key}})
+    return RawMessage(BACKFILL, 0, number, key_bytes, value, tag)
+
+
+@st.composite
+def chunks(draw: st.DrawFn, style: str, number: int) -> list[RawMessage]:
+    """The rows of one or two chunks, now and then one the fused path does not take (a
+    TOASTed or malformed row, a signal-table window's, a row in another style)."""
+    xmin = draw(st.integers(90, 111))
+    seen_in: PgSnapshot | Window = PgSnapshot(xmin, xmin)
+    if draw(st.integers(0, 5)) == 0:
+        seen_in = Window((0, 0), (8, 8), (0,), PgSnapshot(xmin, xmin))
+    rows = []
+    for key in draw(st.lists(st.integers(0, 5), min_size=1, max_size=8)):
+        kind = draw(st.integers(0, 12))
+        if kind == 0:
+            rows.append(chunk_row(key, number, seen_in, style, TOAST_PLACEHOLDER))
+        elif kind == 1:
+            row = chunk_row(key, number, seen_in, style)
+            rows.append(row._replace(value=(row.value or b"")[:-3] + b"]}}"))
+        elif kind == 2:
+            rows.append(chunk_row(key, number, seen_in, draw(st.sampled_from(STYLES[:2]))))
+        elif kind == 3:
+            rows.append(chunk_row(key, number + 1, seen_in, style))  # the next chunk's
+        else:
+            rows.append(chunk_row(key, number, seen_in, style, draw(names)))
+    offset = 100 * number
+    return [row._replace(offset=offset + i) for i, row in enumerate(rows)]
 
 
 def make_reconciler(envelope: str = "debezium-upsert") -> Reconciler:
@@ -167,6 +203,7 @@ def general_only() -> Iterator[None]:
     with (
         mock.patch("processor.reconcile.batch.decide_debezium_upsert", lambda *_a: (0, 0, None)),
         mock.patch("processor.reconcile.batch.decide_debezium", lambda *_a: (0, 0, None)),
+        mock.patch("processor.reconcile.batch.decide_chunk_rows", lambda *a: (a[2], 0)),
     ):
         yield
 
@@ -180,21 +217,18 @@ def test_the_fast_path_decides_as_the_general_path(envelope: str, data: st.DataO
     stream = [RawMessage(TOPIC, 0, offset, k, v) for offset, (k, v) in enumerate(drawn)]
     fast, general = make_reconciler(envelope), make_reconciler(envelope)
     fast_store, general_store = MemoryPartitionStore(), MemoryPartitionStore()
-    start = chunks = 0
+    start = number = 0
     while start < len(stream):
         size = data.draw(st.integers(1, 12))
         if data.draw(st.booleans()) and start:  # a rewind: replay some earlier offsets
             start = data.draw(st.integers(0, start - 1))
         groups: dict[tuple[str, int], list[RawMessage]] = {TP: stream[start : start + size]}
-        if data.draw(st.integers(0, 3)) == 0:  # chunk rows of a backfill, after the changes
-            chunks += 1
-            xmin = data.draw(st.integers(90, 111))
-            seen_in = PgSnapshot(xmin, xmin)
-            groups[(BACKFILL, 0)] = [chunk_row(k, chunks, seen_in) for k in range(4)]
-        stores = {TP: fast_store}
-        decided = fast.decide(groups, stores)
+        if data.draw(st.integers(0, 2)) == 0:  # chunk rows of a backfill, after the changes
+            number += 2
+            groups[(BACKFILL, 0)] = data.draw(chunks(style, number))
+        decided = fast.decide(groups, {TP: fast_store}, reached=lambda _tp: 1000)
         with general_only():
-            expected = general.decide(groups, {TP: general_store})
+            expected = general.decide(groups, {TP: general_store}, reached=lambda _tp: 1000)
         assert seen(decided) == seen(expected)
         assert fast.refused == general.refused
         if fast.refused:
@@ -272,3 +306,52 @@ def test_a_change_after_a_snapshot_group_ends_the_group() -> None:
         outcomes.append(seen(batch))
         assert store.keys(b"s") == []  # the group's keys are gone
     assert outcomes[0] == outcomes[1]
+
+
+@pytest.mark.parametrize("style", ["bare", "schema"])
+def test_a_chunks_rows_after_its_first_take_the_fused_path(style: str) -> None:
+    """Only a chunk's first row is decoded (the codec learns its envelope from it); the
+    rest are decided without parsing, into the same outputs and state as decoded ones."""
+    seen_in = PgSnapshot(100, 100)
+    rows = [chunk_row(key, 3, seen_in, style)._replace(offset=key) for key in range(50)]
+    outcomes = []
+    decode = JsonCodec.decode
+    for fast in (True, False):
+        decoded: list[int] = []
+
+        def counted(
+            codec: JsonCodec, msg: RawMessage, key: bytes, decoded: list[int] = decoded
+        ) -> Any:
+            decoded.append(msg.offset)
+            return decode(codec, msg, key)
+
+        with (
+            contextlib.nullcontext() if fast else general_only(),
+            mock.patch.object(JsonCodec, "decode", counted),
+        ):
+            batch = make_reconciler().decide({(BACKFILL, 0): rows}, {TP: MemoryPartitionStore()})
+        outcomes.append(seen(batch))
+        assert decoded == ([0] if fast else list(range(50)))
+    assert outcomes[0] == outcomes[1]
+    event = orjson.loads(outcomes[0]["records"][-1][3])
+    payload = event["payload"] if style == "schema" else event
+    assert payload["after"] == {"id": 49, "name": "chunk 3"} and payload["before"] is None
+    assert payload["tidemark"]["reason"] == "snapshot"
+
+
+def test_a_chunk_row_older_than_a_pending_change_asks_again() -> None:
+    """A key whose change waits for its row to be read again (TOASTed, no earlier row):
+    a chunk row read before that change is no answer, and the key is asked for again."""
+    pending = Entry((40, 40), None, 105, pending=True).encode()
+    # the first row (another key's) teaches the codec the chunk's envelope
+    rows = [chunk_row(k, 3, PgSnapshot(100, 100))._replace(offset=k) for k in (0, 1)]
+    outcomes = []
+    for fast in (True, False):
+        store = MemoryPartitionStore()
+        store.commit({ENTRY + orjson.dumps({"id": 1}): pending}, Checkpoint(None))
+        with contextlib.nullcontext() if fast else general_only():
+            batch = make_reconciler().decide({(BACKFILL, 0): rows}, {TP: store})
+        outcomes.append(seen(batch))
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0]["read_again"] == {TP: {b'{"id":1}': {"id": 1}}}
+    assert [orjson.loads(r[2] or b"") for r in outcomes[0]["records"]] == [{"id": 0}]

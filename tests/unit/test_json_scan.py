@@ -43,6 +43,7 @@ from tidemark.json_scan import (
     TOAST,
     TXID,
     scan_change,
+    scan_key,
     scan_object,
 )
 from tidemark.messages import RawMessage
@@ -248,7 +249,8 @@ def test_random_bytes_do_not_crash_it() -> None:
     for _ in range(20_000 * SCALE):
         size = rng.randrange(64)
         data = bytes(rng.choice(alphabet) for _ in range(size))
-        for found in (scan_change(data, 0, size), scan_object(data, 0, size)):
+        taken = scan_key(data, 0, size, (b"a", b"id"), b"Ia")
+        for found in (scan_change(data, 0, size), scan_object(data, 0, size), taken):
             if found:
                 assert isinstance(orjson.loads(data), dict)
 
@@ -287,3 +289,7 @@ def test_bounds_outside_the_bytes_are_an_error() -> None:
         scan_object(b"{}", -1, 2)
     with pytest.raises(TypeError):
         scan_change("{}", 0, 2)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        scan_key(b"{}", 0, 2, (b"a",), b"ii")  # a kind per name
+    with pytest.raises(ValueError):
+        scan_key(b"{}", 0, 3, (b"a",), b"i")
