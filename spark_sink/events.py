@@ -2,7 +2,10 @@
 
 The decoding is the processor's: JSON through its envelope splitter (a repeated
 schema is parsed once), Avro in the Confluent wire format through its registry
-cache and Avro reader. Runs in Spark executors.
+cache and Avro reader. Runs in Spark executors. A JSON payload, bare or in the
+envelope of the schema the splitter knows, is first read by the compiled scanner
+(:func:`~tidemark.json_scan.scan_envelope`): taken, only its ``after`` is parsed;
+declined, the splitter parses it all and decides, errors included.
 
 A batch is planned on the driver from a sample of its events' schemas
 (:mod:`spark_sink.reader`). An event whose schema has a column the plan lacks,
@@ -35,12 +38,15 @@ from spark_sink.schema import (
 )
 from tidemark.avro_wire import HEADER, MAGIC, read_avro, schema_id_of
 from tidemark.errors import InputError, UnknownSchemaError
-from tidemark.json_envelope import EnvelopeSplitter
+from tidemark.json_envelope import SCHEMA_HEAD, EnvelopeSplitter
+from tidemark.json_scan import scan_envelope
 from tidemark.messages import RawMessage
 from tidemark.schema_registry import SchemaCache
 
 #: A decoded event: ``(deleted, key or row, the row's columns or None when schemaless)``.
 Decoded = tuple[bool, dict[str, Any], list[Column] | None]
+
+_DELETE = ord("d")
 
 
 class EventDecoder:
@@ -65,7 +71,25 @@ class EventDecoder:
         if raw[:1] == MAGIC:
             payload, columns = self._avro(raw, msg)
         else:
-            payload, schema, _text = self._values.split(raw, msg, "value")
+            values = self._values
+            prefix = values.prefix
+            schema: dict[str, Any] | None = None
+            if prefix and raw.startswith(prefix) and raw.endswith(b"}"):  # as split() reads it
+                scan = scan_envelope(raw, len(prefix), len(raw) - 1)
+                schema = values.schema
+            elif raw.startswith(SCHEMA_HEAD):
+                scan = None  # a schema split() learns, or one it does not remember
+            else:  # bare: taken with an ``after`` (without, it may be an envelope split() opens)
+                scan = scan_envelope(raw, 0, len(raw))
+                if scan is not None and scan[2] < 0:
+                    scan = None
+            if scan is not None:
+                columns = None if schema is None else self._json(schema)
+                op, row, row_at, row_end = scan
+                if op == _DELETE or not row:
+                    return True, self.key(msg), None
+                return False, orjson.loads(raw[row_at:row_end]), columns
+            payload, schema, _text = values.split(raw, msg, "value")
             columns = None if schema is None else self._json(schema)
         if not isinstance(payload, dict):
             raise InputError("value is not a Debezium envelope", msg, "not-debezium")

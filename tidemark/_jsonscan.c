@@ -1,5 +1,6 @@
 /* One validating pass over a Debezium JSON change event: where its parts are, what its
- * position is. See tidemark/json_scan.py for the contract; in short:
+ * position is; over a reconciled one (the processor's output, which the Spark sink reads):
+ * its op and where its after is. See tidemark/json_scan.py for the contract; in short:
  *
  * - The bytes scanned must be exactly one JSON value of RFC 8259, in valid UTF-8. What is
  *   not, and what this scanner does not want to judge (escaped member names, lone
@@ -511,6 +512,73 @@ static PyObject *scan_change(PyObject *self, PyObject *const *args, Py_ssize_t n
         (Py_ssize_t)(close - base));
 }
 
+/* The op and the after of a reconciled event's payload buf[start:end] (the processor's
+ * output: any members, a ``tidemark`` one among them), or None (declined): (op, row, after,
+ * after_end). op is the op's character when it is a one-byte string, else 0 (none, another
+ * string, another value); an escaped op is declined. The span is after's value, a row
+ * object (row true) or null; both -1 when there is no after member. An after that is
+ * neither, a duplicate op or after, and what the other scanners decline are declined. */
+static PyObject *scan_envelope(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    cursor c;
+    const unsigned char *base;
+    if (arguments(args, nargs, "scan_envelope(buf: bytes, start: int, end: int)", &c, &base))
+        return NULL;
+    skip_ws(&c);
+    if (c.p >= c.end || *c.p != '{') Py_RETURN_NONE;
+    c.p++;
+    const unsigned char *after = NULL, *after_end = NULL;
+    int op = 0, op_seen = 0;
+    skip_ws(&c);
+    if (c.p < c.end && *c.p == '}') {
+        c.p++;
+    } else {
+        for (;;) {
+            const unsigned char *name;
+            Py_ssize_t len;
+            skip_ws(&c);
+            if (member_name(&c, &name, &len) || c.p >= c.end) Py_RETURN_NONE;
+            if (IS(name, len, "after")) {
+                if (after != NULL) Py_RETURN_NONE;
+                after = c.p;
+                if (*c.p == 'n') {
+                    if (literal(&c, "null", 4)) Py_RETURN_NONE;
+                } else if (*c.p != '{' || scan_container(&c, 1, '}')) {
+                    Py_RETURN_NONE;
+                }
+                after_end = c.p;
+            } else if (IS(name, len, "op")) {
+                if (op_seen++) Py_RETURN_NONE;
+                if (*c.p == '"') {
+                    const unsigned char *s;
+                    Py_ssize_t n;
+                    if (plain_string(&c, &s, &n)) Py_RETURN_NONE;
+                    op = n == 1 ? s[0] : 0;
+                } else if (scan_value(&c, 1)) {
+                    Py_RETURN_NONE;
+                }
+            } else if (scan_value(&c, 1)) {
+                Py_RETURN_NONE;
+            }
+            skip_ws(&c);
+            if (c.p >= c.end) Py_RETURN_NONE;
+            if (*c.p == ',') {
+                c.p++;
+                continue;
+            }
+            if (*c.p != '}') Py_RETURN_NONE;
+            c.p++;
+            break;
+        }
+    }
+    skip_ws(&c);
+    if (c.p != c.end) Py_RETURN_NONE;
+    if (after == NULL)
+        return Py_BuildValue("(iOnn)", op, Py_False, (Py_ssize_t)-1, (Py_ssize_t)-1);
+    return Py_BuildValue("(iOnn)", op, *after == '{' ? Py_True : Py_False,
+                         (Py_ssize_t)(after - base), (Py_ssize_t)(after_end - base));
+}
+
 static PyObject *scan_object(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     cursor c;
@@ -602,6 +670,8 @@ static PyObject *scan_key(PyObject *self, PyObject *const *args, Py_ssize_t narg
 static PyMethodDef methods[] = {
     {"scan_change", (PyCFunction)(void (*)(void))scan_change, METH_FASTCALL,
      "The parts of a Debezium change event's payload, or None (declined)."},
+    {"scan_envelope", (PyCFunction)(void (*)(void))scan_envelope, METH_FASTCALL,
+     "The op and the span of after of a reconciled event's payload, or None (declined)."},
     {"scan_object", (PyCFunction)(void (*)(void))scan_object, METH_FASTCALL,
      "Whether the bytes are exactly one valid JSON object."},
     {"scan_key", (PyCFunction)(void (*)(void))scan_key, METH_FASTCALL,

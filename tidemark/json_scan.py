@@ -22,7 +22,23 @@ does not judge (escaped member names, lone surrogates, duplicates of the members
 reads, a ``tidemark`` member, MySQL positions, numbers it reads beyond 64 bits,
 nesting deeper than 256), is declined: ``None``, and the general path (orjson)
 decides, so a message is never rejected here that orjson would take.
-``tests/unit/test_json_scan.py`` holds it to orjson with hypothesis and feeds it
+
+:func:`scan_envelope` reads the payload of a reconciled event (the processor's output),
+``buf[start:end]``, for what the sink's decoder needs of it
+(:meth:`spark_sink.events.EventDecoder.decode`):
+``(op, row, after, after_end)``. ``op`` is the op's character code when ``op`` is a
+one-byte string, else 0 (no ``op``, another string, another value); ``after``/``after_end``
+is the byte span of ``after``, a row object (``row`` true) or ``null``, and ``-1, -1``
+when there is no ``after`` member. Any other members are taken (``tidemark``, an empty
+``source``, none at all). It validates the whole payload as :func:`scan_change` does and
+declines what it does not judge: an escaped member name or ``op``, a duplicate ``op`` or
+``after``, an ``after`` that is neither a row nor ``null``, lone surrogates, numbers orjson
+may refuse, nesting deeper than 256.
+
+:func:`scan_object` says whether the bytes are exactly one JSON object, and
+:func:`scan_key` whether they are one of given members and kinds, in order.
+
+``tests/unit/test_json_scan.py`` holds them to orjson with hypothesis and feeds them
 random and truncated bytes.
 """
 
@@ -30,9 +46,9 @@ from __future__ import annotations
 
 from typing import Final
 
-from tidemark._jsonscan import scan_change, scan_key, scan_object
+from tidemark._jsonscan import scan_change, scan_envelope, scan_key, scan_object
 
-__all__ = ["Scan", "scan_change", "scan_key", "scan_object"]
+__all__ = ["Envelope", "Scan", "scan_change", "scan_envelope", "scan_key", "scan_object"]
 
 #: What :func:`scan_change` returns, indexed by the names below.
 Scan = tuple[int, int, int, int, bool, int, int, int, int | None, int, int, int, int, int]
@@ -51,3 +67,6 @@ CONNECTOR: Final = 10
 TOAST: Final = 11
 OPEN: Final = 12
 CLOSE: Final = 13
+
+#: What :func:`scan_envelope` returns: ``(op, row, after, after_end)``.
+Envelope = tuple[int, bool, int, int]

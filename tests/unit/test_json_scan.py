@@ -3,9 +3,11 @@ Debezium event (:func:`processor.events.change.debezium_change`).
 
 What the scanner takes, orjson takes, with the same values: the spans parse to the
 event's ``before`` and ``after``, the position, transaction id, snapshot kind and
-connector are the general path's. It may decline (``None``) what it does not judge,
-but it takes the events Debezium writes. Random, mutated and truncated bytes never
-crash it or make it read past the end it was given.
+connector are the general path's; a reconciled event's op and ``after``
+(:func:`~tidemark.json_scan.scan_envelope`) are orjson's. It may decline (``None``)
+what it does not judge, but it takes the events Debezium and the processor write.
+Random, mutated and truncated bytes never crash it or make it read past the end it
+was given.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import string
 from typing import Any
 
 import orjson
@@ -43,6 +46,7 @@ from tidemark.json_scan import (
     TOAST,
     TXID,
     scan_change,
+    scan_envelope,
     scan_key,
     scan_object,
 )
@@ -207,6 +211,141 @@ def test_the_events_debezium_writes_are_taken(row: dict[str, Any], txid: int, ls
         assert scan_change(raw, 0, len(raw)) is not None
 
 
+#: Top-level member names the scanner reads as they are (no escape in any layout).
+plain_names = st.text(string.ascii_letters + string.digits + "_", max_size=8).filter(
+    lambda name: name not in ("op", "after")
+)
+tidemark_blocks = st.fixed_dictionaries(
+    {
+        "topic": st.text(max_size=8),
+        "partition": st.integers(0, 2**31 - 1),
+        "offset": st.integers(0, 2**63 - 1),
+        "position": st.just("10,12"),
+        "envelope": st.sampled_from(["debezium", "upsert"]),
+        "reason": st.sampled_from(["change", "repair"]),
+    }
+)
+#: Reconciled events, the processor's and others: any members, ``tidemark`` or not.
+reconciled_events = st.tuples(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "before": rows | st.none(),
+            "after": rows | st.none() | st.sampled_from(["x", 1, [1], True]),
+            "op": st.sampled_from(["c", "u", "d", "r", "x", "", "dd", "é", 1, None, ["d"]]),
+            "source": sources | st.just({}) | st.none(),
+            "ts_ms": st.integers(0, 2**41) | st.none(),
+            "transaction": st.none(),
+            "tidemark": tidemark_blocks | st.just({}),
+        },
+    ),
+    st.dictionaries(st.text(max_size=6), json_values, max_size=3),
+).map(lambda pair: {**pair[1], **pair[0]})
+
+
+def envelope_oracle(payload: dict[str, Any]) -> tuple[int, bool, Any]:
+    """What :func:`scan_envelope` says of ``payload`` as orjson reads it: the op's code (0
+    unless a one-byte string), whether ``after`` is a row, ``after`` (``None`` if absent)."""
+    op = payload.get("op")
+    code = ord(op) if isinstance(op, str) and len(op.encode()) == 1 else 0
+    after = payload.get("after")
+    return code, isinstance(after, dict), after
+
+
+@settings(max_examples=400 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(event=reconciled_events)
+def test_what_the_envelope_scan_takes_orjson_reads_the_same(event: dict[str, Any]) -> None:
+    """Bare, and inside a schema envelope (the payload's slice of the message)."""
+    head = b'{"schema":{"type":"struct"},"payload":'
+    for raw in layouts(event):
+        for buf, start, end in ((raw, 0, len(raw)), (head + raw + b"}", len(head), -1)):
+            end %= len(buf) + 1
+            found = scan_envelope(buf, start, end)
+            if found is None:
+                continue
+            payload = orjson.loads(buf[start:end])  # taken: orjson takes it too
+            assert isinstance(payload, dict)
+            op, row, after, after_end = found
+            code, is_row, value = envelope_oracle(payload)
+            assert (op, row) == (code, is_row)
+            if "after" in payload:
+                assert start <= after < after_end <= end
+                assert orjson.loads(buf[after:after_end]) == value
+            else:
+                assert (after, after_end) == (-1, -1)
+
+
+@settings(max_examples=300 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    event=st.fixed_dictionaries(
+        {"tidemark": tidemark_blocks},
+        optional={
+            "before": st.dictionaries(st.text(max_size=8), columns, max_size=4) | st.none(),
+            "after": st.dictionaries(st.text(max_size=8), columns, max_size=6) | st.none(),
+            "op": st.sampled_from(["c", "u", "d", "r"]),
+            "source": st.just({}) | st.just(debezium_event({}, 1, 8)["source"]),
+            "ts_ms": st.integers(0, 2**41),
+            "transaction": st.none(),
+        },
+    ),
+    extra=st.dictionaries(plain_names, plain_json_values, max_size=3),
+)
+def test_the_events_the_processor_writes_are_taken_by_the_envelope_scan(
+    event: dict[str, Any], extra: dict[str, Any]
+) -> None:
+    """Upsert and Debezium outputs (an empty ``source`` or Debezium's), deletes, members of
+    any kind: not declined, and read as orjson reads them."""
+    event = {**extra, **event}
+    for raw in layouts(event):
+        found = scan_envelope(raw, 0, len(raw))
+        assert found is not None
+        op, row, after, after_end = found
+        assert (op, row, orjson.loads(raw[after:after_end]) if after >= 0 else None) == (
+            envelope_oracle(event)
+        )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"op":"c","op":"d","after":null}',  # orjson keeps the last
+        b'{"after":{"a":1},"op":"c","after":null}',
+        b'{"op":"\\u0064","after":{"a":1}}',  # "d", escaped
+        b'{"\\u006fp":"d","after":{"a":1}}',  # an escaped member name
+        b'{"after":"x","op":"d"}',  # after neither a row nor null
+        b'{"after":[{"a":1}]}',
+        b'{"after":{"a":1e400}}',  # orjson refuses the double
+        b'{"after":{"a":1},"x":' + b"[" * 300 + b"]" * 300 + b"}",  # deeper than the limit
+        b'[{"op":"c"}]',
+        b'"op"',
+    ],
+)
+def test_what_the_envelope_scan_does_not_judge_is_declined(text: bytes) -> None:
+    assert scan_envelope(text, 0, len(text)) is None
+
+
+def test_the_envelope_scan_reads_op_and_after_exactly() -> None:
+    cases: dict[bytes, tuple[int, bool, bytes | None]] = {
+        b"{}": (0, False, None),
+        b'{"op":"d"}': (ord("d"), False, None),
+        b'{"op":"dd","after":null}': (0, False, b"null"),
+        b'{"op":1,"after":{}}': (0, True, b"{}"),
+        b' {"tidemark":{"op":"d"},"after" : {"op":"d"} ,"op":"u"}\n': (
+            ord("u"),
+            True,
+            b'{"op":"d"}',
+        ),
+    }
+    for raw, (op, row, after) in cases.items():
+        found = scan_envelope(raw, 0, len(raw))
+        assert found is not None and found[:2] == (op, row)
+        assert (raw[found[2] : found[3]] if found[2] >= 0 else None) == after
+        assert after is not None or found[2:] == (-1, -1)
+    raw = b'xx{"after":{"a":1}}yy'
+    assert scan_envelope(raw, 2, len(raw) - 2) == (0, True, 11, 18)
+    assert scan_envelope(raw, 2, len(raw) - 3) is None  # the slice ends in the row
+
+
 @settings(max_examples=300 * SCALE, deadline=None)
 @given(doc=plain_json_values)
 def test_an_object_is_taken_exactly_when_orjson_reads_one(doc: Any) -> None:
@@ -215,7 +354,7 @@ def test_an_object_is_taken_exactly_when_orjson_reads_one(doc: Any) -> None:
 
 
 @settings(max_examples=300 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(event=events, seed=st.integers(0, 2**32))
+@given(event=events | reconciled_events, seed=st.integers(0, 2**32))
 def test_mutated_and_truncated_bytes_are_never_taken_wrongly(
     event: dict[str, Any], seed: int
 ) -> None:
@@ -241,6 +380,14 @@ def test_mutated_and_truncated_bytes_are_never_taken_wrongly(
                 assert isinstance(orjson.loads(data[:end]), dict)
             if scan_object(buf, 0, stop):
                 assert isinstance(orjson.loads(data[:end]), dict)
+            found = scan_envelope(buf, 0, stop)
+            if found is not None:
+                payload = orjson.loads(data[:end])
+                assert isinstance(payload, dict)
+                code, row, after = envelope_oracle(payload)
+                assert found[:2] == (code, row)
+                if found[2] >= 0:
+                    assert found[3] <= end and orjson.loads(data[found[2] : found[3]]) == after
 
 
 def test_random_bytes_do_not_crash_it() -> None:
@@ -250,7 +397,8 @@ def test_random_bytes_do_not_crash_it() -> None:
         size = rng.randrange(64)
         data = bytes(rng.choice(alphabet) for _ in range(size))
         taken = scan_key(data, 0, size, (b"a", b"id"), b"Ia")
-        for found in (scan_change(data, 0, size), scan_object(data, 0, size), taken):
+        envelope = scan_envelope(data, 0, size)
+        for found in (scan_change(data, 0, size), scan_object(data, 0, size), taken, envelope):
             if found:
                 assert isinstance(orjson.loads(data), dict)
 
@@ -268,18 +416,30 @@ def test_random_bytes_do_not_crash_it() -> None:
         b'{"a":NaN}',
         b'{"a":"\x01"}',
         b'{"a":1} x',
+        b'{"op":"\x1f","after":null}',  # a control character, unescaped
+        b'{"op":"\xc3","after":null}',  # a truncated UTF-8 sequence
+        b'{"op":"c","after":{"a":"\xed\xa0\x80"}}',
+        b'{"op":"c","after":{"a":1}',
+        b'{"op":"c","after":nul}',
+        b'{"op":"c",,"after":null}',
+        b'{"op":"d","after":null}{}',
+        b'{"op":"c","after":{"a":-}}',
     ],
 )
 def test_what_orjson_refuses_is_not_taken(text: bytes) -> None:
     with pytest.raises(orjson.JSONDecodeError):
         orjson.loads(text)
     assert not scan_object(text, 0, len(text))
+    assert scan_envelope(text, 0, len(text)) is None
 
 
 def test_deep_nesting_is_declined_within_orjsons_limit() -> None:
     deep = b'{"a":' * 300 + b"1" + b"}" * 300
     assert isinstance(orjson.loads(deep), dict)
     assert not scan_object(deep, 0, len(deep))  # declined, not a crash
+    assert scan_envelope(deep, 0, len(deep)) is None
+    deep_after = b'{"after":' + deep + b"}"
+    assert scan_envelope(deep_after, 0, len(deep_after)) is None
 
 
 def test_bounds_outside_the_bytes_are_an_error() -> None:
@@ -289,6 +449,10 @@ def test_bounds_outside_the_bytes_are_an_error() -> None:
         scan_object(b"{}", -1, 2)
     with pytest.raises(TypeError):
         scan_change("{}", 0, 2)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        scan_envelope(b"{}", 1, 0)
+    with pytest.raises(TypeError):
+        scan_envelope(b"{}", 0)  # type: ignore[call-arg]
     with pytest.raises(TypeError):
         scan_key(b"{}", 0, 2, (b"a",), b"ii")  # a kind per name
     with pytest.raises(ValueError):

@@ -1,21 +1,30 @@
-"""The sink's event decoding into planned rows: JSON with and without schema, Avro."""
+"""The sink's event decoding into planned rows: JSON with and without schema, Avro; JSON
+decoded through the compiled scanner as the splitter alone decodes it."""
 
 from __future__ import annotations
 
 import base64
 import decimal
 import json
+import os
+import random
 from typing import Any
+from unittest import mock
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from spark_sink import events
 from spark_sink.errors import SchemaDrift, TableStop
 from spark_sink.events import EventDecoder, RowBuilder, specs_of
 from spark_sink.reader import Range, split
 from spark_sink.schema import Spec
 from tests.unit.probe import SCHEMAS, TOPIC, frame, probe_event
 from tidemark.errors import InputError
+from tidemark.json_envelope import PAYLOAD_HEAD, SCHEMA_HEAD
+from tidemark.json_scan import scan_envelope
 from tidemark.messages import RawMessage
 from tidemark.schema_registry import MemoryRegistry, SchemaCache
 
@@ -158,3 +167,230 @@ def test_ranges_are_cut_evenly_so_every_core_reads() -> None:
         assert all(a.end == b.start for a, b in zip(mine, mine[1:], strict=False))
     assert [p.end - p.start for p in pieces] == [17_667, 17_667, 17_666, 20_000, 20_000, 893]
     assert split(ranges[2:], tasks=4) == ranges[2:]  # small ranges stay whole
+
+
+# -- the scanner's path (tidemark.json_scan.scan_envelope) against the splitter's ----------
+
+#: ``make fuzz`` runs the differential property this many times longer.
+SCALE = int(os.environ.get("TIDEMARK_FUZZ_SCALE", "1"))
+
+
+def _output_schema(fields: list[dict[str, Any]]) -> dict[str, Any]:
+    """A reconciled topic's value schema (the processor's ``output_schema``), ``after``'s
+    row of ``fields``."""
+    row = {"type": "struct", "optional": True, "fields": fields}
+    return {
+        "type": "struct",
+        "optional": False,
+        "fields": [
+            dict(row, field="before"),
+            dict(row, field="after"),
+            {"type": "string", "optional": False, "field": "op"},
+            {"type": "struct", "optional": True, "field": "source", "fields": []},
+            {"type": "int64", "optional": True, "field": "ts_ms"},
+            {"type": "struct", "optional": True, "field": "tidemark", "fields": []},
+        ],
+        "name": "probe.Envelope",
+    }
+
+
+VALUE_SCHEMAS = [
+    _output_schema([{"field": "id", "type": "int32"}, {"field": "name", "type": "string"}]),
+    _output_schema([{"field": "id", "type": "int64"}, {"field": "v", "type": "double"}]),
+    {"type": "struct", "fields": [{"field": "op", "type": "string"}]},  # no after: SchemaError
+]
+KEY_SCHEMA = {"type": "struct", "fields": [{"field": "id", "type": "int32"}]}
+TIDEMARK = {
+    "topic": "tidemark.public.probe",
+    "partition": 0,
+    "offset": 7,
+    "position": "10,12",
+    "envelope": "debezium",
+    "reason": "change",
+}
+UPSERT_TIDEMARK = dict(TIDEMARK, envelope="upsert", position="0,0")
+DEBEZIUM_SOURCE = {
+    "version": "3.6.3.Final",
+    "connector": "postgresql",
+    "name": "tidemark",
+    "ts_ms": 1,
+    "snapshot": "false",
+    "db": "tidemark",
+    "sequence": '["10","12"]',
+    "schema": "public",
+    "table": "probe",
+    "txId": 732,
+    "lsn": 12,
+}
+
+values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+rows = st.dictionaries(st.sampled_from(["id", "name", "v", "é", 'q"']), values, max_size=4)
+#: Reconciled payloads: upsert and Debezium outputs, deletes, and what no processor writes.
+payloads = st.fixed_dictionaries(
+    {
+        "before": rows | st.none(),
+        "after": rows | st.none(),
+        "op": st.sampled_from(["c", "u", "d", "r"]),
+        "source": st.sampled_from([{}, DEBEZIUM_SOURCE]),
+        "ts_ms": st.integers(0, 2**41),
+        "tidemark": st.just(TIDEMARK),
+    }
+) | st.fixed_dictionaries(
+    {},
+    optional={
+        "before": rows | st.none(),
+        "after": rows | st.none() | st.sampled_from(["x", 1, [{"id": 1}], False]),
+        "op": st.sampled_from(["c", "u", "d", "r", "x", "", "dd", 1, None]),
+        "source": st.sampled_from([{}, None, DEBEZIUM_SOURCE]),
+        "ts_ms": st.integers(0, 2**41),
+        "tidemark": st.just(TIDEMARK),
+        "schema": st.just({}),
+        "payload": rows,
+    },
+)
+
+
+def _dump(doc: Any, layout: int) -> bytes:
+    if layout == 0:  # compact, as the processor writes (but integers beyond 64 bits too)
+        return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
+    if layout == 1:
+        return json.dumps(doc).encode()  # ASCII escapes, spaces
+    return json.dumps(doc, ensure_ascii=False, indent=1).encode()
+
+
+def _mutated(raw: bytes, seed: int) -> bytes:
+    """``raw`` with a byte changed, inserted or deleted, or cut short."""
+    rng = random.Random(seed)
+    data = bytearray(raw)
+    at = rng.randrange(len(data))
+    kind = rng.randrange(4)
+    if kind == 0:
+        data[at] = rng.randrange(256)
+    elif kind == 1:
+        data[at:at] = bytes([rng.choice(b'{}[]",:\\ \x00\x1f\x80\xc3\xed0e-.')])
+    elif kind == 2:
+        del data[at]
+    else:
+        del data[at:]
+    return bytes(data)
+
+
+@st.composite
+def reconciled_values(draw: st.DrawFn) -> bytes | None:
+    """A reconciled event's value: in a schema envelope (mostly the processor's bytes), bare,
+    a tombstone, what no processor writes; its payload's bytes or its own mutated or cut
+    short."""
+    form = draw(st.sampled_from(["envelope", "envelope", "bare", "tombstone", "spaced", "odd"]))
+    if form == "tombstone":
+        return None
+    schema = VALUE_SCHEMAS[draw(st.sampled_from([0, 0, 0, 1, 1, 2]))]
+    if form == "spaced":  # an envelope not written as its schema's prefix
+        return _dump({"schema": schema, "payload": draw(payloads)}, draw(st.integers(1, 2)))
+    if form == "odd":
+        body = draw(
+            st.sampled_from(
+                [
+                    b'{"op":"\\u0064","after":{"id":1}}',
+                    b'{"after":{"id":1},"op":"c","after":null}',
+                    b'{"op":"d","op":"c","after":{"id":1}}',
+                    b'{"\\u0061fter":{"id":1},"op":"c"}',
+                    b'{"op":"c","after":{"id":"\xed\xa0\x80"}}',
+                    b'{"op":"c","after":{"id":"\x01"}}',
+                    b'{"op":"c","after":{"id":1e400}}',
+                    b'{"payload":{"after":{"id":2}},"schema":{}}',
+                    b'{"schema":1,"payload":{"op":"c","after":{"id":3}},"payload":{"op":"d"}}',
+                    b"[]",
+                    b"",
+                    b"\x00\x00\x00\x00\x02xx",
+                ]
+            )
+        )
+    else:
+        body = _dump(draw(payloads), draw(st.integers(0, 2)))
+    if body and draw(st.integers(0, 2)) == 0:
+        body = _mutated(body, draw(st.integers(0, 2**32)))
+    raw = body
+    if form == "envelope" or draw(st.integers(0, 3)) == 0:
+        raw = SCHEMA_HEAD + orjson.dumps(schema) + PAYLOAD_HEAD + body + b"}"
+    if raw and draw(st.integers(0, 7)) == 0:
+        raw = _mutated(raw, draw(st.integers(0, 2**32)))
+    return raw
+
+
+keys = st.sampled_from(
+    [b'{"id":5}', SCHEMA_HEAD + orjson.dumps(KEY_SCHEMA) + PAYLOAD_HEAD + b'{"id":6}}'] * 3
+    + [b'{"id": 5}', b"[]", b"{nope", None]
+)
+
+
+def _outcome(decoder: EventDecoder, message: RawMessage) -> Any:
+    """What decoding ``message`` gives, or the error it raises (type, message, kind)."""
+    try:
+        deleted, row, columns = decoder.decode(message)
+    except Exception as exc:  # noqa: BLE001 - every error is compared
+        return type(exc), str(exc), getattr(exc, "kind", None)
+    specs = None if columns is None else [c.spec for c in columns]
+    return deleted, repr(row), specs  # repr: 1, 1.0 and True differ
+
+
+def _declined(buf: bytes, start: int, end: int) -> None:
+    return None
+
+
+@settings(max_examples=300 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch=st.lists(st.tuples(reconciled_values(), keys), min_size=1, max_size=8))
+def test_the_scanner_decodes_as_the_splitter_does(
+    batch: list[tuple[bytes | None, bytes | None]],
+) -> None:
+    """The same :data:`Decoded`, or the same error, message by message through one decoder
+    (schema prefixes learned and replaced as they come), with and without the scanner."""
+    scanning, splitting = EventDecoder(None), EventDecoder(None)
+    for offset, (value, key) in enumerate(batch):
+        message = RawMessage(TOPIC, 0, offset, key, value)
+        with mock.patch.object(events, "scan_envelope", _declined):
+            expected = _outcome(splitting, message)
+        assert _outcome(scanning, message) == expected
+
+
+def test_the_events_the_processor_writes_are_taken_by_the_scanner() -> None:
+    """Not declined: after the first message of a schema (which teaches the splitter its
+    prefix) every event is read by the scanner, upserts, Debezium's and deletes alike."""
+    taken: list[Any] = []
+
+    def spy(buf: bytes, start: int, end: int) -> Any:
+        found = scan_envelope(buf, start, end)
+        taken.append(found)
+        return found
+
+    decoder = EventDecoder(None)
+    key = orjson.dumps({"id": 5})
+    head = SCHEMA_HEAD + orjson.dumps(VALUE_SCHEMAS[0]) + PAYLOAD_HEAD
+    upsert = {"before": None, "source": {}, "ts_ms": 1, "tidemark": UPSERT_TIDEMARK}
+    written = [
+        {**upsert, "after": {"id": 5, "name": "x"}, "op": "c"},
+        {**probe_event("u", {"id": 5, "name": "y"}), "tidemark": TIDEMARK},
+        {**probe_event("d", None), "tidemark": TIDEMARK},
+        {**upsert, "after": None, "op": "d"},
+    ]
+    decoder.decode(msg(head + orjson.dumps(written[0]) + b"}", key))  # learns the prefix
+    with mock.patch.object(events, "scan_envelope", spy):
+        got = [decoder.decode(msg(head + orjson.dumps(p) + b"}", key)) for p in written]
+        got += [decoder.decode(msg(orjson.dumps(p), key)) for p in written]
+    assert len(taken) == 2 * len(written) and None not in taken
+    assert [(deleted, row) for deleted, row, _ in got] == 2 * [
+        (False, {"id": 5, "name": "x"}),
+        (False, {"id": 5, "name": "y"}),
+        (True, {"id": 5}),
+        (True, {"id": 5}),
+    ]
+    assert [c is None for _, _, c in got] == [False, False, True, True, True, True, True, True]
