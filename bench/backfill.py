@@ -60,9 +60,11 @@ the topic either way, ``read_events`` the ``r`` events.
 
 Rows/s, seconds and the peak resident memory (VmHWM) of the process doing the
 work (Debezium's JVM, which also streams; Tidemark's processor, and its chunk
-reader process apart); for Debezium also the CPU-seconds the JVM and the broker
-(Tansu) used from the signal to the last ``r`` event (``/proc/<pid>/stat``), as
-``cpu_us_per_row`` per process and their sum. Prints a table and writes
+reader process apart), and the CPU-seconds each process used (``/proc/<pid>/stat``),
+as ``cpu_us_per_row`` per process and their sum: for Debezium the JVM and the broker
+(Tansu) from the signal to the last ``r`` event; for Tidemark the processor (data
+plane and coordinator), its reader processes (from their start, which the backfill
+causes) and the broker, from the signal until the backfill is committed. Prints a table and writes
 ``bench/results/backfill.json`` (``backfill-<part>.json`` with ``--only``).
 
     python bench/backfill.py [--rows N] [--writes-per-s W] [--only copy|debezium|tidemark]
@@ -130,6 +132,20 @@ def peak_rss_mb(pid: int) -> float:
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def readers(pid: int) -> list[int]:
+    """Tidemark's chunk reader processes: the children of ``pid`` that multiprocessing
+    spawned to run a job (its resource tracker aside)."""
+    found = []
+    for child in children(pid):
+        try:
+            command = Path(f"/proc/{child}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"spawn_main" in command and b"resource_tracker" not in command:
+            found.append(child)
+    return found
 
 
 def children(pid: int) -> list[int]:
@@ -547,9 +563,12 @@ def run_tidemark(
         out.write(dump_config(config))
     cmd = [sys.executable, "-m", "tidemark.cli", "process", "--config", str(path)]
     pid = stack.start_process(pipeline, cmd)
+    broker = stack.process_pid("broker")
+    assert broker is not None
     try:
         wait_leader(config)
         with Writes(config, table, rows, writes_per_s) as writes:
+            cpu = {"processor": cpu_seconds(pid), "broker": cpu_seconds(broker)}
             started = time.perf_counter()
             request = send_signal(
                 config, "execute-snapshot", {"data-collections": [f"public.{table}"]}
@@ -559,6 +578,12 @@ def run_tidemark(
                 config, backfill_topic(pipeline, change_topic(prefix, f"public.{table}"))
             )
             seconds = time.perf_counter() - started
+            used = {
+                name: cpu_seconds(p) - cpu[name]
+                for name, p in (("processor", pid), ("broker", broker))
+            }
+            # the reader processes start with the backfill: all their CPU is its
+            used["readers"] = sum(cpu_seconds(child) for child in readers(pid))
         state = read_state(config)
         assert state is not None
         entry = next(t for t in state.tables if t.request_id == request)
@@ -572,7 +597,12 @@ def run_tidemark(
             "chunks": entry.chunks,
             "writes": writes.done,
             "peak_rss_mb": peak_rss_mb(pid),
-            "reader_peak_rss_mb": sum(peak_rss_mb(child) for child in children(pid)),
+            "reader_peak_rss_mb": sum(peak_rss_mb(child) for child in readers(pid)),
+            "cpu_seconds": {name: round(used_s, 2) for name, used_s in used.items()},
+            "cpu_us_per_row": {
+                **{name: round(used_s * 1e6 / entry.rows, 1) for name, used_s in used.items()},
+                "total": round(sum(used.values()) * 1e6 / entry.rows, 1),
+            },
         }
     finally:
         stack.stop_process(pipeline)
@@ -726,6 +756,12 @@ def main() -> None:
             f"{(f'{rss:.0f}' if rss else '-'):>14}{(f'{cpu:.1f}' if cpu else '-'):>12}"
         )
     for r in results:
+        if r["program"].startswith("tidemark"):
+            cpu_row = r["cpu_us_per_row"]
+            print(
+                f"{r['program']}: CPU-us/row: processor {cpu_row['processor']} + readers "
+                f"{cpu_row['readers']} + broker {cpu_row['broker']} = {cpu_row['total']}"
+            )
         if r["program"].startswith("debezium"):
             cpu_row = r["cpu_us_per_row"]
             print(
