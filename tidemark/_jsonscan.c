@@ -592,6 +592,40 @@ static PyObject *scan_object(PyObject *self, PyObject *const *args, Py_ssize_t n
     Py_RETURN_TRUE;
 }
 
+/* Whether buf[start:end] is exactly one JSON object with a member, none of its member
+ * names escaped or named "schema" or "payload": a key without a JsonConverter envelope,
+ * whatever orjson makes of its members. False declines. */
+static PyObject *scan_bare_key(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    cursor c;
+    const unsigned char *base;
+    if (arguments(args, nargs, "scan_bare_key(buf: bytes, start: int, end: int)", &c, &base))
+        return NULL;
+    skip_ws(&c);
+    if (c.p >= c.end || *c.p != '{') Py_RETURN_FALSE;
+    c.p++;
+    for (;;) {
+        const unsigned char *name;
+        Py_ssize_t len;
+        skip_ws(&c);
+        if (member_name(&c, &name, &len) || IS(name, len, "schema") || IS(name, len, "payload") ||
+            scan_value(&c, 1))
+            Py_RETURN_FALSE;
+        skip_ws(&c);
+        if (c.p >= c.end) Py_RETURN_FALSE;
+        if (*c.p == ',') {
+            c.p++;
+            continue;
+        }
+        if (*c.p != '}') Py_RETURN_FALSE;
+        c.p++;
+        break;
+    }
+    skip_ws(&c);
+    if (c.p != c.end) Py_RETURN_FALSE;
+    Py_RETURN_TRUE;
+}
+
 /* Whether buf[start:end] is exactly one JSON object whose members are names[i], in that
  * order, each holding a value of kinds[i]: 'i' an integer within 64 bits (no boolean), 'n'
  * a number, 'b' a boolean, 's' a string, 'a' any value; an upper-case kind also takes
@@ -674,6 +708,8 @@ static PyMethodDef methods[] = {
      "The op and the span of after of a reconciled event's payload, or None (declined)."},
     {"scan_object", (PyCFunction)(void (*)(void))scan_object, METH_FASTCALL,
      "Whether the bytes are exactly one valid JSON object."},
+    {"scan_bare_key", (PyCFunction)(void (*)(void))scan_bare_key, METH_FASTCALL,
+     "Whether the bytes are one JSON object with a member, none named schema or payload."},
     {"scan_key", (PyCFunction)(void (*)(void))scan_key, METH_FASTCALL,
      "Whether the bytes are one JSON object of the given members and kinds, in order."},
     {NULL, NULL, 0, NULL},

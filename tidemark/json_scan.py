@@ -35,8 +35,10 @@ declines what it does not judge: an escaped member name or ``op``, a duplicate `
 ``after``, an ``after`` that is neither a row nor ``null``, lone surrogates, numbers orjson
 may refuse, nesting deeper than 256.
 
-:func:`scan_object` says whether the bytes are exactly one JSON object, and
-:func:`scan_key` whether they are one of given members and kinds, in order.
+:func:`scan_object` says whether the bytes are exactly one JSON object,
+:func:`scan_key` whether they are one of given members and kinds, in order, and
+:func:`scan_bare_key` whether they are an object with a member and no member named
+``schema`` or ``payload`` (a key without JsonConverter's envelope).
 
 ``tests/unit/test_json_scan.py`` holds them to orjson with hypothesis and feeds them
 random and truncated bytes.
@@ -46,9 +48,23 @@ from __future__ import annotations
 
 from typing import Final
 
-from tidemark._jsonscan import scan_change, scan_envelope, scan_key, scan_object
+from tidemark._jsonscan import (
+    scan_bare_key,
+    scan_change,
+    scan_envelope,
+    scan_key,
+    scan_object,
+)
 
-__all__ = ["Envelope", "Scan", "scan_change", "scan_envelope", "scan_key", "scan_object"]
+__all__ = [
+    "Envelope",
+    "Scan",
+    "scan_bare_key",
+    "scan_change",
+    "scan_envelope",
+    "scan_key",
+    "scan_object",
+]
 
 #: What :func:`scan_change` returns, indexed by the names below.
 Scan = tuple[int, int, int, int, bool, int, int, int, int | None, int, int, int, int, int]

@@ -39,9 +39,9 @@ from tidemark.json_scan import (
     OPEN,
     TOAST,
     Scan,
+    scan_bare_key,
     scan_change,
     scan_key,
-    scan_object,
 )
 from tidemark.messages import RawMessage
 
@@ -232,8 +232,8 @@ class JsonCodec:
         decoding it: a bare key with a member, or a key in the envelope of the key schema
         :meth:`decode_key` checked last, holding its columns in its order and of its types
         (:func:`~tidemark.json_scan.scan_key`). ``None``: :meth:`decode_key` decides."""
-        if _bare_key(key):
-            return key if scan_object(key, 0, len(key)) else None
+        if scan_bare_key(key, 0, len(key)):
+            return key
         prefix = self._keys.prefix
         checked, names, kinds = self._key_spec
         if (
@@ -368,23 +368,27 @@ class JsonCodec:
 
 
 _TIDEMARK = (
-    b',"tidemark":{"topic":%b,"partition":%d,"offset":%d,"position":"%d,%d",'
-    b'"envelope":"%b","reason":"%b"}}'
+    b',"tidemark":{"topic":%b,"partition":%%d,"offset":%%d,"position":"%%d,%%d",'
+    b'"envelope":"%b","reason":"%%b"}}'
 )
+
+
+def tidemark_format(topic: bytes, envelope: bytes) -> bytes:
+    """``,"tidemark":{...}}``, the member that ends a spliced event (and its payload), for
+    the input topic ``topic`` (its name as JSON) and ``envelope``: a format of the
+    partition, the offset, the version's two parts and the reason."""
+    return _TIDEMARK % (topic, envelope)
 
 
 def tidemark_block(
     topic: bytes, msg: RawMessage, version: tuple[int, int], envelope: bytes, reason: bytes
 ) -> bytes:
-    """``,"tidemark":{...}}``: the member that ends a spliced event (and its payload);
-    ``topic`` is the input topic's name as JSON."""
-    return _TIDEMARK % (
-        topic,
+    """:func:`tidemark_format`'s member for ``msg``."""
+    return tidemark_format(topic, envelope) % (
         msg.partition,
         msg.offset,
         version[0],
         version[1],
-        envelope,
         reason,
     )
 
@@ -469,12 +473,6 @@ def _key_spec(columns: list[_KeyColumn]) -> tuple[tuple[bytes, ...], bytes]:
     if len(set(names)) != len(names):
         return (), b""
     return names, kinds
-
-
-def _bare_key(key: bytes) -> bool:
-    """Whether a JSON key that is an object is a bare one with a member: it has a colon,
-    and no ``"schema"`` member name, escaped or not, can be in it."""
-    return b":" in key and b'"schema"' not in key and b"\\" not in key
 
 
 def _check_key(payload: dict[str, Any], columns: list[_KeyColumn], msg: RawMessage) -> None:

@@ -29,7 +29,7 @@ import orjson
 
 from processor.events.change import TOAST_PLACEHOLDER, TOAST_PLACEHOLDER_BASE64
 from processor.events.chunk_tag import ChunkTag
-from processor.events.json_codec import JsonCodec, splice_event, tidemark_block
+from processor.events.json_codec import JsonCodec, splice_event, tidemark_block, tidemark_format
 from processor.events.visibility import PgSnapshot
 from processor.reconcile.envelopes import ENTRY, HIGH_WATER, HIGH_WATER_MARK, SEEN_STALE
 from processor.reconcile.versions import (
@@ -67,7 +67,7 @@ from tidemark.messages import RawMessage
 Record = tuple[str, int, bytes | None, bytes | None]
 
 _APPLY, _REEMIT, _DROP = Action.APPLY, Action.REEMIT, Action.DROP
-_REASONS = {action: action.value.encode() for action in Action}
+_REPLAYED = Action.REEMIT.value.encode()
 _DELETE = ord("d")
 _ENVELOPE = b"debezium-upsert"
 _APPLIED = Action.APPLY.value.encode()
@@ -104,9 +104,10 @@ def decide_debezium_upsert(
     get, put, append = state.get, state.put, records.append
     taken = dropped = 0
     last: bytes | None = None
-    keys = _state_keys(codec, group)
-    state.prefetch([ENTRY + k for k in keys])
-    for msg, state_key in zip(group, keys, strict=False):
+    entry_keys = [ENTRY + k for k in _state_keys(codec, group)]
+    state.prefetch(entry_keys)
+    block = tidemark_format(topic, _ENVELOPE)
+    for msg, entry_key in zip(group, entry_keys, strict=False):
         key, value = msg.key, msg.value
         if value is None:
             taken += 1  # Debezium's tombstone after a delete: its delete event emitted both
@@ -114,7 +115,6 @@ def decide_debezium_upsert(
         scan = _scan(value, key, prefix, limit)
         if scan is None:
             break
-        entry_key = ENTRY + state_key
         stored = get(entry_key)
         version = (scan[MAJOR], scan[MINOR])
         txid = scan[TXID]
@@ -147,13 +147,15 @@ def decide_debezium_upsert(
                 put(entry_key, Entry.encode_row(version, row))
             else:
                 put(entry_key, Entry.encode_change(version, row, txid))
-        tail = tidemark_block(topic, msg, version, _ENVELOPE, _REASONS[action])
+        partition = msg.partition
+        reason = _APPLIED if action is _APPLY else _REPLAYED  # a dict of Enum keys: slow
+        tail = block % (partition, msg.offset, version[0], version[1], reason)
         event = splice_event(value, scan, b"null" if previous is None else previous, after, tail)
         if head:
             event = head + event + b"}"
-        append((output, msg.partition, key, event))
+        append((output, partition, key, event))
         if deleted:
-            append((output, msg.partition, key, None))
+            append((output, partition, key, None))
     return taken, dropped, _payload(last, prefix)
 
 

@@ -48,6 +48,9 @@ _CHUNK = struct.Struct(">q")
 _FORMAT = 2
 _PRESENT, _TXID_FLAG, _SNAPSHOT_FLAG, _CHUNK_FLAG, _PENDING_FLAG = 1, 2, 4, 8, 16
 PRESENT_FLAG = _PRESENT
+_PRESENT_TXID = _PRESENT | _TXID_FLAG
+#: A change's entry up to its row: :data:`HEAD`, then its transaction id.
+_CHANGE_HEAD = struct.Struct(HEAD.format + TXID.format[1:])
 #: The flags of an entry that holds a change's row (or its deletion), with or without its
 #: transaction id (the rest hold a chunk row's or a pending change), and, for each, where
 #: the row's bytes start: what a hot path reads without decoding the entry.
@@ -155,9 +158,9 @@ class Entry(NamedTuple):
     @staticmethod
     def encode_change(version: Version, value: bytes | None, txid: int) -> bytes:
         """``Entry(version, value, txid).encode()`` without making the entry."""
-        flags = _TXID_FLAG | (_PRESENT if value is not None else 0)
-        head = HEAD.pack(_FORMAT, version[0], version[1], flags)
-        return head + TXID.pack(txid) + (value or b"")
+        if value is None:
+            return _CHANGE_HEAD.pack(_FORMAT, version[0], version[1], _TXID_FLAG, txid)
+        return _CHANGE_HEAD.pack(_FORMAT, version[0], version[1], _PRESENT_TXID, txid) + value
 
     @staticmethod
     def decode(raw: bytes) -> Entry:

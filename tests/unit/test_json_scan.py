@@ -45,6 +45,7 @@ from tidemark.json_scan import (
     SNAPSHOT,
     TOAST,
     TXID,
+    scan_bare_key,
     scan_change,
     scan_envelope,
     scan_key,
@@ -353,6 +354,30 @@ def test_an_object_is_taken_exactly_when_orjson_reads_one(doc: Any) -> None:
         assert scan_object(raw, 0, len(raw)) == isinstance(doc, dict)
 
 
+@settings(max_examples=300 * SCALE, deadline=None)
+@given(
+    doc=plain_json_values
+    | st.dictionaries(st.sampled_from(["id", "schema", "payload", "é"]), plain_json_values)
+)
+def test_a_bare_key_is_taken_only_as_an_object_without_an_envelopes_members(doc: Any) -> None:
+    """What ``scan_bare_key`` takes, orjson reads as an object with a member and neither
+    ``schema`` nor ``payload`` (so never as JsonConverter's envelope); such an object
+    written with its names unescaped is taken wherever ``scan_object`` takes it."""
+    for layout, raw in enumerate(layouts(doc)):
+        taken = scan_bare_key(raw, 0, len(raw))
+        plain = (
+            isinstance(doc, dict)
+            and doc
+            and not {"schema", "payload"} & set(doc)
+            and all(json.dumps(name, ensure_ascii=False)[1:-1] == name for name in doc)
+        )
+        if taken:
+            read = orjson.loads(raw)
+            assert isinstance(read, dict) and read and not {"schema", "payload"} & set(read)
+        if plain and layout == 0 and scan_object(raw, 0, len(raw)):
+            assert taken
+
+
 @settings(max_examples=300 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(event=events | reconciled_events, seed=st.integers(0, 2**32))
 def test_mutated_and_truncated_bytes_are_never_taken_wrongly(
@@ -396,7 +421,7 @@ def test_random_bytes_do_not_crash_it() -> None:
     for _ in range(20_000 * SCALE):
         size = rng.randrange(64)
         data = bytes(rng.choice(alphabet) for _ in range(size))
-        taken = scan_key(data, 0, size, (b"a", b"id"), b"Ia")
+        taken = scan_key(data, 0, size, (b"a", b"id"), b"Ia") or scan_bare_key(data, 0, size)
         envelope = scan_envelope(data, 0, size)
         for found in (scan_change(data, 0, size), scan_object(data, 0, size), taken, envelope):
             if found:
