@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import envelopes
-from results_file import write_results
+from results_file import commit_of, write_results
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The input each program reads (the envelope benchmark's formats).
@@ -133,7 +133,7 @@ def main() -> None:
         print(
             f"{program:32} {label:7} {results[-1]['events_per_s']:>9,} events/s  {cpu:5.1f} CPU-µs"
         )
-    versions = {label: _commit(tree) for label, tree in trees.items()}
+    versions = {label: commit_of(tree) for label, tree in trees.items()}
     write_results(
         args.results,
         results,
@@ -142,19 +142,6 @@ def main() -> None:
         events=args.events,
         rounds=args.rounds,
     )
-
-
-def _commit(tree: Path) -> str:
-    """The commit ``tree`` is checked out at (``+`` when it has changes not committed)."""
-
-    def git(*args: str) -> str:
-        done = subprocess.run(
-            ["git", "-C", str(tree), *args], capture_output=True, text=True, check=False
-        )
-        return done.stdout.strip()
-
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    return git("rev-parse", "--short", "HEAD") + ("+" if dirty else "")
 
 
 if __name__ == "__main__":

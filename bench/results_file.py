@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ def write_results(
     document = {
         "benchmark": name,
         "command": " ".join(["python", script or f"bench/{name}.py", *sys.argv[1:]]),
+        "commit": commit_of(RESULTS.parent.parent),
         **fields,
         "machine": {
             "python": platform.python_version(),
@@ -33,3 +35,17 @@ def write_results(
     path.write_text(json.dumps(document, indent=2) + "\n")
     print(f"written: {path}")
     return path
+
+
+def commit_of(tree: Path) -> str:
+    """The commit ``tree`` is checked out at (``+`` when it has changes not committed, the
+    results files aside)."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(tree), *args], capture_output=True, text=True, check=False
+        )
+        return done.stdout.strip()
+
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!bench/results")
+    return git("rev-parse", "--short", "HEAD") + ("+" if dirty else "")
