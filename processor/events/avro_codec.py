@@ -76,6 +76,8 @@ class AvroCodec:
         self._rows: dict[int, Any] = {}
         self._key_ids: dict[int, int] = {}
         self._metadata: dict[tuple[str, int], bytes] = {}
+        #: The ``tidemark`` block's last two fields (the envelope, the reason) by reason.
+        self._reasons: dict[str, bytes] = {}
 
     # -- schemas ---------------------------------------------------------------
 
@@ -228,13 +230,12 @@ class AvroCodec:
             head = b"\x02" + avro_string(msg.topic) + avro_long(msg.partition)
             self._metadata[(msg.topic, msg.partition)] = head
         version = f"{change.version[0]},{change.version[1]}"
-        parts += (
-            head,
-            avro_long(msg.offset),
-            avro_string(version),
-            avro_string(self.envelope),
-            avro_string(emit.reason),
-        )
+        reason = self._reasons.get(emit.reason)
+        if reason is None:
+            reason = self._reasons[emit.reason] = avro_string(self.envelope) + avro_string(
+                emit.reason
+            )
+        parts += (head, avro_long(msg.offset), avro_string(version), reason)
         return self._output_key(msg), b"".join(parts)
 
     def _output_key(self, msg: RawMessage) -> bytes | None:
