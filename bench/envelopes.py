@@ -319,6 +319,7 @@ def faust_agent(bootstrap: str, topic: str, events: int) -> dict[str, Any]:
     import faust
     import orjson
 
+    datadir = tempfile.mkdtemp(prefix="bench-faust-")
     app = faust.App(
         f"bench-faust-{os.getpid()}",
         broker=f"kafka://{bootstrap}",
@@ -330,7 +331,7 @@ def faust_agent(bootstrap: str, topic: str, events: int) -> dict[str, Any]:
         broker_max_poll_interval=10.0,
         consumer_auto_offset_reset="earliest",
         topic_partitions=PARTITIONS,
-        datadir=tempfile.mkdtemp(prefix="bench-faust-"),
+        datadir=datadir,
     )
     source = app.topic(topic, value_serializer="raw", key_serializer="raw")
     sink = app.topic(topic + ".faust", value_serializer="raw", key_serializer="raw")
@@ -348,6 +349,7 @@ def faust_agent(bootstrap: str, topic: str, events: int) -> dict[str, Any]:
                 await app.producer.flush()
                 result = window.result(state["seen"])
                 os.write(1, b"\n" + json.dumps(result).encode() + b"\n")  # Faust redirects print
+                shutil.rmtree(datadir, ignore_errors=True)  # os._exit runs no cleanup
                 os._exit(0)
 
     faust.Worker(app, loglevel="warning", quiet=True).execute_from_commandline()
