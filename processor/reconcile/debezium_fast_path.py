@@ -175,9 +175,10 @@ def decide_chunk_rows(
     of its chunk's first row (which the general path decoded in full) is validated by the
     scanner and goes to state and to the output as its own bytes.
 
-    It takes rows read in a PostgreSQL snapshot (a signal-table window's wait in the
-    general path's window buffer), stops at the first it does not take and returns the
-    index it stopped at and how many rows it dropped.
+    It takes rows of one chunk read in a PostgreSQL snapshot (a signal-table window's
+    wait in the general path's window buffer), stops at the first it does not take (or
+    at the next chunk's first row) and returns the index it stopped at and how many rows
+    it dropped.
     """
     envelope = codec.chunk_envelope
     if envelope is None or not envelope.spliceable or start >= len(group):
@@ -189,13 +190,19 @@ def decide_chunk_rows(
     out_tail = b"}" if out_head else b""
     topic = orjson.dumps(group[start].topic)
     get, put, append = state.get, state.put, records.append
-    keys = _state_keys(codec, group[start:])
+    # The rows of the first row's chunk (the next chunk's first row is the general path's,
+    # and its keys would be read for nothing).
+    chunk, stop = group[start].chunk, start + 1
+    while stop < len(group) and (group[stop].chunk is chunk or group[stop].chunk == chunk):
+        stop += 1
+    run = group[start:stop]
+    keys = _state_keys(codec, run)
     state.prefetch([ENTRY + k for k in keys])
     last_tag: ChunkTag | None = None
     prefix = b""
     version = (0, 0)
     index, dropped = start, 0
-    for msg, state_key in zip(group[start:], keys, strict=False):
+    for msg, state_key in zip(run, keys, strict=False):
         value, tag = msg.value, msg.chunk
         if value is None or tag is None or len(value) + len(msg.key or b"") > limit:
             break

@@ -311,9 +311,13 @@ def test_a_change_after_a_snapshot_group_ends_the_group() -> None:
 @pytest.mark.parametrize("style", ["bare", "schema"])
 def test_a_chunks_rows_after_its_first_take_the_fused_path(style: str) -> None:
     """Only a chunk's first row is decoded (the codec learns its envelope from it); the
-    rest are decided without parsing, into the same outputs and state as decoded ones."""
+    rest are decided without parsing, into the same outputs and state as decoded ones.
+    Two chunks in a batch: each one's first row is decoded."""
     seen_in = PgSnapshot(100, 100)
-    rows = [chunk_row(key, 3, seen_in, style)._replace(offset=key) for key in range(50)]
+    rows = [chunk_row(key, 3, seen_in, style)._replace(offset=key) for key in range(30)]
+    later = [chunk_row(key, 4, seen_in, style)._replace(offset=key) for key in range(30, 50)]
+    rows = [row._replace(chunk=rows[0].chunk) for row in rows]  # one tag per chunk, as parsed
+    rows += [row._replace(chunk=later[0].chunk) for row in later]
     outcomes = []
     decode = JsonCodec.decode
     for fast in (True, False):
@@ -331,11 +335,11 @@ def test_a_chunks_rows_after_its_first_take_the_fused_path(style: str) -> None:
         ):
             batch = make_reconciler().decide({(BACKFILL, 0): rows}, {TP: MemoryPartitionStore()})
         outcomes.append(seen(batch))
-        assert decoded == ([0] if fast else list(range(50)))
+        assert decoded == ([0, 30] if fast else list(range(50)))
     assert outcomes[0] == outcomes[1]
     event = orjson.loads(outcomes[0]["records"][-1][3])
     payload = event["payload"] if style == "schema" else event
-    assert payload["after"] == {"id": 49, "name": "chunk 3"} and payload["before"] is None
+    assert payload["after"] == {"id": 49, "name": "chunk 4"} and payload["before"] is None
     assert payload["tidemark"]["reason"] == "snapshot"
 
 
