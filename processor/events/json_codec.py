@@ -375,8 +375,9 @@ _TIDEMARK = (
 
 def tidemark_format(topic: bytes, envelope: bytes) -> bytes:
     """``,"tidemark":{...}}``, the member that ends a spliced event (and its payload), for
-    the input topic ``topic`` (its name as JSON) and ``envelope``: a format of the
-    partition, the offset, the version's two parts and the reason."""
+    the input topic ``topic`` (its name as JSON; Kafka's topic names hold no ``%``) and
+    ``envelope``: a format of the partition, the offset, the version's two parts and the
+    reason."""
     return _TIDEMARK % (topic, envelope)
 
 
