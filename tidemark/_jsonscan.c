@@ -190,6 +190,20 @@ static int literal(cursor *c, const char *word, size_t n) {
 
 static int scan_value(cursor *c, int depth);
 
+/* After a member or an element: past its comma (1: another follows) or past the
+ * container's close (0); -1 for anything else. */
+static int next_item(cursor *c, unsigned char close) {
+    skip_ws(c);
+    if (c->p >= c->end) return -1;
+    if (*c->p == ',') {
+        c->p++;
+        return 1;
+    }
+    if (*c->p != close) return -1;
+    c->p++;
+    return 0;
+}
+
 static int scan_container(cursor *c, int depth, unsigned char close) {
     if (depth >= MAX_DEPTH) return -1;
     c->p++;
@@ -209,17 +223,8 @@ static int scan_container(cursor *c, int depth, unsigned char close) {
             skip_ws(c);
         }
         if (scan_value(c, depth + 1)) return -1;
-        skip_ws(c);
-        if (c->p >= c->end) return -1;
-        if (*c->p == ',') {
-            c->p++;
-            continue;
-        }
-        if (*c->p == close) {
-            c->p++;
-            return 0;
-        }
-        return -1;
+        int more = next_item(c, close);
+        if (more <= 0) return more;
     }
 }
 
@@ -385,17 +390,8 @@ static int scan_source(cursor *c, source_info *info) {
         } else if (scan_value(c, 2)) {
             return -1;
         }
-        skip_ws(c);
-        if (c->p >= c->end) return -1;
-        if (*c->p == ',') {
-            c->p++;
-            continue;
-        }
-        if (*c->p == '}') {
-            c->p++;
-            return 0;
-        }
-        return -1;
+        int more = next_item(c, '}');
+        if (more <= 0) return more;
     }
 }
 
@@ -473,17 +469,11 @@ static PyObject *scan_change(PyObject *self, PyObject *const *args, Py_ssize_t n
         } else if (scan_value(&c, 1)) {
             Py_RETURN_NONE;
         }
-        skip_ws(&c);
-        if (c.p >= c.end) Py_RETURN_NONE;
-        if (*c.p == ',') {
-            c.p++;
-            continue;
-        }
-        if (*c.p == '}') break;
-        Py_RETURN_NONE;
+        int more = next_item(&c, '}');
+        if (more < 0) Py_RETURN_NONE;
+        if (!more) break;
     }
-    const unsigned char *close = c.p;
-    c.p++;
+    const unsigned char *close = c.p - 1;
     skip_ws(&c);
     if (c.p != c.end || before == NULL || after == NULL || !op_seen || !source_seen || !ts_seen)
         Py_RETURN_NONE;
@@ -560,15 +550,9 @@ static PyObject *scan_envelope(PyObject *self, PyObject *const *args, Py_ssize_t
             } else if (scan_value(&c, 1)) {
                 Py_RETURN_NONE;
             }
-            skip_ws(&c);
-            if (c.p >= c.end) Py_RETURN_NONE;
-            if (*c.p == ',') {
-                c.p++;
-                continue;
-            }
-            if (*c.p != '}') Py_RETURN_NONE;
-            c.p++;
-            break;
+            int more = next_item(&c, '}');
+            if (more < 0) Py_RETURN_NONE;
+            if (!more) break;
         }
     }
     skip_ws(&c);
@@ -611,15 +595,9 @@ static PyObject *scan_bare_key(PyObject *self, PyObject *const *args, Py_ssize_t
         if (member_name(&c, &name, &len) || IS(name, len, "schema") || IS(name, len, "payload") ||
             scan_value(&c, 1))
             Py_RETURN_FALSE;
-        skip_ws(&c);
-        if (c.p >= c.end) Py_RETURN_FALSE;
-        if (*c.p == ',') {
-            c.p++;
-            continue;
-        }
-        if (*c.p != '}') Py_RETURN_FALSE;
-        c.p++;
-        break;
+        int more = next_item(&c, '}');
+        if (more < 0) Py_RETURN_FALSE;
+        if (!more) break;
     }
     skip_ws(&c);
     if (c.p != c.end) Py_RETURN_FALSE;

@@ -26,6 +26,7 @@ Row = dict[str, Any]
 TOAST_PLACEHOLDER = "__debezium_unavailable_value"
 TOAST_PLACEHOLDER_BYTES = TOAST_PLACEHOLDER.encode()
 TOAST_PLACEHOLDER_BASE64 = "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="
+TOAST_PLACEHOLDER_BASE64_BYTES = TOAST_PLACEHOLDER_BASE64.encode()
 
 OPS = frozenset({"c", "u", "d", "r"})
 #: Fields of a row flattened by Debezium's ``ExtractNewRecordState`` (its default prefix):

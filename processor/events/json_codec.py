@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 
 from processor.events.change import (
-    TOAST_PLACEHOLDER,
-    TOAST_PLACEHOLDER_BASE64,
+    TOAST_PLACEHOLDER_BASE64_BYTES,
+    TOAST_PLACEHOLDER_BYTES,
     Change,
     Emit,
     Row,
@@ -64,8 +64,6 @@ _READ_HEAD = b'{"before":null,"after":'
 #: Where ``null`` of ``before`` starts in :data:`_READ_HEAD`, and a read event's op.
 _BEFORE_AT = len(b'{"before":')
 _READ = ord("r")
-_TOAST_TEXT = TOAST_PLACEHOLDER.encode()
-_TOAST_BASE64 = TOAST_PLACEHOLDER_BASE64.encode()
 
 # Connect schema types and the JSON values they allow (keys are validated against them).
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
@@ -162,7 +160,9 @@ class ChunkEnvelope:
             return None
         tag = msg.chunk
         assert tag is not None
-        toast = raw.find(_TOAST_TEXT) >= 0 or raw.find(_TOAST_BASE64) >= 0
+        toast = (
+            raw.find(TOAST_PLACEHOLDER_BYTES) >= 0 or raw.find(TOAST_PLACEHOLDER_BASE64_BYTES) >= 0
+        )
         change = Change(
             state_key,
             "r",
@@ -294,7 +294,10 @@ class JsonCodec:
         if scan is not None:
             toast = bool(scan[TOAST])
         else:
-            toast = value.find(_TOAST_TEXT, start) >= 0 or value.find(_TOAST_BASE64, start) >= 0
+            toast = (
+                value.find(TOAST_PLACEHOLDER_BYTES, start) >= 0
+                or value.find(TOAST_PLACEHOLDER_BASE64_BYTES, start) >= 0
+            )
         change = debezium_change(state_key, payload, msg, toast)
         change.schema = schema
         if scan is not None:

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import orjson
 
-from processor.events.change import TOAST_PLACEHOLDER, TOAST_PLACEHOLDER_BASE64
+from processor.events.change import TOAST_PLACEHOLDER_BASE64_BYTES, TOAST_PLACEHOLDER_BYTES
 from processor.events.chunk_tag import ChunkTag
-from processor.events.json_codec import JsonCodec, splice_event, tidemark_block, tidemark_format
+from processor.events.json_codec import JsonCodec, splice_event, tidemark_format
 from processor.events.visibility import PgSnapshot
 from processor.reconcile.envelopes import ENTRY, HIGH_WATER, HIGH_WATER_MARK, SEEN_STALE
 from processor.reconcile.versions import (
@@ -76,8 +76,6 @@ _ORDERED = frozenset({1, 2})
 _SNAPSHOT = b"snapshot"
 #: A chunk row's payload up to its ``before``, and between ``before`` and its row.
 _OPENING, _BETWEEN = b'{"before":', b',"after":'
-_TOAST_TEXT = TOAST_PLACEHOLDER.encode()
-_TOAST_BASE64 = TOAST_PLACEHOLDER_BASE64.encode()
 
 _NEEDS_BEFORE = frozenset({ord("u"), ord("d")})
 
@@ -100,13 +98,12 @@ def decide_debezium_upsert(
     source position).
     """
     prefix, head = _schema(codec)
-    topic = orjson.dumps(group[0].topic) if group else b""
+    block = tidemark_format(orjson.dumps(group[0].topic) if group else b"", _ENVELOPE)
     get, put, append = state.get, state.put, records.append
     taken = dropped = 0
     last: bytes | None = None
     entry_keys = [ENTRY + k for k in _state_keys(codec, group)]
     state.prefetch(entry_keys)
-    block = tidemark_format(topic, _ENVELOPE)
     for msg, entry_key in zip(group, entry_keys, strict=False):
         key, value = msg.key, msg.value
         if value is None:
@@ -188,7 +185,7 @@ def decide_chunk_rows(
     rest = tail[: -2 if envelope.schema is not None else -1]  # the payload's closing brace out
     out_head = codec.output_head(envelope.schema) if envelope.schema is not None else b""
     out_tail = b"}" if out_head else b""
-    topic = orjson.dumps(group[start].topic)
+    block = tidemark_format(orjson.dumps(group[start].topic), _ENVELOPE)
     get, put, append = state.get, state.put, records.append
     # The rows of the first row's chunk (the next chunk's first row is the general path's,
     # and its keys would be read for nothing).
@@ -219,7 +216,7 @@ def decide_chunk_rows(
         ):
             break
         row = value[at:after_at]
-        if _TOAST_TEXT in row or _TOAST_BASE64 in row:
+        if TOAST_PLACEHOLDER_BYTES in row or TOAST_PLACEHOLDER_BASE64_BYTES in row:
             break
         entry_key = ENTRY + state_key
         stored = get(entry_key)
@@ -238,8 +235,8 @@ def decide_chunk_rows(
         if action is _APPLY:
             put(entry_key, prefix + row)
         before = b"null" if previous is None else previous
-        block = tidemark_block(topic, msg, version, _ENVELOPE, _SNAPSHOT)
-        event = b"".join((out_head, _OPENING, before, _BETWEEN, row, rest, block, out_tail))
+        tidemark = block % (msg.partition, msg.offset, version[0], version[1], _SNAPSHOT)
+        event = b"".join((out_head, _OPENING, before, _BETWEEN, row, rest, tidemark, out_tail))
         append((output, msg.partition, msg.key, event))
     return index, dropped
 
@@ -256,7 +253,7 @@ def decide_debezium(
     below the partition's high-water mark is a replay and dropped; the output carries the
     input's own ``before`` and ``after``."""
     prefix, head = _schema(codec)
-    topic = orjson.dumps(group[0].topic) if group else b""
+    block = tidemark_format(orjson.dumps(group[0].topic) if group else b"", b"debezium")
     append = records.append
     taken = dropped = 0
     last: bytes | None = None
@@ -289,7 +286,7 @@ def decide_debezium(
             state.put(SEEN_STALE, b"")  # the ended group's keys: pruned a page at a time
             group_open = False
         mark, moved, raw = version, True, b""
-        tail = tidemark_block(topic, msg, version, b"debezium", _APPLIED)
+        tail = block % (msg.partition, msg.offset, version[0], version[1], _APPLIED)
         before = value[scan[BEFORE] : scan[BEFORE_END]]
         event = splice_event(value, scan, before, value[scan[AFTER] : scan[AFTER_END]], tail)
         if head:

@@ -209,19 +209,7 @@ TIDEMARK = {
     "reason": "change",
 }
 UPSERT_TIDEMARK = dict(TIDEMARK, envelope="upsert", position="0,0")
-DEBEZIUM_SOURCE = {
-    "version": "3.6.3.Final",
-    "connector": "postgresql",
-    "name": "tidemark",
-    "ts_ms": 1,
-    "snapshot": "false",
-    "db": "tidemark",
-    "sequence": '["10","12"]',
-    "schema": "public",
-    "table": "probe",
-    "txId": 732,
-    "lsn": 12,
-}
+DEBEZIUM_SOURCE = probe_event("c", None)["source"]
 
 values = st.recursive(
     st.none()
