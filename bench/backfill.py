@@ -566,7 +566,7 @@ def run_tidemark(
     broker = stack.process_pid("broker")
     assert broker is not None
     try:
-        wait_leader(config)
+        wait_ready(config, partition_count(config, change_topic(prefix, f"public.{table}")))
         with Writes(config, table, rows, writes_per_s) as writes:
             cpu = {"processor": cpu_seconds(pid), "broker": cpu_seconds(broker)}
             started = time.perf_counter()
@@ -608,7 +608,10 @@ def run_tidemark(
         stack.stop_process(pipeline)
 
 
-def wait_leader(config: Config) -> None:
+def wait_ready(config: Config, partitions: int) -> None:
+    """Until the processor coordinates snapshots and its data plane holds the state of
+    ``partitions`` input partitions: start-up (a group join, its producers'
+    ``init_transactions``) is not timed, as the peers' is not."""
     import urllib.request
 
     url = f"http://127.0.0.1:{config.processor.web_port}/health"
@@ -616,12 +619,18 @@ def wait_leader(config: Config) -> None:
     while time.monotonic() < deadline:
         try:
             with urllib.request.urlopen(url, timeout=2) as resp:
-                if orjson.loads(resp.read()).get("snapshots") == "leader":
-                    return
+                health = orjson.loads(resp.read())
+            if health.get("snapshots") == "leader" and health["assigned_partitions"] == partitions:
+                return
         except OSError:
             pass
         time.sleep(0.3)
-    raise RuntimeError("the processor did not start coordinating snapshots")
+    raise RuntimeError("the processor did not start coordinating snapshots and the data plane")
+
+
+def partition_count(config: Config, topic: str) -> int:
+    admin = AdminClient(client_config(config.kafka))
+    return len(admin.list_topics(topic, timeout=10).topics[topic].partitions)
 
 
 def wait_backfill_committed(config: Config, topic: str) -> None:

@@ -25,7 +25,7 @@ from spark_sink.schema import Spec
 from tidemark.config import Config, KafkaConfig
 from tidemark.errors import InputError
 from tidemark.failpoints import Failpoint
-from tidemark.kafka import client_config, exact_end_offsets
+from tidemark.kafka import FETCH_QUEUE_BACKOFF, client_config, exact_end_offsets
 from tidemark.messages import RawMessage
 from tidemark.schema_registry import SchemaCache, configured_schemas
 from tidemark.topics import reader_group
@@ -69,6 +69,7 @@ def read_context(config: Config, driver_pid: int) -> ReadContext:
             # queue, leave no room to fetch ahead: reading ran at a quarter of the speed
             # (21k against 99k records/s of 3.5 kB here).
             "fetch.max.bytes": 4 << 20,
+            **FETCH_QUEUE_BACKOFF,
             "log_level": 3,
         },
     )
