@@ -37,7 +37,7 @@ from processor.snapshot.chunk_reader import ChunkReader, Key, TableInfo
 from processor.snapshot.connect_values import Column
 from processor.snapshot.connector import Connector
 from processor.snapshot.watermarks import SignalTableWatermarks
-from processor.tuning import tune_garbage_collector
+from processor.tuning import keep_freed_memory, tune_garbage_collector
 from tidemark.config import Config
 from tidemark.errors import DeliveryError, TidemarkError, TopicError
 from tidemark.failpoints import Failpoint
@@ -221,6 +221,7 @@ def _serve(conn: Connection, config: Config, connector: Connector) -> None:
     # live changes (and the chunk rows already read) runs first.
     os.nice(READER_NICENESS)
     tune_garbage_collector()  # a chunk's rows are many short-lived objects
+    keep_freed_memory()  # and many MB, chunk after chunk
     reader = _Reader(config, connector)
     try:
         while True:
