@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
@@ -79,6 +80,19 @@ def catalog_secrets(sink: SinkConfig) -> dict[str, str]:
     return {}
 
 
+def jvm_options(env: Mapping[str, str]) -> str:
+    """The JVMs' options: UTC, and their temporary files in Spark's scratch space when
+    ``SPARK_LOCAL_DIRS`` names one. Spark deletes its folders in ``java.io.tmpdir`` when
+    the JVM exits, not when it is killed: each killed sink left one in ``/tmp``."""
+    options = ["-Duser.timezone=UTC"]
+    local = env.get("SPARK_LOCAL_DIRS", "").split(",")[0]
+    if local:
+        os.makedirs(local, exist_ok=True)
+        option = f"-Djava.io.tmpdir={local}"
+        options.append(f'"{option}"' if " " in option else option)  # Spark splits on spaces
+    return " ".join(options)
+
+
 def create_session(config: Config) -> SparkSession:
     """A SparkSession for ``config.sink`` (``spark_conf`` entries are applied last).
 
@@ -117,8 +131,8 @@ def create_session(config: Config) -> SparkSession:
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", "-Duser.timezone=UTC")
-        .config("spark.executor.extraJavaOptions", "-Duser.timezone=UTC")
+        .config("spark.driver.extraJavaOptions", jvm_options(os.environ))
+        .config("spark.executor.extraJavaOptions", jvm_options(os.environ))
     )
     for key, value in {**catalog_settings(sink), **sink.spark_conf}.items():
         builder = builder.config(key, value)

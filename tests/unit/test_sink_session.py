@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from spark_sink.session import catalog_secrets, catalog_settings, postgres_jar
+from spark_sink.session import catalog_secrets, catalog_settings, jvm_options, postgres_jar
 from tidemark.config import SinkConfig
 
 
@@ -39,3 +39,15 @@ def test_a_jdbc_catalog_carries_its_uri_and_credentials_and_keeps_a_uri_warehous
 def test_the_postgresql_driver_ships_with_the_debezium_wheel() -> None:
     jar = postgres_jar()
     assert jar is not None and jar.is_file()
+
+
+def test_the_jvms_temporary_files_go_under_sparks_local_dir_when_one_is_set(
+    tmp_path: Path,
+) -> None:
+    # A killed sink's JVM leaves its temporary folders behind: in its scratch space,
+    # which the development stack's run directory holds, not in /tmp.
+    scratch = tmp_path / "scratch"
+    options = jvm_options({"SPARK_LOCAL_DIRS": f"{scratch},{tmp_path / 'other'}"})
+    assert options.split() == ["-Duser.timezone=UTC", f"-Djava.io.tmpdir={scratch}"]
+    assert scratch.is_dir()
+    assert jvm_options({}) == "-Duser.timezone=UTC"
