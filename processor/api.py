@@ -32,6 +32,7 @@ from processor.errors import (
 )
 from processor.openapi import ACTIONS, BODIES, LIFECYCLE_ACTIONS, OPENAPI, PREFIX
 from processor.pipeline.control_topic import Lifecycle, set_lifecycle
+from processor.pipeline.dead_letters import Query, read_dead_letters
 from processor.pipeline.offsets import Offsets
 from processor.pipeline.offsets_schema import schema_error
 from processor.snapshot.chunk_reader import ChunkReader
@@ -212,6 +213,18 @@ def register_api(
                 )
 
             return await answer(self, reset)
+
+    @app.page(f"{PREFIX}/pipelines/{{name}}/dead-letters")
+    class PipelineDeadLetters(View):
+        async def get(self, request: Request, name: str) -> Response:
+            if refused := other(self, name):
+                return refused
+
+            async def read() -> Any:
+                query = Query.parse(request.query)
+                return await blocking(lambda: read_dead_letters(config, query))
+
+            return await answer(self, read)
 
     def lifecycle_view(state: Lifecycle) -> type[View]:
         class PipelineAction(View):

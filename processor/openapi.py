@@ -13,6 +13,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from processor.pipeline.control_topic import Lifecycle
+from processor.pipeline.dead_letters import MAX_LIMIT as DEAD_LETTERS_LIMIT
 from processor.pipeline.offsets import RESET_TARGETS
 from processor.pipeline.offsets_schema import OFFSETS_SCHEMA
 from processor.snapshot.signals import MAX_FILTER_BYTES, MAX_TABLES, TABLE_PATTERN
@@ -161,6 +162,51 @@ OPENAPI: dict[str, Any] = {
                 "responses": _WRITTEN,
             },
         },
+        "/pipelines/{name}/dead-letters": {
+            "parameters": [_NAME],
+            "get": {
+                "summary": "the newest dead letters, newest first (always allowed)",
+                "parameters": [
+                    {
+                        "name": "table",
+                        "in": "query",
+                        "description": "only those of this table (schema.table)",
+                        "schema": {"type": "string"},
+                    },
+                    {
+                        "name": "kind",
+                        "in": "query",
+                        "description": "only those of this kind (e.g. malformed, too-large)",
+                        "schema": {"type": "string"},
+                    },
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "schema": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "maximum": DEAD_LETTERS_LIMIT,
+                            "default": 100,
+                        },
+                    },
+                    {
+                        "name": "whole",
+                        "in": "query",
+                        "description": "each key and value whole, in base64, not a preview",
+                        "schema": {"type": "boolean", "default": False},
+                    },
+                ],
+                "responses": {
+                    "200": _answer(
+                        "the dead letters found", {"$ref": "#/components/schemas/DeadLetters"}
+                    ),
+                    "400": _answer("a parameter it does not know, or a bad value", _ERROR),
+                    "401": _ACCEPTED["401"],
+                    "404": _answer("another pipeline", _ERROR),
+                    "503": _answer("Kafka could not be read", _ERROR),
+                },
+            },
+        },
         **{
             f"/pipelines/{{name}}/{action}": {
                 "parameters": [_NAME],
@@ -299,6 +345,46 @@ OPENAPI: dict[str, Any] = {
                     "refused_topics": {"type": "object"},
                     "snapshots": {"type": "string", "enum": ["leader", "standby"]},
                     "lifecycle": {"enum": [s.value for s in Lifecycle]},
+                },
+            },
+            "DeadLetters": {
+                "type": "object",
+                "required": ["dead_letters", "scanned", "complete"],
+                "properties": {
+                    "dead_letters": {
+                        "type": "array",
+                        "items": {"$ref": "#/components/schemas/DeadLetter"},
+                    },
+                    "scanned": {"type": "integer", "description": "records looked at"},
+                    "complete": {
+                        "type": "boolean",
+                        "description": "every record kept was looked at, none left out for size",
+                    },
+                },
+            },
+            "DeadLetter": {
+                "type": "object",
+                "properties": {
+                    "partition": {"type": "integer"},
+                    "offset": {"type": "integer"},
+                    "timestamp_ms": {"type": ["integer", "null"]},
+                    "source": {
+                        "type": "object",
+                        "properties": {
+                            "topic": {"type": ["string", "null"]},
+                            "partition": {"type": ["integer", "null"]},
+                            "offset": {"type": ["integer", "null"]},
+                        },
+                    },
+                    "table": {"type": ["string", "null"]},
+                    "kind": {"type": ["string", "null"]},
+                    "error": {"type": ["string", "null"]},
+                    "key_bytes": {"type": ["integer", "null"]},
+                    "value_bytes": {"type": ["integer", "null"]},
+                    "key_preview": {"type": ["string", "null"]},
+                    "value_preview": {"type": ["string", "null"]},
+                    "key_base64": {"type": ["string", "null"]},
+                    "value_base64": {"type": ["string", "null"]},
                 },
             },
             "Reset": {

@@ -12,6 +12,7 @@ throughout and the process never restarts.
 
 from __future__ import annotations
 
+import base64
 import random
 import string
 import threading
@@ -29,10 +30,12 @@ from tests.integration.processes import (
     read_topic,
     reconciled,
 )
+from tests.integration.test_api import TOKEN, VIEWER, call
 from tests.integration.workload import Table, Workload, source_rows
 from tidemark.cli.devstack.procs import pid_alive
 from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
+from tidemark.config import TOKEN_ENV, VIEWER_TOKEN_ENV, Config
 from tidemark.kafka import producer_config
 
 pytestmark = pytest.mark.integration
@@ -74,7 +77,9 @@ def test_poison_and_a_10_mb_row_stop_nothing(stack: DevStack) -> None:
     with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
         conn.execute("CREATE TABLE iso_poison_big (id int PRIMARY KEY, title text, body text)")
         conn.execute("INSERT INTO iso_poison_big VALUES (1, 'first', 'small')")
-    processor = Processor(stack, config, "poison-processor").start()
+    processor = Processor(stack, config, "poison-processor").start(
+        env={TOKEN_ENV: TOKEN, VIEWER_TOKEN_ENV: VIEWER}
+    )
     pid = processor.pid
     statuses: list[int] = []
     watching = threading.Event()
@@ -117,9 +122,33 @@ def test_poison_and_a_10_mb_row_stop_nothing(stack: DevStack) -> None:
         assert sorted(r.headers["tidemark.error.kind"].decode() for r in dead) == sorted(expected)
         [reference] = [r for r in dead if r.headers["tidemark.error.kind"] == b"too-large"]
         assert orjson.loads(reference.value or b"")["size"] == len(key) + above + 2
+        shown_by_the_api(config, topic, expected)
         assert processor.pid == pid and pid_alive(pid)  # never restarted
     finally:
         watching.set()
         watcher.join(5)
         processor.stop()
     assert statuses and set(statuses) == {200}
+
+
+def shown_by_the_api(config: Config, topic: str, expected: list[str]) -> None:
+    """The dead letters as an operator finds them: by table and kind, newest first, with
+    their origin and a preview; a download carries the bytes whole; a viewer reads too."""
+    url = f"http://127.0.0.1:{config.processor.web_port}/api/v1/pipelines/poison/dead-letters"
+    status, body = call("GET", f"{url}?table=public.iso_poison_big&limit=1000", token=VIEWER)
+    assert status == 200, body
+    letters = body["dead_letters"]
+    assert sorted(d["kind"] for d in letters) == sorted(expected)
+    assert body["complete"] and body["scanned"] >= len(expected)
+    assert {d["source"]["topic"] for d in letters} == {topic}
+    assert {d["table"] for d in letters} == {"public.iso_poison_big"}
+    stamps = [(d["timestamp_ms"], d["source"]["offset"]) for d in letters]
+    assert stamps == sorted(stamps, reverse=True)  # newest first
+    status, body = call("GET", f"{url}?kind=position&limit=2")
+    assert status == 200 and [d["kind"] for d in body["dead_letters"]] == ["position"] * 2
+    assert all(d["error"] and d["value_preview"].startswith("{") for d in body["dead_letters"])
+    status, body = call("GET", f"{url}?kind=too-large&whole=true")
+    [reference] = body["dead_letters"]
+    assert orjson.loads(base64.b64decode(reference["value_base64"]))["size"] > 0
+    assert call("GET", f"{url}?table=public.nothing_here")[1]["dead_letters"] == []
+    assert call("GET", f"{url}?limit=0")[0] == 400

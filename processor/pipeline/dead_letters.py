@@ -1,0 +1,233 @@
+"""The pipeline's dead letters, read back for operators: newest first, filtered, bounded.
+
+A dead letter is the input message unchanged, its origin and reason in headers
+(``tidemark.source.*``, ``tidemark.error``, ``tidemark.error.kind``; see
+:meth:`processor.dataplane.commit.Committer`). Anyone could have written the
+dead-letter topic, and a dead letter is by definition input that did not parse,
+so nothing of it is trusted: a missing or undecodable header reads as ``None``
+or with replacement characters, and the bytes are shown as a bounded preview
+(JSON strings, never markup).
+
+A request looks at the newest :data:`SCAN_RECORDS` records of the topic (shared
+among its partitions) and answers at most ``limit`` of those that match;
+``complete`` says whether that reached back to the oldest record still kept. A
+download carries each key and value whole, in base64, up to
+:data:`DOWNLOAD_BYTES` of them in all.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from processor.errors import BadRequestError
+from tidemark.config import Config
+from tidemark.kafka import client_config, exact_end_offsets, read_range
+from tidemark.topics import dead_letter_topic, reader_group
+
+#: Bytes of a key or value shown in a preview.
+PREVIEW_BYTES = 512
+#: The most dead letters one answer holds.
+MAX_LIMIT = 1000
+#: The newest records of the topic one request looks at.
+SCAN_RECORDS = 20_000
+#: The raw bytes one download holds at most.
+DOWNLOAD_BYTES = 64 << 20
+
+_HEADERS = {
+    "tidemark.source.topic": "topic",
+    "tidemark.source.partition": "partition",
+    "tidemark.source.offset": "offset",
+    "tidemark.error": "error",
+    "tidemark.error.kind": "kind",
+}
+
+
+#: A record's headers as confluent-kafka gives them.
+Headers = Sequence[tuple[str, str | bytes | None]] | Mapping[str, str | bytes | None] | None
+
+
+@dataclass(frozen=True)
+class Query:
+    """Which dead letters to answer: of one table (``schema.table``), of one kind."""
+
+    table: str | None = None
+    kind: str | None = None
+    limit: int = 100
+    #: Each key and value whole (base64), not a preview.
+    whole: bool = False
+
+    @staticmethod
+    def parse(params: Mapping[str, str]) -> Query:
+        """A query from a request's parameters (``table``, ``kind``, ``limit``, ``whole``);
+        :class:`BadRequestError` for one it does not know or a bad value."""
+        unknown = sorted(set(params) - {"table", "kind", "limit", "whole"})
+        if unknown:
+            raise BadRequestError(f"unknown parameters: {', '.join(unknown)}")
+        limit = params.get("limit", "100")
+        if not limit.isdigit() or not 1 <= int(limit) <= MAX_LIMIT:
+            raise BadRequestError(f"limit: a whole number from 1 to {MAX_LIMIT}, not {limit!r}")
+        whole = params.get("whole", "false").lower()
+        if whole not in ("true", "false"):
+            raise BadRequestError(f"whole: true or false, not {whole!r}")
+        return Query(
+            params.get("table") or None, params.get("kind") or None, int(limit), whole == "true"
+        )
+
+
+def dead_letter(
+    partition: int,
+    offset: int,
+    timestamp_ms: int | None,
+    headers: Headers,
+    key: bytes | None,
+    value: bytes | None,
+    whole: bool = False,
+) -> dict[str, Any]:
+    """One dead letter as the API shows it (``partition``/``offset``: in the dead-letter
+    topic)."""
+    said: dict[str, str | None] = dict.fromkeys(_HEADERS.values())
+    pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
+    for name, raw in pairs:
+        field = _HEADERS.get(name)
+        if field is not None and said[field] is None and raw is not None:
+            said[field] = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    topic = said["topic"]
+    source = {
+        "topic": topic,
+        "partition": _integer(said["partition"]),
+        "offset": _integer(said["offset"]),
+    }
+    found: dict[str, Any] = {
+        "partition": partition,
+        "offset": offset,
+        "timestamp_ms": timestamp_ms,
+        "source": source,
+        "table": table_of(topic),
+        "kind": said["kind"],
+        "error": said["error"],
+        "key_bytes": None if key is None else len(key),
+        "value_bytes": None if value is None else len(value),
+    }
+    if whole:
+        found["key_base64"] = None if key is None else base64.b64encode(key).decode()
+        found["value_base64"] = None if value is None else base64.b64encode(value).decode()
+    else:
+        found["key_preview"] = _preview(key)
+        found["value_preview"] = _preview(value)
+    return found
+
+
+def table_of(topic: str | None) -> str | None:
+    """``schema.table`` of a Debezium change topic (``<prefix>.<schema>.<table>``)."""
+    if topic is None or topic.count(".") < 2:
+        return None
+    return ".".join(topic.rsplit(".", 2)[-2:])
+
+
+def matches(found: dict[str, Any], query: Query) -> bool:
+    return (query.table is None or found["table"] == query.table) and (
+        query.kind is None or found["kind"] == query.kind
+    )
+
+
+def read_dead_letters(config: Config, query: Query) -> dict[str, Any]:
+    """The newest dead letters of the pipeline that match ``query``, newest first."""
+    topic = dead_letter_topic(config.processor.pipeline)
+    consumer = Consumer(
+        client_config(
+            config.kafka,
+            **{
+                "group.id": reader_group(config.processor.pipeline, "dead-letters"),
+                "enable.auto.commit": False,
+                "enable.partition.eof": True,
+            },
+        )
+    )
+    try:
+        listed = consumer.list_topics(topic, timeout=10).topics.get(topic)
+        if listed is None or listed.error is not None or not listed.partitions:
+            return {"dead_letters": [], "scanned": 0, "complete": True}
+        tps = [TopicPartition(topic, p) for p in sorted(listed.partitions)]
+        ends = exact_end_offsets(consumer, tps)
+        share = max(1, SCAN_RECORDS // len(tps))
+        found: list[dict[str, Any]] = []
+        scanned, complete, held = 0, True, 0
+        floor: tuple[int, int, int] | None = None
+        for tp in tps:
+            low = max(consumer.get_watermark_offsets(tp, timeout=10)[0], 0)
+            end = ends[(topic, tp.partition)]
+            start = max(low, end - share)
+            complete = complete and start == low
+            for msg in read_range(consumer, topic, tp.partition, start, end):
+                scanned += 1
+                stamp = msg.timestamp()[1]
+                letter = dead_letter(
+                    tp.partition,
+                    msg.offset() or 0,
+                    stamp if stamp >= 0 else None,
+                    msg.headers(),
+                    msg.key(),
+                    msg.value(),
+                    query.whole,
+                )
+                if matches(letter, query):
+                    found.append(letter)
+                    held += _size(letter) if query.whole else 0
+                if held > 2 * DOWNLOAD_BYTES or len(found) > 2 * query.limit:
+                    found, floor = _newest(found, query, floor)
+                    held = sum(map(_size, found)) if query.whole else 0
+        found, floor = _newest(found, query, floor)
+        return {"dead_letters": found, "scanned": scanned, "complete": complete and floor is None}
+    finally:
+        consumer.close()
+
+
+def _newest(
+    found: list[dict[str, Any]],
+    query: Query,
+    floor: tuple[int, int, int] | None = None,
+    most_bytes: int = DOWNLOAD_BYTES,
+) -> tuple[list[dict[str, Any]], tuple[int, int, int] | None]:
+    """The dead letters an answer keeps, newest first: at most ``query.limit``, and for a
+    download at most ``most_bytes`` (the newest always), none as old as ``floor``. Returns
+    them and the floor: the recency of the newest one the byte bound left out (``None``:
+    none was). Applied while reading, with the floor it returned, it keeps what it keeps
+    applied once at the end: a record read later is either newer than the floor, and
+    moves the cut towards newer ones, or no newer, and would have been cut."""
+    kept: list[dict[str, Any]] = []
+    held = 0
+    for letter in sorted(found, key=_recency, reverse=True)[: query.limit]:
+        if floor is not None and _recency(letter) <= floor:
+            break
+        if query.whole and kept and held + _size(letter) > most_bytes:
+            return kept, _recency(letter)
+        held += _size(letter)
+        kept.append(letter)
+    return kept, floor
+
+
+def _recency(letter: dict[str, Any]) -> tuple[int, int, int]:
+    return (letter["timestamp_ms"] or 0, letter["partition"], letter["offset"])
+
+
+def _size(letter: dict[str, Any]) -> int:
+    return int(letter["key_bytes"] or 0) + int(letter["value_bytes"] or 0)
+
+
+def _preview(raw: bytes | None) -> str | None:
+    if raw is None:
+        return None
+    shown = raw[:PREVIEW_BYTES].decode("utf-8", "replace")
+    return shown + "…" if len(raw) > PREVIEW_BYTES else shown
+
+
+def _integer(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
