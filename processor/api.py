@@ -30,6 +30,7 @@ from processor.errors import (
     RequestTooLargeError,
     SignalError,
 )
+from processor.history import History
 from processor.openapi import ACTIONS, BODIES, LIFECYCLE_ACTIONS, OPENAPI, PREFIX
 from processor.pipeline.control_topic import Lifecycle, set_lifecycle
 from processor.pipeline.dead_letters import Query, read_dead_letters
@@ -73,9 +74,15 @@ async def body_of(request: Request, schema: str | None = None) -> dict[str, Any]
 
 
 def register_api(
-    app: App, config: Config, dataplane: DataPlane, coordinator: Coordinator, connector: Connector
+    app: App,
+    config: Config,
+    dataplane: DataPlane,
+    coordinator: Coordinator,
+    connector: Connector,
+    history: History,
 ) -> None:
-    """Add the ``/api/v1`` views to ``app`` (``connector``: the source's, to plan filters)."""
+    """Add the ``/api/v1`` views to ``app`` (``connector``: the source's, to plan filters;
+    ``history``: this instance's recent figures)."""
     pipeline = config.processor.pipeline
 
     async def blocking(call: Callable[[], T]) -> T:
@@ -213,6 +220,11 @@ def register_api(
                 )
 
             return await answer(self, reset)
+
+    @app.page(f"{PREFIX}/pipelines/{{name}}/history")
+    class PipelineHistory(View):
+        async def get(self, request: Request, name: str) -> Response:
+            return other(self, name) or self.json(history.document())
 
     @app.page(f"{PREFIX}/pipelines/{{name}}/dead-letters")
     class PipelineDeadLetters(View):

@@ -28,6 +28,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from processor.api import MAX_BODY_BYTES, register_api
 from processor.dataplane.loop import DataPlane
+from processor.history import INTERVAL_S, History
 from processor.openapi import PREFIX
 from processor.snapshot.coordinator import Coordinator
 from processor.snapshot.postgres.connector import PostgresConnector
@@ -162,7 +163,13 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
                 body["waiting"] = waiting
             return self.json(body, status=200 if healthy else 503)
 
-    register_api(app, config, dataplane, coordinator, connector)
+    history = History()
+
+    @app.timer(interval=INTERVAL_S)
+    async def sample_history() -> None:
+        history.sample()
+
+    register_api(app, config, dataplane, coordinator, connector, history)
     return app, dataplane, coordinator
 
 

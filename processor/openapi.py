@@ -162,6 +162,19 @@ OPENAPI: dict[str, Any] = {
                 "responses": _WRITTEN,
             },
         },
+        "/pipelines/{name}/history": {
+            "parameters": [_NAME],
+            "get": {
+                "summary": "this instance's figures per topic over the last 15 minutes",
+                "responses": {
+                    "200": _answer(
+                        "samples, oldest first", {"$ref": "#/components/schemas/History"}
+                    ),
+                    "401": _ACCEPTED["401"],
+                    "404": _answer("another pipeline", _ERROR),
+                },
+            },
+        },
         "/pipelines/{name}/dead-letters": {
             "parameters": [_NAME],
             "get": {
@@ -345,6 +358,34 @@ OPENAPI: dict[str, Any] = {
                     "refused_topics": {"type": "object"},
                     "snapshots": {"type": "string", "enum": ["leader", "standby"]},
                     "lifecycle": {"enum": [s.value for s in Lifecycle]},
+                },
+            },
+            "History": {
+                "type": "object",
+                "required": ["interval_s", "window_s", "samples"],
+                "properties": {
+                    "interval_s": {"type": "number"},
+                    "window_s": {"type": "number"},
+                    "samples": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["at_ms", "topics"],
+                            "properties": {
+                                "at_ms": {"type": "integer"},
+                                "topics": {
+                                    "type": "object",
+                                    "description": "per topic: lag (summed over the "
+                                    "partitions this instance owns), in_per_s, out_per_s, "
+                                    "dead_letters_per_s",
+                                    "additionalProperties": {
+                                        "type": "object",
+                                        "additionalProperties": {"type": "number"},
+                                    },
+                                },
+                            },
+                        },
+                    },
                 },
             },
             "DeadLetters": {

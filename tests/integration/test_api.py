@@ -33,7 +33,8 @@ from tests.integration.test_snapshots import (
 )
 from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
-from tidemark.config import TOKEN_ENV, VIEWER_TOKEN_ENV
+from tidemark.config import TOKEN_ENV, VIEWER_TOKEN_ENV, Config
+from tidemark.topics import backfill_topic, output_topic
 
 pytestmark = pytest.mark.integration
 
@@ -143,9 +144,29 @@ def test_api_needs_its_token_and_controls_snapshots_as_signals_do(stack: DevStac
 
         wait_caught_up(config)
         assert final_rows(reconciled(config, name)) == source_rows(config, name)
+        shows_its_history(base, config, f"tidemark.{table}")
         assert TOKEN not in processor.log.read_text()  # never logged
     finally:
         processor.stop()
+
+
+def shows_its_history(base: str, config: Config, topic: str) -> None:
+    """The last minutes per topic: the chunk rows came in on the backfill topic and went out
+    on the output topic, at rates that add up to what was read."""
+    status, history = call("GET", f"{base}/pipelines/api/history")
+    assert status == 200 and history["interval_s"] == 5.0 and history["window_s"] == 900.0
+    samples = history["samples"]
+    assert len(samples) >= 2, history
+    steps = [b["at_ms"] - a["at_ms"] for a, b in zip(samples, samples[1:], strict=False)]
+    assert all(4000 <= step <= 7000 for step in steps), steps
+    backfill = backfill_topic("api", topic)
+    came_in = [s["topics"].get(backfill, {}).get("in_per_s", 0.0) for s in samples]
+    went_out = [
+        s["topics"].get(output_topic(config.source.topic_prefix, topic), {}).get("out_per_s", 0.0)
+        for s in samples
+    ]
+    assert max(came_in) > 0 and max(went_out) > 0
+    assert {"lag"} <= set(samples[-1]["topics"][topic])
 
 
 def test_without_a_token_configured_the_api_refuses_everything(processor: int) -> None:
