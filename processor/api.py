@@ -37,7 +37,13 @@ from processor.pipeline.dead_letters import Query, read_dead_letters
 from processor.pipeline.offsets import Offsets
 from processor.pipeline.offsets_schema import schema_error
 from processor.snapshot.chunk_reader import ChunkReader
-from processor.snapshot.client import read_state, send_signal, status_document
+from processor.snapshot.client import (
+    MAX_NOTIFICATIONS,
+    read_notifications,
+    read_state,
+    send_signal,
+    status_document,
+)
 from processor.snapshot.connector import Connector
 from processor.snapshot.coordinator import Coordinator
 from processor.snapshot.filters import refused_filters
@@ -265,6 +271,25 @@ def register_api(
 
         async def post(self, request: Request) -> Response:
             return await signal(self, request, "execute-snapshot", "ExecuteSnapshot")
+
+    @app.page(f"{PREFIX}/notifications")
+    class Notifications(View):
+        async def get(self, request: Request) -> Response:
+            async def read() -> Any:
+                params = request.query
+                unknown = sorted(set(params) - {"request", "limit"})
+                limit = params.get("limit", "100")
+                if unknown:
+                    raise BadRequestError(f"unknown parameters: {', '.join(unknown)}")
+                if not limit.isdigit() or not 1 <= int(limit) <= MAX_NOTIFICATIONS:
+                    raise BadRequestError(
+                        f"limit: a whole number from 1 to {MAX_NOTIFICATIONS}, not {limit!r}"
+                    )
+                return await blocking(
+                    lambda: read_notifications(config, params.get("request") or None, int(limit))
+                )
+
+            return await answer(self, read)
 
     @app.page(f"{PREFIX}/snapshots/{{action}}")
     class SnapshotAction(View):

@@ -16,6 +16,7 @@ from processor.pipeline.control_topic import Lifecycle
 from processor.pipeline.dead_letters import MAX_LIMIT as DEAD_LETTERS_LIMIT
 from processor.pipeline.offsets import RESET_TARGETS
 from processor.pipeline.offsets_schema import OFFSETS_SCHEMA
+from processor.snapshot.client import MAX_NOTIFICATIONS
 from processor.snapshot.signals import MAX_FILTER_BYTES, MAX_TABLES, TABLE_PATTERN
 
 PREFIX = "/api/v1"
@@ -243,6 +244,52 @@ OPENAPI: dict[str, Any] = {
                 },
             }
             for action, state in LIFECYCLE_ACTIONS.items()
+        },
+        "/notifications": {
+            "get": {
+                "summary": "the snapshots' notifications in Debezium's format, newest first",
+                "parameters": [
+                    {
+                        "name": "request",
+                        "in": "query",
+                        "description": "only those of this snapshot request (its id)",
+                        "schema": {"type": "string"},
+                    },
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "schema": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "maximum": MAX_NOTIFICATIONS,
+                            "default": 100,
+                        },
+                    },
+                ],
+                "responses": {
+                    "200": _answer(
+                        "the notifications found",
+                        {
+                            "type": "object",
+                            "required": ["notifications", "complete", "unreadable"],
+                            "properties": {
+                                "notifications": {"type": "array", "items": {"type": "object"}},
+                                "complete": {
+                                    "type": "boolean",
+                                    "description": "the newest 20,000 records were all of them",
+                                },
+                                "unreadable": {
+                                    "type": "integer",
+                                    "description": "records that are not notifications",
+                                },
+                            },
+                        },
+                    ),
+                    "400": _answer("a parameter it does not know, or a bad value", _ERROR),
+                    "401": _ACCEPTED["401"],
+                    "503": _answer("Kafka could not be read", _ERROR),
+                },
+            },
         },
         "/snapshots": {
             "get": {

@@ -279,6 +279,31 @@ def last_value(consumer: Consumer, topic: str, key: bytes) -> bytes | None:
     return found
 
 
+def read_newest(
+    consumer: Consumer, topic: str, most: int, timeout: float = 30.0
+) -> tuple[Iterator[Message], bool]:
+    """The newest ``most`` records of ``topic`` (shared evenly among its partitions),
+    streamed a partition at a time, and whether they are every record it still keeps
+    (assigns ``consumer``: give it a consumer of its own)."""
+    listed = consumer.list_topics(topic, timeout=10).topics.get(topic)
+    if listed is None or listed.error is not None or not listed.partitions:
+        return iter(()), True
+    tps = [TopicPartition(topic, p) for p in sorted(listed.partitions)]
+    ends = exact_end_offsets(consumer, tps)
+    share = max(1, most // len(tps))
+    ranges = []
+    for tp in tps:
+        low = max(consumer.get_watermark_offsets(tp, timeout=10)[0], 0)
+        end = ends[(topic, tp.partition)]
+        ranges.append((tp.partition, max(low, end - share), end, low))
+
+    def records() -> Iterator[Message]:
+        for partition, start, end, _low in ranges:
+            yield from read_range(consumer, topic, partition, start, end, timeout)
+
+    return records(), all(start == low for _p, start, _end, low in ranges)
+
+
 def read_range(
     consumer: Consumer, topic: str, partition: int, start: int, end: int, timeout: float = 30.0
 ) -> Iterator[Message]:

@@ -22,11 +22,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer
 
 from processor.errors import BadRequestError
 from tidemark.config import Config
-from tidemark.kafka import client_config, exact_end_offsets, read_range
+from tidemark.kafka import client_config, read_newest
 from tidemark.topics import dead_letter_topic, reader_group
 
 #: Bytes of a key or value shown in a preview.
@@ -149,38 +149,28 @@ def read_dead_letters(config: Config, query: Query) -> dict[str, Any]:
         )
     )
     try:
-        listed = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if listed is None or listed.error is not None or not listed.partitions:
-            return {"dead_letters": [], "scanned": 0, "complete": True}
-        tps = [TopicPartition(topic, p) for p in sorted(listed.partitions)]
-        ends = exact_end_offsets(consumer, tps)
-        share = max(1, SCAN_RECORDS // len(tps))
+        records, complete = read_newest(consumer, topic, SCAN_RECORDS)
         found: list[dict[str, Any]] = []
-        scanned, complete, held = 0, True, 0
+        scanned, held = 0, 0
         floor: tuple[int, int, int] | None = None
-        for tp in tps:
-            low = max(consumer.get_watermark_offsets(tp, timeout=10)[0], 0)
-            end = ends[(topic, tp.partition)]
-            start = max(low, end - share)
-            complete = complete and start == low
-            for msg in read_range(consumer, topic, tp.partition, start, end):
-                scanned += 1
-                stamp = msg.timestamp()[1]
-                letter = dead_letter(
-                    tp.partition,
-                    msg.offset() or 0,
-                    stamp if stamp >= 0 else None,
-                    msg.headers(),
-                    msg.key(),
-                    msg.value(),
-                    query.whole,
-                )
-                if matches(letter, query):
-                    found.append(letter)
-                    held += _size(letter) if query.whole else 0
-                if held > 2 * DOWNLOAD_BYTES or len(found) > 2 * query.limit:
-                    found, floor = _newest(found, query, floor)
-                    held = sum(map(_size, found)) if query.whole else 0
+        for msg in records:
+            scanned += 1
+            stamp = msg.timestamp()[1]
+            letter = dead_letter(
+                msg.partition() or 0,
+                msg.offset() or 0,
+                stamp if stamp >= 0 else None,
+                msg.headers(),
+                msg.key(),
+                msg.value(),
+                query.whole,
+            )
+            if matches(letter, query):
+                found.append(letter)
+                held += _size(letter) if query.whole else 0
+            if held > 2 * DOWNLOAD_BYTES or len(found) > 2 * query.limit:
+                found, floor = _newest(found, query, floor)
+                held = sum(map(_size, found)) if query.whole else 0
         found, floor = _newest(found, query, floor)
         return {"dead_letters": found, "scanned": scanned, "complete": complete and floor is None}
     finally:

@@ -2,7 +2,8 @@
 
 ``tidemark snapshot start|stop|pause|resume`` write a signal record to
 ``<pipeline>.signals`` (the coordinator acts on it when it runs, also if it is
-started later); ``tidemark snapshot status`` reads the last progress record.
+started later); ``tidemark snapshot status`` reads the last progress record. The API
+reads the notifications back too.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from tidemark.kafka import (
     last_value,
     partition_counts,
     producer_config,
+    read_newest,
 )
-from tidemark.topics import progress_topic, reader_group, signal_topic
+from tidemark.topics import notification_topic, progress_topic, reader_group, signal_topic
 
 
 def send_signal(config: Config, kind: str, data: dict[str, Any], signal_id: str = "") -> str:
@@ -85,4 +87,42 @@ def status_document(state: SnapshotState) -> dict[str, Any]:
             {**dataclasses.asdict(t), "percent": t.percent, "seconds_left": t.seconds_left}
             for t in state.tables
         ],
+    }
+
+
+#: The newest notifications one request looks at, and the most it answers.
+NOTIFICATIONS_SCANNED, MAX_NOTIFICATIONS = 20_000, 1000
+
+
+def read_notifications(config: Config, request: str | None, limit: int) -> dict[str, Any]:
+    """The pipeline's newest notifications, in Debezium's format, newest first: of the
+    snapshot request ``request`` only, when given. A record that is not a notification
+    (anyone may write the topic) is counted in ``unreadable``, not shown."""
+    consumer = Consumer(
+        consumer_config(config.kafka, reader_group(config.processor.pipeline, "notifications"))
+    )
+    found: list[tuple[tuple[int, int, int], dict[str, Any]]] = []
+    unreadable = 0
+    try:
+        records, complete = read_newest(
+            consumer, notification_topic(config.processor.pipeline), NOTIFICATIONS_SCANNED
+        )
+        for msg in records:
+            try:
+                note = orjson.loads(msg.value() or b"")
+            except orjson.JSONDecodeError:
+                note = None
+            extra = note.get("additional_data") if isinstance(note, dict) else None
+            if not isinstance(extra, dict):
+                unreadable += 1
+                continue
+            if request is None or extra.get("request_id") == request:
+                found.append(((msg.timestamp()[1], msg.partition() or 0, msg.offset() or 0), note))
+    finally:
+        consumer.close()
+    found.sort(key=lambda seen: seen[0], reverse=True)
+    return {
+        "notifications": [note for _at, note in found[:limit]],
+        "complete": complete,
+        "unreadable": unreadable,
     }

@@ -12,6 +12,7 @@ import urllib.request
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 
 from tests.integration.processes import (
     TIDEMARK,
@@ -34,7 +35,8 @@ from tests.integration.test_snapshots import (
 from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
 from tidemark.config import TOKEN_ENV, VIEWER_TOKEN_ENV, Config
-from tidemark.topics import backfill_topic, output_topic
+from tidemark.kafka import producer_config
+from tidemark.topics import backfill_topic, notification_topic, output_topic
 
 pytestmark = pytest.mark.integration
 
@@ -130,6 +132,22 @@ def test_api_needs_its_token_and_controls_snapshots_as_signals_do(stack: DevStac
         wait_for("the snapshot to complete", lambda: notified(config, "COMPLETED", request))
         done = progress(config, table, request)
         assert (done.status, done.rows) == ("completed", rows + 1)
+        # The request's notifications, as Debezium writes them, newest first.
+        status, shown = call("GET", f"{base}/notifications?request={request}")
+        assert status == 200 and shown["complete"] and shown["unreadable"] == 0
+        mine = [n for n in notifications(config) if n["additional_data"]["request_id"] == request]
+        assert shown["notifications"] == mine[::-1]
+        assert shown["notifications"][0]["type"] == "COMPLETED"
+        assert {"STARTED", "TABLE_SCAN_COMPLETED"} <= {n["type"] for n in mine}
+        assert call("GET", f"{base}/notifications?limit=1")[1]["notifications"] == mine[-1:]
+        assert call("GET", f"{base}/notifications?request=none")[1]["notifications"] == []
+        assert call("GET", f"{base}/notifications?limit=0")[0] == 400
+        junk = Producer(producer_config(config.kafka))  # anyone may write the topic
+        for value in (b"{oops", b"[1]", b'{"additional_data": 3}'):
+            junk.produce(notification_topic("api"), value)
+        assert junk.flush(30) == 0
+        status, shown = call("GET", f"{base}/notifications?request={request}")
+        assert shown["unreadable"] == 3 and shown["notifications"] == mine[::-1]
 
         status, second = call("POST", f"{base}/snapshots", start)
         wait_for("a second snapshot", lambda: progress(config, table, second["request_id"]).rows)
