@@ -34,6 +34,7 @@ from processor.history import History
 from processor.openapi import ACTIONS, BODIES, LIFECYCLE_ACTIONS, OPENAPI, PREFIX
 from processor.pipeline.control_topic import Lifecycle, set_lifecycle
 from processor.pipeline.dead_letters import Query, read_dead_letters
+from processor.pipeline.instances import holders, read_instances
 from processor.pipeline.offsets import Offsets
 from processor.pipeline.offsets_schema import schema_error
 from processor.snapshot.chunk_reader import ChunkReader
@@ -77,6 +78,26 @@ async def body_of(request: Request, schema: str | None = None) -> dict[str, Any]
     if wrong is not None:
         raise BadRequestError(wrong)
     return given
+
+
+def instance_status(
+    pipeline: str, dataplane: DataPlane, coordinator: Coordinator
+) -> dict[str, Any]:
+    """This instance's data plane and snapshot coordinator (also what it reports of itself,
+    :mod:`processor.pipeline.instances`)."""
+    failure = dataplane.failure or coordinator.failure
+    running = "running" if dataplane.running else "stopped"
+    return {
+        "pipeline": pipeline,
+        "dataplane": "failed" if failure else running,
+        "lifecycle": dataplane.lifecycle.value,
+        "error": str(failure) if failure else None,
+        "assigned_partitions": [
+            {"topic": t, "partition": p} for t, p in sorted(dataplane.assigned)
+        ],
+        "refused_topics": dict(dataplane.refused),
+        "snapshots": "leader" if coordinator.leader else "standby",
+    }
 
 
 def register_api(
@@ -144,22 +165,6 @@ def register_api(
         if refused:
             raise BadRequestError("; ".join(refused.values()))
 
-    def instance() -> dict[str, Any]:
-        """This instance's data plane and snapshot coordinator."""
-        failure = dataplane.failure or coordinator.failure
-        running = "running" if dataplane.running else "stopped"
-        return {
-            "pipeline": pipeline,
-            "dataplane": "failed" if failure else running,
-            "lifecycle": dataplane.lifecycle.value,
-            "error": str(failure) if failure else None,
-            "assigned_partitions": [
-                {"topic": t, "partition": p} for t, p in sorted(dataplane.assigned)
-            ],
-            "refused_topics": dict(dataplane.refused),
-            "snapshots": "leader" if coordinator.leader else "standby",
-        }
-
     async def offsets(view: View, call: Callable[[Offsets], Any]) -> Response:
         """Answer with ``call``'s result on the pipeline's offsets."""
         return await answer(view, lambda: blocking(lambda: call(Offsets(config))))
@@ -180,7 +185,7 @@ def register_api(
     @app.page(f"{PREFIX}/pipelines/{{name}}/status")
     class PipelineStatus(View):
         async def get(self, request: Request, name: str) -> Response:
-            return other(self, name) or self.json(instance())
+            return other(self, name) or self.json(instance_status(pipeline, dataplane, coordinator))
 
     @app.page(f"{PREFIX}/pipelines/{{name}}/offsets")
     class PipelineOffsets(View):
@@ -226,6 +231,18 @@ def register_api(
                 )
 
             return await answer(self, reset)
+
+    @app.page(f"{PREFIX}/pipelines/{{name}}/instances")
+    class PipelineInstances(View):
+        async def get(self, request: Request, name: str) -> Response:
+            if refused := other(self, name):
+                return refused
+
+            async def read() -> Any:
+                instances = await blocking(lambda: read_instances(config))
+                return {"instances": instances, "partitions": holders(instances)}
+
+            return await answer(self, read)
 
     @app.page(f"{PREFIX}/pipelines/{{name}}/history")
     class PipelineHistory(View):

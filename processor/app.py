@@ -16,25 +16,28 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import faust
+from confluent_kafka import KafkaException
 from faust.auth import SASLCredentials, SSLCredentials
 from faust.types.auth import CredentialsT
 from faust.web import Request, Response, View
 from mode import Service
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from processor.api import MAX_BODY_BYTES, register_api
+from processor.api import MAX_BODY_BYTES, instance_status, register_api
 from processor.dataplane.loop import DataPlane
 from processor.history import INTERVAL_S, History
 from processor.openapi import PREFIX
+from processor.pipeline.instances import REPORT_EVERY_S, Reporter
 from processor.snapshot.coordinator import Coordinator
 from processor.snapshot.postgres.connector import PostgresConnector
 from processor.web_guard import FailureLimit, Tokens, guard
 from state.rocksdb import RocksDBBackend
 from tidemark.config import Config
+from tidemark.errors import TidemarkError
 from tidemark.kafka_aio import aiokafka_settings
 from tidemark.ports import claim_port
 
@@ -78,6 +81,40 @@ class LoopService(Service):
         self.loop_.stop()
         if self._thread is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._thread.join, 30)
+
+
+class ReportService(Service):
+    """Reports this instance to the pipeline's instances topic, and that it stopped when it
+    stops (:mod:`processor.pipeline.instances`). A report Kafka does not take is logged and
+    tried again at the next one: reporting never stops the worker."""
+
+    def __init__(self, config: Config, status: Callable[[], dict[str, Any]], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._config, self._status = config, status
+        self._reporter: Reporter | None = None
+
+    @Service.timer(REPORT_EVERY_S)
+    async def _report(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self._report_now)
+
+    async def on_stop(self) -> None:
+        if self._reporter is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._say_stopped)
+
+    def _report_now(self) -> None:
+        try:
+            if self._reporter is None:
+                self._reporter = Reporter(self._config)
+            self._reporter.report(self._status())
+        except (TidemarkError, KafkaException) as exc:
+            log.warning("this instance's report was not written: %s", exc)
+
+    def _say_stopped(self) -> None:
+        assert self._reporter is not None
+        try:
+            self._reporter.close()
+        except (TidemarkError, KafkaException) as exc:
+            log.warning("this instance's last report was not written: %s", exc)
 
 
 def faust_credentials(properties: Mapping[str, str]) -> CredentialsT | None:
@@ -180,7 +217,9 @@ def run_worker(config: Config) -> int:
     # The loops are the worker's services, which start before the app: their group joins
     # run beside Faust's own instead of after it (each join waits about 3 s here).
     loops = (LoopService(dataplane, "dataplane"), LoopService(coordinator, "snapshots"))
-    worker = faust.Worker(app, *loops, loglevel="info")
+    pipeline = config.processor.pipeline
+    reports = ReportService(config, lambda: instance_status(pipeline, dataplane, coordinator))
+    worker = faust.Worker(app, *loops, reports, loglevel="info")
 
     def failed() -> bool:
         return dataplane.failure is not None or coordinator.failure is not None

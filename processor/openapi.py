@@ -163,6 +163,54 @@ OPENAPI: dict[str, Any] = {
                 "responses": _WRITTEN,
             },
         },
+        "/pipelines/{name}/instances": {
+            "parameters": [_NAME],
+            "get": {
+                "summary": "the pipeline's running instances and the partitions each holds, as "
+                "each reported itself in the last 30 s",
+                "responses": {
+                    "200": _answer(
+                        "the instances",
+                        {
+                            "type": "object",
+                            "required": ["instances", "partitions"],
+                            "properties": {
+                                "instances": {
+                                    "type": "array",
+                                    "items": {
+                                        "allOf": [
+                                            {"$ref": "#/components/schemas/Status"},
+                                            {
+                                                "type": "object",
+                                                "properties": {
+                                                    "instance": {"type": "string"},
+                                                    "started_ms": {"type": "integer"},
+                                                    "reported_ms": {"type": "integer"},
+                                                },
+                                            },
+                                        ]
+                                    },
+                                },
+                                "partitions": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "properties": {
+                                            "topic": {"type": "string"},
+                                            "partition": {"type": "integer"},
+                                            "instance": {"type": "string"},
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    ),
+                    "401": _ACCEPTED["401"],
+                    "404": _answer("another pipeline", _ERROR),
+                    "503": _answer("Kafka could not be read", _ERROR),
+                },
+            },
+        },
         "/pipelines/{name}/history": {
             "parameters": [_NAME],
             "get": {

@@ -104,6 +104,11 @@ def progress_topic(pipeline: str) -> str:
     return f"{pipeline}.snapshots"
 
 
+def instances_topic(pipeline: str) -> str:
+    """Each running instance's last report of itself (compacted)."""
+    return f"{pipeline}.instances"
+
+
 def notification_topic(pipeline: str) -> str:
     """Snapshot notifications in Debezium's format."""
     return f"{pipeline}.notifications"

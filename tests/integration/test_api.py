@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
+from processor.pipeline.instances import read_instances
 from tests.integration.processes import (
     TIDEMARK,
     Processor,
@@ -163,9 +164,19 @@ def test_api_needs_its_token_and_controls_snapshots_as_signals_do(stack: DevStac
         wait_caught_up(config)
         assert final_rows(reconciled(config, name)) == source_rows(config, name)
         shows_its_history(base, config, f"tidemark.{table}")
+        # Which instance holds each partition: as the instance reported itself.
+        status, shown = call("GET", f"{base}/pipelines/api/instances")
+        assert status == 200, shown
+        [me] = shown["instances"]
+        assert f":{processor.pid}:" in me["instance"] and me["lifecycle"] == "RUNNING"
+        assert me["assigned_partitions"] == state["assigned_partitions"]
+        assert {"topic": f"tidemark.{table}", "partition": 0, "instance": me["instance"]} in shown[
+            "partitions"
+        ]
         assert TOKEN not in processor.log.read_text()  # never logged
     finally:
         processor.stop()
+    assert read_instances(config) == []  # a stopped instance says so
 
 
 def shows_its_history(base: str, config: Config, topic: str) -> None:
