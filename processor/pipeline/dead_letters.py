@@ -198,7 +198,8 @@ def _newest(
             return kept, _recency(letter)
         held += _size(letter)
         kept.append(letter)
-    return kept, floor
+    # with ``limit`` newer ones kept, the floor's letter is out for the limit, not for size
+    return kept, floor if len(kept) < query.limit else None
 
 
 def _recency(letter: dict[str, Any]) -> tuple[int, int, int]:

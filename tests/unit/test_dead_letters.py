@@ -117,6 +117,9 @@ letters = st.lists(
 )
 
 
+# A rare interleaving (a byte cut, then the limit cut before it) took 100 examples by luck
+# and 20,000 for sure: 2,000 take well under a second.
+@settings(max_examples=2000)
 @given(found=letters, limit=st.integers(1, 12), whole=st.booleans(), every=st.integers(1, 10))
 def test_pruning_while_reading_answers_what_pruning_at_the_end_answers(
     found: list[dict[str, Any]], limit: int, whole: bool, every: int
