@@ -37,6 +37,7 @@ from processor.pipeline.dead_letters import Query, read_dead_letters
 from processor.pipeline.instances import holders, read_instances
 from processor.pipeline.offsets import Offsets
 from processor.pipeline.offsets_schema import schema_error
+from processor.pipeline.sink_status import read_sink_status
 from processor.snapshot.chunk_reader import ChunkReader
 from processor.snapshot.client import (
     MAX_NOTIFICATIONS,
@@ -241,6 +242,17 @@ def register_api(
             async def read() -> Any:
                 instances = await blocking(lambda: read_instances(config))
                 return {"instances": instances, "partitions": holders(instances)}
+
+            return await answer(self, read)
+
+    @app.page(f"{PREFIX}/pipelines/{{name}}/sink")
+    class PipelineSink(View):
+        async def get(self, request: Request, name: str) -> Response:
+            if refused := other(self, name):
+                return refused
+
+            async def read() -> Any:
+                return {"tables": await blocking(lambda: read_sink_status(config))}
 
             return await answer(self, read)
 

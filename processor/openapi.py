@@ -211,6 +211,31 @@ OPENAPI: dict[str, Any] = {
                 },
             },
         },
+        "/pipelines/{name}/sink": {
+            "parameters": [_NAME],
+            "get": {
+                "summary": "each Iceberg table as the sink last published it: committed "
+                "offsets, lag, last commit, stopped and why",
+                "responses": {
+                    "200": _answer(
+                        "the tables",
+                        {
+                            "type": "object",
+                            "required": ["tables"],
+                            "properties": {
+                                "tables": {
+                                    "type": "array",
+                                    "items": {"$ref": "#/components/schemas/SinkTable"},
+                                }
+                            },
+                        },
+                    ),
+                    "401": _ACCEPTED["401"],
+                    "404": _answer("another pipeline", _ERROR),
+                    "503": _answer("Kafka could not be read", _ERROR),
+                },
+            },
+        },
         "/pipelines/{name}/history": {
             "parameters": [_NAME],
             "get": {
@@ -453,6 +478,26 @@ OPENAPI: dict[str, Any] = {
                     "refused_topics": {"type": "object"},
                     "snapshots": {"type": "string", "enum": ["leader", "standby"]},
                     "lifecycle": {"enum": [s.value for s in Lifecycle]},
+                },
+            },
+            "SinkTable": {
+                "type": "object",
+                "required": ["table"],
+                "properties": {
+                    "table": {"type": "string", "description": "catalog.schema.table"},
+                    "topic": {"type": "string"},
+                    "committed": {
+                        "type": "object",
+                        "description": "partition: the next offset, as in the last commit",
+                        "additionalProperties": {"type": "integer"},
+                    },
+                    "lag": {"type": "object", "additionalProperties": {"type": "integer"}},
+                    "last_commit_ms": {"type": ["integer", "null"]},
+                    "last_commit_rows": {"type": ["integer", "null"]},
+                    "stopped": {"type": "boolean"},
+                    "reason": {"type": ["string", "null"]},
+                    "retrying": {"type": ["string", "null"]},
+                    "reported_ms": {"type": "integer"},
                 },
             },
             "History": {

@@ -62,6 +62,7 @@ from spark_sink.reader import (
 )
 from spark_sink.schema import Spec, evolve, union
 from spark_sink.session import create_session, stop_session
+from spark_sink.status import StatusBoard
 from spark_sink.writer import DELETED, OFFSET, TIME, Table, commit_conflict, quote
 from tidemark.config import Config
 from tidemark.failpoints import Failpoint
@@ -96,6 +97,8 @@ class Sink:
         self.retrying: dict[str, float] = {}
         self._shapes: dict[str, Shape] = {}
         self._committed = Failpoint("sink-committed")
+        #: Each table's status, published for the processor (:mod:`spark_sink.status`).
+        self.board = StatusBoard(config)
 
     def ends(self) -> dict[str, dict[int, int]]:
         """The current end offsets of every reconciled topic whose table runs."""
@@ -113,11 +116,13 @@ class Sink:
         for topic, ends in sorted(targets.items()):
             if topic in self.stopped:
                 continue
+            status = self.board.of(self.table_name(topic), topic)
             try:
                 read += self._topic_batch(topic, ends)
             except Exception as exc:
                 verdict = _verdict(exc)
                 if isinstance(verdict, TableRetry):
+                    status["retrying"] = verdict.reason
                     read += self._retry(topic, verdict.reason)
                 elif isinstance(verdict, SchemaError | TableStop):
                     self._stop(topic, str(verdict))
@@ -125,6 +130,13 @@ class Sink:
                     raise
             else:
                 self.retrying.pop(topic, None)
+                status["retrying"] = None
+                status["committed"] = dict(self.progress.get(topic, {}))
+                status["lag"] = {
+                    p: max(0, end - self.progress.get(topic, {}).get(p, 0))
+                    for p, end in ends.items()
+                }
+            self.board.publish(status["table"])
         return read
 
     def _retry(self, topic: str, reason: str) -> int:
@@ -143,9 +155,15 @@ class Sink:
 
     def _stop(self, topic: str, reason: str) -> None:
         self.stopped[topic] = reason
-        namespace, name = topic.split(".")[-2:]
-        metrics.TABLE_STOPPED.labels(f"{self.config.sink.catalog_name}.{namespace}.{name}").set(1)
+        metrics.TABLE_STOPPED.labels(self.table_name(topic)).set(1)
+        status = self.board.of(self.table_name(topic), topic)
+        status.update(stopped=True, reason=reason, retrying=None)
         log.error("%s: the table stops, the others go on: %s", topic, reason)
+
+    def table_name(self, topic: str) -> str:
+        """``<catalog>.<schema>.<table>`` of the table ``topic`` feeds."""
+        namespace, name = topic.split(".")[-2:]
+        return f"{self.config.sink.catalog_name}.{namespace}.{name}"
 
     def table(self, topic: str) -> Table:
         """The table that ``topic`` (``<prefix>.reconciled.<schema>.<table>``) feeds; a
@@ -194,6 +212,8 @@ class Sink:
             metrics.LAG.labels(topic, str(r.partition)).dec(r.end - r.start)
         metrics.BATCHES.labels(table.path).inc()
         metrics.ROWS_MERGED.labels(table.path).inc(merged)
+        status = self.board.of(self.table_name(topic), topic)
+        status.update(last_commit_ms=int(time.time() * 1000), last_commit_rows=merged)
         log.info(
             "%s: merged offsets %s into %s (%d rows) in %.1f s",
             topic,
@@ -295,6 +315,7 @@ def run_sink(config: Config, once: bool, *, spark: SparkSession | None = None) -
                 stop.wait(config.sink.trigger_interval_s)
         for topic, reason in sorted(sink.stopped.items()):
             log.error("%s stopped: %s", topic, reason)
+        sink.board.flush()
         return 1 if sink.stopped else 0
     finally:
         restore()

@@ -109,6 +109,11 @@ def instances_topic(pipeline: str) -> str:
     return f"{pipeline}.instances"
 
 
+def sink_status_topic(pipeline: str) -> str:
+    """Each Iceberg table's status as the sink last saw it (compacted)."""
+    return f"{pipeline}.sink-status"
+
+
 def notification_topic(pipeline: str) -> str:
     """Snapshot notifications in Debezium's format."""
     return f"{pipeline}.notifications"

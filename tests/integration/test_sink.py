@@ -27,6 +27,7 @@ from prometheus_client import REGISTRY
 from psycopg import sql
 from pyspark.sql import SparkSession
 
+from processor.pipeline.sink_status import read_sink_status
 from spark_sink.job import Sink
 from spark_sink.maintain import maintain
 from spark_sink.session import create_session
@@ -395,6 +396,17 @@ def test_a_value_that_does_not_fit_its_column_stops_only_its_table(
     assert list(sink.stopped) == [wide]
     assert "column v (decimal(38,2))" in sink.stopped[wide], sink.stopped
     assert_equal(config, spark, "iso_sink_fits")
+    # What the processor's API shows of the sink: read from Kafka alone.
+    sink.board.flush()
+    shown = {s["table"]: s for s in read_sink_status(config) if s["table"].startswith("fit.")}
+    assert set(shown) == {"fit.public.iso_sink_wide", "fit.public.iso_sink_fits"}
+    stopped = shown["fit.public.iso_sink_wide"]
+    assert stopped["stopped"] and stopped["reason"] == sink.stopped[wide]
+    going = shown["fit.public.iso_sink_fits"]
+    fits = "tidemark.reconciled.public.iso_sink_fits"
+    assert not going["stopped"] and going["topic"] == fits
+    assert {int(p): o for p, o in going["committed"].items()} == sink.progress[fits]
+    assert set(going["lag"].values()) == {0} and going["last_commit_rows"] > 0
     execute(config, "UPDATE iso_sink_fits SET v = -v WHERE id % 2 = 0")
     wait_caught_up(config)
     drain(sink)

@@ -1,0 +1,52 @@
+"""The sink's tables as the sink last published them (:mod:`spark_sink.status`).
+
+Each table's last status among the newest records of ``<pipeline>.sink-status``: its
+committed offsets, lag, last commit, and whether it stopped and why. Read from
+Kafka alone, so the API shows the sink without an Iceberg client.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from confluent_kafka import Consumer
+
+from tidemark.config import Config
+from tidemark.kafka import consumer_config, read_newest
+from tidemark.topics import reader_group, sink_status_topic
+
+#: The newest records a reader looks at for each table's last status.
+SCANNED = 20_000
+
+
+def read_sink_status(config: Config) -> list[dict[str, Any]]:
+    """Each table's last published status, by table; records that are not one skipped."""
+    consumer = Consumer(
+        consumer_config(config.kafka, reader_group(config.processor.pipeline, "sink-status"))
+    )
+    last: dict[bytes, dict[str, Any] | None] = {}
+    try:
+        records, _complete = read_newest(
+            consumer, sink_status_topic(config.processor.pipeline), SCANNED
+        )
+        for msg in records:
+            key = msg.key()
+            if key is not None:
+                last[key] = status_of(msg.value())
+    finally:
+        consumer.close()
+    return sorted((s for s in last.values() if s is not None), key=lambda s: str(s["table"]))
+
+
+def status_of(raw: bytes | None) -> dict[str, Any] | None:
+    """A table's status, or ``None`` for anything that is not one."""
+    if raw is None:
+        return None
+    try:
+        status = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(status, dict) or not isinstance(status.get("table"), str):
+        return None
+    return status
