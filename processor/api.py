@@ -13,7 +13,7 @@ in the event loop's executor.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 import orjson
@@ -33,6 +33,7 @@ from processor.errors import (
 from processor.history import History
 from processor.openapi import ACTIONS, BODIES, LIFECYCLE_ACTIONS, OPENAPI, PREFIX
 from processor.pipeline.control_topic import Lifecycle, set_lifecycle
+from processor.pipeline.dead_letters import MAX_LIMIT as MAX_DEAD_LETTERS
 from processor.pipeline.dead_letters import Query, read_dead_letters
 from processor.pipeline.instances import holders, read_instances
 from processor.pipeline.offsets import Offsets
@@ -53,6 +54,8 @@ from processor.snapshot.signals import ExecuteSnapshot, json_object, parse_signa
 from tidemark.config import Config
 from tidemark.errors import TidemarkError
 
+#: The parameters of ``GET .../dead-letters``.
+DEAD_LETTER_PARAMS = {"table", "kind", "limit", "whole"}
 #: The largest request body the API reads: a signal, an offsets document (413 above).
 MAX_BODY_BYTES = 1024 * 1024
 
@@ -79,6 +82,26 @@ async def body_of(request: Request, schema: str | None = None) -> dict[str, Any]
     if wrong is not None:
         raise BadRequestError(wrong)
     return given
+
+
+def query_params(params: Mapping[str, str], allowed: set[str], most: int) -> dict[str, Any]:
+    """A GET request's parameters, each of ``allowed``: ``limit`` a whole number from 1 to
+    ``most`` (100, or ``most`` if less, when not given), ``whole`` true or false, any
+    other a string (``None`` if not given or empty); :class:`BadRequestError` for one not
+    allowed or a bad value."""
+    unknown = sorted(set(params) - allowed)
+    if unknown:
+        raise BadRequestError(f"unknown parameters: {', '.join(unknown)}")
+    found: dict[str, Any] = {name: params.get(name) or None for name in allowed}
+    limit = params.get("limit", str(min(100, most)))
+    if not limit.isdigit() or not 1 <= int(limit) <= most:
+        raise BadRequestError(f"limit: a whole number from 1 to {most}, not {limit!r}")
+    found["limit"] = int(limit)
+    whole = params.get("whole", "false").lower()
+    if whole not in ("true", "false"):
+        raise BadRequestError(f"whole: true or false, not {whole!r}")
+    found["whole"] = whole == "true"
+    return found
 
 
 def instance_status(
@@ -268,7 +291,8 @@ def register_api(
                 return refused
 
             async def read() -> Any:
-                query = Query.parse(request.query)
+                given = query_params(request.query, DEAD_LETTER_PARAMS, MAX_DEAD_LETTERS)
+                query = Query(given["table"], given["kind"], given["limit"], given["whole"])
                 return await blocking(lambda: read_dead_letters(config, query))
 
             return await answer(self, read)
@@ -305,17 +329,9 @@ def register_api(
     class Notifications(View):
         async def get(self, request: Request) -> Response:
             async def read() -> Any:
-                params = request.query
-                unknown = sorted(set(params) - {"request", "limit"})
-                limit = params.get("limit", "100")
-                if unknown:
-                    raise BadRequestError(f"unknown parameters: {', '.join(unknown)}")
-                if not limit.isdigit() or not 1 <= int(limit) <= MAX_NOTIFICATIONS:
-                    raise BadRequestError(
-                        f"limit: a whole number from 1 to {MAX_NOTIFICATIONS}, not {limit!r}"
-                    )
+                given = query_params(request.query, {"request", "limit"}, MAX_NOTIFICATIONS)
                 return await blocking(
-                    lambda: read_notifications(config, params.get("request") or None, int(limit))
+                    lambda: read_notifications(config, given["request"], given["limit"])
                 )
 
             return await answer(self, read)

@@ -24,7 +24,6 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
-from processor.errors import BadRequestError
 from tidemark.config import Config
 from tidemark.kafka import client_config, read_newest
 from tidemark.topics import dead_letter_topic, reader_group
@@ -60,23 +59,6 @@ class Query:
     limit: int = 100
     #: Each key and value whole (base64), not a preview.
     whole: bool = False
-
-    @staticmethod
-    def parse(params: Mapping[str, str]) -> Query:
-        """A query from a request's parameters (``table``, ``kind``, ``limit``, ``whole``);
-        :class:`BadRequestError` for one it does not know or a bad value."""
-        unknown = sorted(set(params) - {"table", "kind", "limit", "whole"})
-        if unknown:
-            raise BadRequestError(f"unknown parameters: {', '.join(unknown)}")
-        limit = params.get("limit", "100")
-        if not limit.isdigit() or not 1 <= int(limit) <= MAX_LIMIT:
-            raise BadRequestError(f"limit: a whole number from 1 to {MAX_LIMIT}, not {limit!r}")
-        whole = params.get("whole", "false").lower()
-        if whole not in ("true", "false"):
-            raise BadRequestError(f"whole: true or false, not {whole!r}")
-        return Query(
-            params.get("table") or None, params.get("kind") or None, int(limit), whole == "true"
-        )
 
 
 def dead_letter(
