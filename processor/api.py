@@ -256,46 +256,38 @@ def register_api(
 
             return await answer(self, reset)
 
-    @app.page(f"{PREFIX}/pipelines/{{name}}/instances")
-    class PipelineInstances(View):
-        async def get(self, request: Request, name: str) -> Response:
-            if refused := other(self, name):
-                return refused
+    def pipeline_read(read: Callable[[Request], Any]) -> type[View]:
+        """A GET view of the pipeline's that answers ``read(request)``, run off the event
+        loop (it reads Kafka), or the error it raised."""
 
-            async def read() -> Any:
-                instances = await blocking(lambda: read_instances(config))
-                return {"instances": instances, "partitions": holders(instances)}
+        class PipelineRead(View):
+            async def get(self, request: Request, name: str) -> Response:
+                if refused := other(self, name):
+                    return refused
+                return await answer(self, lambda: blocking(lambda: read(request)))
 
-            return await answer(self, read)
+        return PipelineRead
 
-    @app.page(f"{PREFIX}/pipelines/{{name}}/sink")
-    class PipelineSink(View):
-        async def get(self, request: Request, name: str) -> Response:
-            if refused := other(self, name):
-                return refused
+    def instances(_request: Request) -> dict[str, Any]:
+        found = read_instances(config)
+        return {"instances": found, "partitions": holders(found)}
 
-            async def read() -> Any:
-                return {"tables": await blocking(lambda: read_sink_status(config))}
+    def dead_letters(request: Request) -> dict[str, Any]:
+        given = query_params(request.query, DEAD_LETTER_PARAMS, MAX_DEAD_LETTERS)
+        query = Query(given["table"], given["kind"], given["limit"], given["whole"])
+        return read_dead_letters(config, query)
 
-            return await answer(self, read)
+    for path, read in (
+        ("instances", instances),
+        ("sink", lambda _request: {"tables": read_sink_status(config)}),
+        ("dead-letters", dead_letters),
+    ):
+        app.page(f"{PREFIX}/pipelines/{{name}}/{path}")(pipeline_read(read))
 
     @app.page(f"{PREFIX}/pipelines/{{name}}/history")
     class PipelineHistory(View):
         async def get(self, request: Request, name: str) -> Response:
             return other(self, name) or self.json(history.document())
-
-    @app.page(f"{PREFIX}/pipelines/{{name}}/dead-letters")
-    class PipelineDeadLetters(View):
-        async def get(self, request: Request, name: str) -> Response:
-            if refused := other(self, name):
-                return refused
-
-            async def read() -> Any:
-                given = query_params(request.query, DEAD_LETTER_PARAMS, MAX_DEAD_LETTERS)
-                query = Query(given["table"], given["kind"], given["limit"], given["whole"])
-                return await blocking(lambda: read_dead_letters(config, query))
-
-            return await answer(self, read)
 
     def lifecycle_view(state: Lifecycle) -> type[View]:
         class PipelineAction(View):

@@ -92,6 +92,24 @@ _WRITTEN = {
     "409": _answer("instances of the pipeline are running or paused", _ERROR),
     "413": _ACCEPTED["413"],
 }
+#: The answers of a read of the pipeline's topics.
+_READ = {
+    "401": _ACCEPTED["401"],
+    "404": _answer("another pipeline", _ERROR),
+    "503": _answer("Kafka could not be read", _ERROR),
+}
+_BAD_PARAMETERS = _answer("a parameter it does not know, or a bad value", _ERROR)
+
+
+def _limit(most: int) -> dict[str, Any]:
+    """The ``limit`` parameter of a read that answers at most ``most`` items."""
+    return {
+        "name": "limit",
+        "in": "query",
+        "schema": {"type": "integer", "minimum": 1, "maximum": most, "default": 100},
+    }
+
+
 _OFFSETS_BODY = {"required": True, "content": {"application/json": {"schema": _OFFSETS}}}
 
 #: The API's OpenAPI 3.1 document (served at ``/api/v1/openapi.json``).
@@ -205,9 +223,7 @@ OPENAPI: dict[str, Any] = {
                             },
                         },
                     ),
-                    "401": _ACCEPTED["401"],
-                    "404": _answer("another pipeline", _ERROR),
-                    "503": _answer("Kafka could not be read", _ERROR),
+                    **_READ,
                 },
             },
         },
@@ -230,9 +246,7 @@ OPENAPI: dict[str, Any] = {
                             },
                         },
                     ),
-                    "401": _ACCEPTED["401"],
-                    "404": _answer("another pipeline", _ERROR),
-                    "503": _answer("Kafka could not be read", _ERROR),
+                    **_READ,
                 },
             },
         },
@@ -266,16 +280,7 @@ OPENAPI: dict[str, Any] = {
                         "description": "only those of this kind (e.g. malformed, too-large)",
                         "schema": {"type": "string"},
                     },
-                    {
-                        "name": "limit",
-                        "in": "query",
-                        "schema": {
-                            "type": "integer",
-                            "minimum": 1,
-                            "maximum": DEAD_LETTERS_LIMIT,
-                            "default": 100,
-                        },
-                    },
+                    _limit(DEAD_LETTERS_LIMIT),
                     {
                         "name": "whole",
                         "in": "query",
@@ -287,10 +292,8 @@ OPENAPI: dict[str, Any] = {
                     "200": _answer(
                         "the dead letters found", {"$ref": "#/components/schemas/DeadLetters"}
                     ),
-                    "400": _answer("a parameter it does not know, or a bad value", _ERROR),
-                    "401": _ACCEPTED["401"],
-                    "404": _answer("another pipeline", _ERROR),
-                    "503": _answer("Kafka could not be read", _ERROR),
+                    "400": _BAD_PARAMETERS,
+                    **_READ,
                 },
             },
         },
@@ -328,16 +331,7 @@ OPENAPI: dict[str, Any] = {
                         "description": "only those of this snapshot request (its id)",
                         "schema": {"type": "string"},
                     },
-                    {
-                        "name": "limit",
-                        "in": "query",
-                        "schema": {
-                            "type": "integer",
-                            "minimum": 1,
-                            "maximum": MAX_NOTIFICATIONS,
-                            "default": 100,
-                        },
-                    },
+                    _limit(MAX_NOTIFICATIONS),
                 ],
                 "responses": {
                     "200": _answer(
@@ -358,9 +352,9 @@ OPENAPI: dict[str, Any] = {
                             },
                         },
                     ),
-                    "400": _answer("a parameter it does not know, or a bad value", _ERROR),
-                    "401": _ACCEPTED["401"],
-                    "503": _answer("Kafka could not be read", _ERROR),
+                    "400": _BAD_PARAMETERS,
+                    "401": _READ["401"],
+                    "503": _READ["503"],
                 },
             },
         },

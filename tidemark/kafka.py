@@ -304,6 +304,25 @@ def read_newest(
     return records(), all(start == low for _p, start, _end, low in ranges)
 
 
+def newest_by_key(
+    kafka: KafkaConfig, group: str, topic: str, most: int
+) -> dict[bytes, bytes | None]:
+    """The last value of each key among the newest ``most`` records of ``topic`` (``None``:
+    a tombstone; records without a key are skipped): a compacted topic of statuses, read
+    by a consumer of ``group`` of its own."""
+    consumer = Consumer(consumer_config(kafka, group))
+    last: dict[bytes, bytes | None] = {}
+    try:
+        records, _complete = read_newest(consumer, topic, most)
+        for msg in records:
+            key = msg.key()
+            if key is not None:
+                last[key] = msg.value()
+    finally:
+        consumer.close()
+    return last
+
+
 def read_range(
     consumer: Consumer, topic: str, partition: int, start: int, end: int, timeout: float = 30.0
 ) -> Iterator[Message]:

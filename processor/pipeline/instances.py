@@ -20,17 +20,16 @@ from collections.abc import Iterable
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from tidemark.config import Config
 from tidemark.kafka import (
     Acknowledgements,
     client_config,
-    consumer_config,
     ensure_topics,
+    newest_by_key,
     producer_config,
-    read_newest,
 )
 from tidemark.topics import instances_topic, reader_group
 
@@ -88,22 +87,11 @@ def read_instances(config: Config, now_ms: int | None = None) -> list[dict[str, 
     """The last report of every instance that reported in the last :data:`STALE_AFTER_S`
     seconds and has not stopped, by instance. Records that are not reports are skipped."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    consumer = Consumer(
-        consumer_config(config.kafka, reader_group(config.processor.pipeline, "instances"))
+    pipeline = config.processor.pipeline
+    last = newest_by_key(
+        config.kafka, reader_group(pipeline, "instances"), instances_topic(pipeline), SCANNED
     )
-    last: dict[bytes, dict[str, Any] | None] = {}
-    try:
-        records, _complete = read_newest(
-            consumer, instances_topic(config.processor.pipeline), SCANNED
-        )
-        for msg in records:
-            key = msg.key()
-            if key is None:
-                continue
-            last[key] = report_of(msg.value())
-    finally:
-        consumer.close()
-    return alive(last.values(), now_ms)
+    return alive(map(report_of, last.values()), now_ms)
 
 
 def alive(reports: Iterable[dict[str, Any] | None], now_ms: int) -> list[dict[str, Any]]:

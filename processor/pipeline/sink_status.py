@@ -10,10 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer
 
 from tidemark.config import Config
-from tidemark.kafka import consumer_config, read_newest
+from tidemark.kafka import newest_by_key
 from tidemark.topics import reader_group, sink_status_topic
 
 #: The newest records a reader looks at for each table's last status.
@@ -22,21 +21,12 @@ SCANNED = 20_000
 
 def read_sink_status(config: Config) -> list[dict[str, Any]]:
     """Each table's last published status, by table; records that are not one skipped."""
-    consumer = Consumer(
-        consumer_config(config.kafka, reader_group(config.processor.pipeline, "sink-status"))
+    pipeline = config.processor.pipeline
+    last = newest_by_key(
+        config.kafka, reader_group(pipeline, "sink-status"), sink_status_topic(pipeline), SCANNED
     )
-    last: dict[bytes, dict[str, Any] | None] = {}
-    try:
-        records, _complete = read_newest(
-            consumer, sink_status_topic(config.processor.pipeline), SCANNED
-        )
-        for msg in records:
-            key = msg.key()
-            if key is not None:
-                last[key] = status_of(msg.value())
-    finally:
-        consumer.close()
-    return sorted((s for s in last.values() if s is not None), key=lambda s: str(s["table"]))
+    found = (status_of(raw) for raw in last.values())
+    return sorted((s for s in found if s is not None), key=lambda s: str(s["table"]))
 
 
 def status_of(raw: bytes | None) -> dict[str, Any] | None:
