@@ -4,19 +4,22 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup system-deps demo test lint bench chaos fidelity fuzz clean
+.PHONY: setup system-deps demo test lint bench chaos fidelity fuzz vendor clean
 
 setup: system-deps $(VENV)/.installed
 
 # What a plain Debian machine lacks, installed from Debian only when missing: Java 17
-# (Spark, Debezium), PostgreSQL 15's server binaries, venv for $(PYTHON), and a C
-# compiler with the Python headers (for packages, and code of ours, that compile).
+# (Spark, Debezium), PostgreSQL 15's server binaries, venv for $(PYTHON), a C compiler
+# with the Python headers (for packages, and code of ours, that compile), and headless
+# Chromium with its driver for the console's browser tests (never in the image).
 system-deps:
 	@missing=""; \
 	java -version 2>&1 | grep -Eq 'version "(1[7-9]|[2-9][0-9])' || missing="$$missing openjdk-17-jre-headless"; \
 	{ command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || missing="$$missing postgresql"; \
 	$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
 	command -v cc >/dev/null || missing="$$missing gcc"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	$(PYTHON) -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
 	  || missing="$$missing python3-dev"; \
 	if [ -n "$$missing" ]; then \
@@ -78,6 +81,17 @@ $(QUIX)/.installed:
 	$(PYTHON) -m venv $(QUIX)
 	$(QUIX)/bin/pip install -q quixstreams==3.28.1 orjson
 	touch $@
+
+# The console's browser tests run axe-core (an npm package) in the page; its file is
+# committed, so neither setup nor the image needs npm. This refreshes it.
+AXE_VERSION ?= 4.14.1
+
+vendor:
+	rm -rf .vendor && mkdir .vendor
+	cd .vendor && npm pack -q axe-core@$(AXE_VERSION) && tar xzf axe-core-$(AXE_VERSION).tgz
+	cp .vendor/package/axe.min.js tests/integration/vendor/axe.min.js
+	cp .vendor/package/LICENSE tests/integration/vendor/axe-core.LICENSE
+	rm -rf .vendor
 
 clean:
 	rm -rf $(VENV) $(QUIX) .tidemark .mypy_cache .ruff_cache .pytest_cache

@@ -1,6 +1,6 @@
 """The management API under ``/api/v1`` on the processor's web port: snapshot control and status.
 
-Every request needs a bearer token, which :mod:`processor.web_guard` checks in
+Every request needs a bearer token, which :mod:`processor.web.guard` checks in
 front of every route of the web port (only ``/health`` and ``/metrics`` stay open),
 so the views here take it as given. Its document is ``/api/v1/openapi.json``.
 

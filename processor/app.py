@@ -1,8 +1,8 @@
 """The Faust application that hosts the processor.
 
 Faust is the frame: worker lifecycle, signal handling, the web server
-(``/health``, ``/metrics``, the management API of :mod:`processor.api`, every route
-but the first two behind :mod:`processor.web_guard`). The
+(``/health``, ``/metrics``, the management API of :mod:`processor.api` and the
+console of :mod:`processor.console`, behind :mod:`processor.web.guard`). The
 change-topic data plane runs beside it in a thread (:mod:`processor.dataplane.loop`)
 because Faust's per-event stream path is far slower than a librdkafka batch
 loop. If the data plane fails, the worker stops with a non-zero exit code so
@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import signal
 import threading
 from collections.abc import Callable, Mapping
@@ -28,13 +29,15 @@ from mode import Service
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from processor.api import MAX_BODY_BYTES, instance_status, register_api
+from processor.console.views import register_console
 from processor.dataplane.loop import DataPlane
 from processor.history import INTERVAL_S, History
 from processor.openapi import PREFIX
 from processor.pipeline.instances import REPORT_EVERY_S, Reporter
 from processor.snapshot.coordinator import Coordinator
 from processor.snapshot.postgres.connector import PostgresConnector
-from processor.web_guard import FailureLimit, Tokens, guard
+from processor.web.guard import FailureLimit, Tokens, guard
+from processor.web.sessions import Sessions
 from state.rocksdb import RocksDBBackend
 from tidemark.config import Config
 from tidemark.errors import TidemarkError
@@ -138,6 +141,8 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
     pc = config.processor
     tokens = Tokens.read(os.environ)  # refuses tokens too short before anything starts
     limit = FailureLimit(pc.api_auth_failures_per_minute)
+    # with no operator's token nothing is served, and a random key accepts no cookie
+    sessions = Sessions(tokens.operator or secrets.token_hex(32), tokens.viewer)
     app = faust.App(
         pc.pipeline,
         broker=[f"kafka://{s.strip()}" for s in config.kafka.bootstrap_servers.split(",")],
@@ -145,7 +150,7 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
         web_enabled=True,
         web_application_options={
             "client_max_size": MAX_BODY_BYTES,
-            "middlewares": [guard(tokens, limit, served=PREFIX + "/")],
+            "middlewares": [guard(tokens, limit, served=PREFIX + "/", sessions=sessions)],
         },
         # Faust's own views (router, tables, statistics, graph): not served at all.
         web_router_enabled=False,
@@ -207,6 +212,7 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
         history.sample()
 
     register_api(app, config, dataplane, coordinator, connector, history)
+    register_console(app, pc.pipeline, tokens, limit, sessions)
     return app, dataplane, coordinator
 
 

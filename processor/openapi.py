@@ -590,7 +590,7 @@ _WRITE_GUARD = {"403": _answer("a viewer's token may read only", _ERROR)}
 
 
 def _guarded(paths: dict[str, Any]) -> dict[str, Any]:
-    """Every operation with the answers of :mod:`processor.web_guard` (and 413 where it
+    """Every operation with the answers of :mod:`processor.web.guard` (and 413 where it
     takes a body)."""
     for item in paths.values():
         for method, operation in item.items():

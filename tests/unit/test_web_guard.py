@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from processor.web_guard import FailureLimit, Tokens
+from processor.web.guard import FailureLimit, Tokens
 from tidemark.config import TOKEN_ENV, VIEWER_TOKEN_ENV
 from tidemark.errors import ConfigError
 

@@ -1,9 +1,13 @@
-"""Who may use the processor's web port: every route but ``/health`` and ``/metrics`` needs a token.
+"""Who may use the processor's web port: every route but ``/health``, ``/metrics`` and the
+console's page needs a token.
 
 One aiohttp middleware stands in front of every route of the web server, Faust's
 own included (its views are switched off as well, and any route outside the API
-is answered 404), so no route is served open by being forgotten. A request needs
-``Authorization: Bearer <token>``:
+and the console is answered 404), so no route is served open by being forgotten.
+The console's page and files are open (they hold no data), and so is its login,
+which checks the token itself. Any other request needs ``Authorization: Bearer
+<token>``, or the console's session cookie (:mod:`processor.web.sessions`),
+with its CSRF token for any method but a read's:
 
 - the operator's token (``TIDEMARK_API_TOKEN``) may do anything the API offers;
 - the viewer's token (``TIDEMARK_VIEWER_TOKEN``, optional) may read: a request of
@@ -17,6 +21,9 @@ times in the last minute is answered 429 (with ``Retry-After``) until the oldest
 them is a minute old, whatever it sends; each failure is counted in
 ``tidemark_api_auth_failures_total{reason}`` and logged with the client's address,
 never with what it sent. Tokens are compared in constant time.
+
+Every answer carries a Content-Security-Policy that allows scripts, styles and
+connections to this origin only (so no inline script), and is never framed.
 """
 
 from __future__ import annotations
@@ -28,10 +35,12 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
 from processor import metrics
+from processor.web.sessions import COOKIE, CSRF_HEADER, Sessions
 from tidemark.config import TOKEN_ENV, VIEWER_TOKEN_ENV
 from tidemark.errors import ConfigError
 
@@ -39,6 +48,19 @@ log = logging.getLogger(__name__)
 
 #: The routes served without a token.
 OPEN_PATHS = frozenset({"/health", "/metrics"})
+#: The console's page, its files and its login: served without a token.
+CONSOLE_PREFIX = "/console"
+#: What every answer carries.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; "
+        "frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+}
 MIN_TOKEN_CHARS = 32
 #: Methods a viewer's token may use.
 READING = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -119,14 +141,25 @@ class FailureLimit:
 Middleware = Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]
 
 
-def guard(tokens: Tokens, limit: FailureLimit, served: str) -> Middleware:
+def guard(tokens: Tokens, limit: FailureLimit, served: str, sessions: Sessions) -> Middleware:
     """The middleware that lets a request through only as described above, and only to the
-    open paths or under ``served`` (the API's prefix): any other route, even one a library
-    registered, is answered 404."""
+    open paths, the console or under ``served`` (the API's prefix): any other route, even
+    one a library registered, is answered 404."""
 
     @web.middleware
     async def guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path in OPEN_PATHS:
+        try:
+            response = await admit(request, handler)
+        except web.HTTPException as exc:
+            exc.headers.update(SECURITY_HEADERS)
+            raise
+        response.headers.update(SECURITY_HEADERS)
+        if request.path.startswith(served):
+            response.headers["Cache-Control"] = "no-store"
+        return response
+
+    async def admit(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path in OPEN_PATHS or _console(request.path):
             return await handler(request)
         client = request.remote or "unknown"
         wait = limit.retry_after(client)
@@ -135,13 +168,22 @@ def guard(tokens: Tokens, limit: FailureLimit, served: str) -> Middleware:
             return _error(429, "too many failed authentications", {"Retry-After": str(wait)})
         if tokens.operator is None:
             return _error(401, f"the API is off: start the processor with {TOKEN_ENV} set")
-        role = tokens.role(request.headers.get("Authorization", ""))
-        if role is None:
-            reason = "missing" if "Authorization" not in request.headers else "wrong"
-            limit.failed(client)
-            metrics.API_AUTH_FAILURES.labels(reason).inc()
-            log.warning("API authentication failed from %s: %s token", client, reason)
-            return _error(401, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"})
+        if "Authorization" in request.headers or COOKIE not in request.cookies:
+            role = tokens.role(request.headers.get("Authorization", ""))
+            if role is None:
+                reason = "missing" if "Authorization" not in request.headers else "wrong"
+                limit.failed(client)
+                metrics.API_AUTH_FAILURES.labels(reason).inc()
+                log.warning("API authentication failed from %s: %s token", client, reason)
+                return _error(401, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"})
+        else:
+            # A session's cookie is signed: a wrong one is expired or revoked, not a guess.
+            session = sessions.check(request.cookies[COOKIE])
+            if session is None:
+                return _error(401, "the console's session has ended: log in again")
+            role = session.role
+            if request.method not in READING and not _csrf_ok(request, session.csrf):
+                return _error(403, "missing or wrong CSRF token, or another site's request")
         if not request.path.startswith(served):
             return _error(404, f"no such route: {request.path}")
         if role == "viewer" and request.method not in READING:
@@ -149,6 +191,22 @@ def guard(tokens: Tokens, limit: FailureLimit, served: str) -> Middleware:
         return await handler(request)
 
     return guarded
+
+
+def same_origin(request: web.Request) -> bool:
+    """Whether ``request`` comes from a page of this server (by its ``Origin``, which
+    browsers send with every request that is not a read; none: not a browser's)."""
+    origin = request.headers.get("Origin")
+    return origin is None or urlsplit(origin).netloc == request.host
+
+
+def _csrf_ok(request: web.Request, csrf: str) -> bool:
+    given = request.headers.get(CSRF_HEADER, "")
+    return hmac.compare_digest(given.encode(), csrf.encode()) and same_origin(request)
+
+
+def _console(path: str) -> bool:
+    return path == CONSOLE_PREFIX or path.startswith(CONSOLE_PREFIX + "/")
 
 
 def _error(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:

@@ -1,0 +1,112 @@
+// Small DOM helpers: every page builds its elements with h(), never with HTML strings,
+// so nothing the API answers is ever parsed as markup.
+
+export function h(tag, attrs = {}, ...children) {
+  const el = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === false || value === null || value === undefined) continue;
+    if (name.startsWith("on")) el.addEventListener(name.slice(2), value);
+    else if (name === "class") el.className = value;
+    else if (value === true) el.setAttribute(name, "");
+    else el.setAttribute(name, String(value));
+  }
+  append(el, children);
+  return el;
+}
+
+function append(el, children) {
+  for (const child of children) {
+    if (child === null || child === undefined || child === false) continue;
+    if (Array.isArray(child)) append(el, child);
+    else el.append(child instanceof Node ? child : String(child));
+  }
+}
+
+// Replace el's children with children.
+export function fill(el, ...children) {
+  el.replaceChildren();
+  append(el, children);
+  return el;
+}
+
+// Rows of tbody kept by key: a row is built once and updated in place, so a table of
+// hundreds of rows refreshes without rebuilding, and focus stays where it was.
+export function keyedRows(tbody, items, key, build, update) {
+  const old = new Map();
+  for (const row of tbody.children) old.set(row.dataset.key, row);
+  let before = tbody.firstElementChild;
+  for (const item of items) {
+    const k = String(key(item));
+    let row = old.get(k);
+    if (row) old.delete(k);
+    else {
+      row = build(item);
+      row.dataset.key = k;
+    }
+    update(row, item);
+    if (row !== before) tbody.insertBefore(row, before);
+    else before = before.nextElementSibling;
+  }
+  for (const row of old.values()) row.remove();
+}
+
+// A table with a caption, column headings and a body to fill.
+export function table(caption, headings) {
+  const tbody = h("tbody");
+  const el = h("table", {},
+    h("caption", {}, caption),
+    h("thead", {}, h("tr", {}, headings.map((t) =>
+      h("th", { scope: "col", class: t.startsWith("#") ? "num" : null }, t.replace(/^#/, ""))))),
+    tbody);
+  return { el, tbody, caption };
+}
+
+// A scrolling box around a long table(): focusable, so the keyboard scrolls it too.
+export function scrolling(shown) {
+  return h("div", { class: "scroll", tabindex: 0, role: "region", "aria-label": shown.caption }, shown.el);
+}
+
+// Ask before doing something that cannot be taken back; resolves true if confirmed.
+export function confirmed(title, ...body) {
+  const dialog = document.getElementById("confirm");
+  fill(document.getElementById("confirm-title"), title);
+  fill(document.getElementById("confirm-body"), ...body);
+  dialog.returnValue = "";
+  return new Promise((resolve) => {
+    dialog.addEventListener("close", () => resolve(dialog.returnValue === "ok"), { once: true });
+    dialog.showModal();
+    document.getElementById("confirm-ok").focus();
+  });
+}
+
+export function number(n) {
+  return n === null || n === undefined ? "–" : Number(n).toLocaleString("en-US");
+}
+
+export function rate(n) {
+  if (n === null || n === undefined) return "–";
+  return n >= 100 ? Math.round(n).toLocaleString("en-US") : n.toFixed(1);
+}
+
+export function when(ms) {
+  if (!ms) return "–";
+  return new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+}
+
+export function ago(ms) {
+  if (!ms) return "–";
+  const s = Math.max(0, Math.round((Date.now() - ms) / 1000));
+  return s < 120 ? `${s} s ago` : `${Math.round(s / 60)} min ago`;
+}
+
+export function duration(seconds) {
+  if (seconds === null || seconds === undefined) return "–";
+  const s = Math.round(seconds);
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+}
+
+export function badge(text, kind = text) {
+  return h("span", { class: `badge ${kind}` }, text);
+}
