@@ -22,8 +22,11 @@ import pytest
 from confluent_kafka import Producer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from selenium.webdriver.common.action_chains import ActionChains
+from selenium.webdriver.common.keys import Keys
 
 from processor.pipeline.offsets_schema import OFFSETS_SCHEMA
+from spark_sink.status import StatusBoard
 from tests.integration.browser import Browser, chromium
 from tests.integration.processes import Processor
 from tests.integration.test_api import TOKEN, VIEWER
@@ -268,6 +271,15 @@ def test_stop_edit_undo_and_resume_from_the_console(console: Console) -> None:
     b.confirm()
     b.until("the undo", lambda: "Undo: done" in b.text("#offsets-result"))
     b.until("the offset back", lambda: offset_of(b.text("#offsets-current"), index) == before)
+    # a reset to the beginning, with the same rules, undone the same way
+    b.find("#reset-to").send_keys("the beginning")
+    b.click("#reset-submit")
+    b.confirm()
+    b.until("the reset", lambda: "Reset: done" in b.text("#offsets-result"))
+    b.until("offset 0 again", lambda: offset_of(b.text("#offsets-current"), index) == 0)
+    b.click("#offsets-undo")
+    b.confirm()
+    b.until("the reset undone", lambda: offset_of(b.text("#offsets-current"), index) == before)
     console.accessible()
 
     console.page("overview")
@@ -302,11 +314,50 @@ def test_a_poison_message_is_found_and_downloaded_on_the_dead_letters_page(
     console.accessible()
 
 
-def test_the_sink_page_says_when_no_sink_reported(console: Console) -> None:
+def test_the_sink_page_shows_what_the_sink_published(console: Console) -> None:
     b = console.browser
     console.page("sink")
     b.until("the summary", lambda: "No sink has published" in b.text("#sink-summary"))
+    board = StatusBoard(console.config)  # the sink's own publisher
+    running = board.of("lake.public.orders", "tidemark.reconciled.public.orders")
+    running.update(committed={0: 120, 1: 80}, lag={0: 5, 1: 0}, last_commit_rows=200)
+    running["last_commit_ms"] = int(time.time() * 1000)
+    stopped = board.of("lake.public.items", "tidemark.reconciled.public.items")
+    stopped.update(stopped=True, reason="column qty changed from text to integer")
+    board.publish("lake.public.orders")
+    board.publish("lake.public.items")
+    board.flush()
+    b.until("the tables", lambda: "2 tables, 1 stopped" in b.text("#sink-summary"), timeout=30)
+    rows = {r.find_element("css selector", "td").text: r.text for r in b.all("main tbody tr")}
+    assert "0: 120, 1: 80" in rows["lake.public.orders"] and "running" in rows["lake.public.orders"]
+    assert "column qty changed from text to integer" in rows["lake.public.items"]
+    b.shot("sink")
     console.accessible()
+
+
+def test_the_console_works_from_the_keyboard(console: Console) -> None:
+    b = console.browser
+    console.page("overview")
+    b.find("#lifecycle")
+    # from the top of a page just loaded, Tab reaches the skip link, then the pages' links
+    b.driver.refresh()
+    b.until("the page again", lambda: b.text("#lifecycle"))
+    seen = []
+    for _ in range(12):
+        ActionChains(b.driver).send_keys(Keys.TAB).perform()
+        focused = b.driver.switch_to.active_element
+        seen.append(focused.text)
+        if focused.text == "Snapshots":
+            break
+    assert seen[0] == "Skip to the page" and seen[-1] == "Snapshots", seen
+    ActionChains(b.driver).send_keys(Keys.ENTER).perform()
+    b.until("the Snapshots page", lambda: b.text("main h1") == "Snapshots")
+    # a confirmation closes with Escape, and nothing is done
+    b.find("#snapshots-stop").send_keys(Keys.ENTER)
+    b.until("the dialog", lambda: b.find("#confirm").get_attribute("open") is not None)
+    ActionChains(b.driver).send_keys(Keys.ESCAPE).perform()
+    b.until("the dialog closed", lambda: b.find("#confirm").get_attribute("open") is None)
+    assert "signal sent" not in b.text("#snapshot-notice")
 
 
 def test_the_viewer_sees_every_page_and_can_change_nothing(console: Console) -> None:

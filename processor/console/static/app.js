@@ -36,7 +36,7 @@ function loginPage(message) {
     try {
       who = await login(token.value);
       token.value = "";
-      start();
+      start(true);
     } catch (exc) {
       fill(error, exc.status === 429 ? `Too many failed attempts: ${exc.message}` : `Not logged in: ${exc.message}`);
       token.select();
@@ -71,13 +71,14 @@ function show() {
   document.title = `${document.querySelector(`#nav a[href="#/${page}"]`).textContent} · Tidemark`;
 }
 
-function start() {
+// Show the console; focus its page after a login (the form is gone), not on a load.
+function start(focus) {
   document.getElementById("nav").hidden = false;
   document.getElementById("logout").hidden = false;
   fill(document.getElementById("pipeline"), who.pipeline);
   fill(document.getElementById("who"), who.role === "operator" ? "operator" : "viewer (read-only)");
   show();
-  main.focus({ preventScroll: true });
+  if (focus) main.focus({ preventScroll: true });
 }
 
 window.addEventListener("hashchange", () => {
@@ -104,5 +105,5 @@ document.getElementById("logout").addEventListener("click", async () => {
 });
 
 who = await session();
-if (who) start();
+if (who) start(false);
 else loginPage();
