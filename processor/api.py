@@ -94,7 +94,7 @@ def query_params(params: Mapping[str, str], allowed: set[str], most: int) -> dic
         raise BadRequestError(f"unknown parameters: {', '.join(unknown)}")
     found: dict[str, Any] = {name: params.get(name) or None for name in allowed}
     limit = params.get("limit", str(min(100, most)))
-    if not limit.isdigit() or not 1 <= int(limit) <= most:
+    if not _whole_number(limit) or not 1 <= int(limit) <= most:
         raise BadRequestError(f"limit: a whole number from 1 to {most}, not {limit!r}")
     found["limit"] = int(limit)
     whole = params.get("whole", "false").lower()
@@ -102,6 +102,12 @@ def query_params(params: Mapping[str, str], allowed: set[str], most: int) -> dic
         raise BadRequestError(f"whole: true or false, not {whole!r}")
     found["whole"] = whole == "true"
     return found
+
+
+def _whole_number(text: str) -> bool:
+    """Whether ``text`` is a whole number in ASCII digits (``"²"`` is a digit to
+    ``str.isdigit`` but not to ``int``)."""
+    return text.isascii() and text.isdigit()
 
 
 def instance_status(
@@ -287,7 +293,14 @@ def register_api(
     @app.page(f"{PREFIX}/pipelines/{{name}}/history")
     class PipelineHistory(View):
         async def get(self, request: Request, name: str) -> Response:
-            return other(self, name) or self.json(history.document())
+            if refused := other(self, name):
+                return refused
+            unknown = sorted(set(request.query) - {"since"})
+            since = request.query.get("since", "0")
+            if unknown or not _whole_number(since):
+                why = f"unknown parameters: {', '.join(unknown)}" if unknown else "since: epoch ms"
+                return self.error(400, why)
+            return self.json(history.document(since_ms=int(since)))
 
     def lifecycle_view(state: Lifecycle) -> type[View]:
         class PipelineAction(View):

@@ -73,15 +73,17 @@ class History:
         """Take one sample now."""
         self._samples.append((self._clock(), self._read()))
 
-    def document(self) -> dict[str, Any]:
-        """The samples, oldest first: per topic its lag and its counters' rates per second
-        since the sample before (the oldest sample kept only lends its counts)."""
+    def document(self, since_ms: int = 0) -> dict[str, Any]:
+        """The samples taken after ``since_ms``, oldest first: per topic its lag and its
+        counters' rates per second since the sample before (the oldest sample kept only
+        lends its counts). A page that has the samples up to ``since_ms`` asks for the rest."""
         return {
             "interval_s": self.interval_s,
             "window_s": self.window_s,
             "samples": [
                 {"at_ms": round(at * 1000), "topics": _rates(before, figures, at - then)}
                 for (then, before), (at, figures) in _pairs(self._samples)
+                if round(at * 1000) > since_ms
             ],
         }
 

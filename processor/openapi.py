@@ -254,10 +254,19 @@ OPENAPI: dict[str, Any] = {
             "parameters": [_NAME],
             "get": {
                 "summary": "this instance's figures per topic over the last 15 minutes",
+                "parameters": [
+                    {
+                        "name": "since",
+                        "in": "query",
+                        "description": "only the samples taken after this time (epoch ms)",
+                        "schema": {"type": "integer", "minimum": 0},
+                    }
+                ],
                 "responses": {
                     "200": _answer(
                         "samples, oldest first", {"$ref": "#/components/schemas/History"}
                     ),
+                    "400": _BAD_PARAMETERS,
                     "401": _ACCEPTED["401"],
                     "404": _answer("another pipeline", _ERROR),
                 },

@@ -220,6 +220,10 @@ def data_messages(messages: Iterable[Message]) -> Iterator[Message]:
             raise KafkaException(err)
 
 
+#: How long a read of a known range waits for more records in one call.
+_POLL_S = 0.05
+
+
 def exact_end_offsets(
     consumer: Consumer, partitions: list[TopicPartition], timeout: float = 10.0
 ) -> dict[tuple[str, int], int]:
@@ -260,8 +264,10 @@ def exact_end_offsets(
     try:
         deadline = time.monotonic() + timeout
         while waiting and time.monotonic() < deadline:
-            note(consumer.consume(1000, 0.1))
-        while messages := consumer.consume(10_000, 0.2):  # the rest of the fetched batches
+            note(consumer.consume(10_000, _POLL_S))
+        # The rest of the fetched batches: queued with the record that ended the wait, so a
+        # short wait takes them (a long one only made every read of a topic slower).
+        while messages := consumer.consume(10_000, _POLL_S):
             note(messages)
     finally:
         consumer.unassign()
@@ -338,7 +344,8 @@ def read_range(
         while position < end:
             if time.monotonic() > deadline:
                 raise TopicError(f"{topic}[{partition}] stopped at {position} of {end}")
-            for msg in data_messages(consumer.consume(1000, 0.2)):
+            # as many as are left: the call returns once they are here, not at its timeout
+            for msg in data_messages(consumer.consume(min(1000, end - position), _POLL_S)):
                 position = (msg.offset() or 0) + 1
                 if position <= end:
                     yield msg

@@ -464,7 +464,7 @@ def _first_at_or_after(
     try:
         position = low
         while position < end:
-            for msg in data_messages(consumer.consume(10_000, 0.5)):
+            for msg in data_messages(consumer.consume(min(10_000, end - position), 0.5)):
                 position = (msg.offset() or 0) + 1
                 if msg.timestamp()[1] >= timestamp_ms:
                     return msg.offset() or 0

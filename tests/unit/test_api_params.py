@@ -32,6 +32,7 @@ def test_the_parameters_given_are_read_and_the_others_default() -> None:
         {"limit": "1001"},
         {"limit": "-1"},
         {"limit": "1e3"},
+        {"limit": "²"},  # a digit to str.isdigit, not to int()
         {"whole": "yes"},
         {"x": "1"},
     ],

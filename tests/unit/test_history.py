@@ -51,3 +51,16 @@ def test_a_counter_that_starts_again_never_reads_as_a_negative_rate() -> None:
     now[0], value[0] = 5.0, 3.0
     history.sample()
     assert history.document()["samples"][0]["topics"]["t"]["in_per_s"] == 0.0
+
+
+def test_since_answers_only_the_samples_after_it() -> None:
+    now = [1000.0]
+    history = History(lambda: {"t": {"in": now[0]}}, 60.0, 5.0, lambda: now[0])
+    for _ in range(5):
+        history.sample()
+        now[0] += 5.0
+    every = history.document()["samples"]
+    assert [s["at_ms"] for s in every] == [1005_000, 1010_000, 1015_000, 1020_000]
+    assert history.document(since_ms=1010_000)["samples"] == every[2:]
+    assert history.document(since_ms=1020_000)["samples"] == []
+    assert history.document(since_ms=0)["samples"] == every

@@ -73,12 +73,23 @@ export function overviewPage(ctx) {
       (last, top, n) => n ? `now ${number(last)}, at most ${number(top)} over ${n} samples` : "no samples yet");
   }
 
+  // the samples so far: each refresh asks only for the newer ones
+  const history = { samples: [], window_s: 900 };
+  async function newSamples() {
+    const last = history.samples.length ? history.samples[history.samples.length - 1].at_ms : 0;
+    const found = await api.get(`${ctx.base}/history?since=${last}`);
+    history.window_s = found.window_s;
+    const horizon = Date.now() - found.window_s * 1000;
+    history.samples = [...history.samples, ...found.samples].filter((s) => s.at_ms > horizon);
+    return history;
+  }
+
   const refresh = every(5000, async () => {
     try {
-      const [status, found, history] = await Promise.all([
+      const [status, found] = await Promise.all([
         api.get(`${ctx.base}/status`),
         api.get(`${ctx.base}/instances`),
-        api.get(`${ctx.base}/history`),
+        newSamples(),
       ]);
       fill(lifecycle, badge(status.lifecycle));
       keyedRows(instances.tbody, found.instances, (i) => i.instance,

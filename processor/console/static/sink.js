@@ -1,7 +1,7 @@
 // Sink: each Iceberg table as the sink last published it (its compacted status topic):
 // the last commit and its offsets, lag, and stopped tables with their reasons.
 import { api } from "./api.js";
-import { ago, badge, fill, h, keyedRows, number, scrolling, table, when } from "./dom.js";
+import { ago, badge, changed, fill, h, keyedRows, number, scrolling, table, when } from "./dom.js";
 import { every, report } from "./refresh.js";
 
 function offsets(map) {
@@ -31,9 +31,11 @@ export function sinkPage(ctx) {
         (row, t) => {
           const c = row.children;
           c[0].textContent = t.table;
-          if (t.stopped) fill(c[1], badge("stopped"), h("div", { class: "error" }, t.reason || ""));
-          else if (t.retrying) fill(c[1], badge("retrying", "waiting"), h("div", { class: "hint" }, t.retrying));
-          else fill(c[1], badge("running"));
+          changed(c[1], [t.stopped, t.reason, t.retrying], () => {
+            if (t.stopped) return [badge("stopped"), h("div", { class: "error" }, t.reason || "")];
+            if (t.retrying) return [badge("retrying", "waiting"), h("div", { class: "hint" }, t.retrying)];
+            return [badge("running")];
+          });
           c[2].textContent = when(t.last_commit_ms);
           c[3].textContent = number(t.last_commit_rows);
           c[4].textContent = offsets(t.committed);

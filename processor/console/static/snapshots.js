@@ -1,7 +1,7 @@
 // Snapshots: start one (the API checks the form), pause, resume and stop, follow each
 // table's progress, and read the notifications in Debezium's format.
 import { api } from "./api.js";
-import { badge, confirmed, duration, fill, h, keyedRows, number, scrolling, table, when } from "./dom.js";
+import { badge, changed, confirmed, duration, fill, h, keyedRows, number, scrolling, table, when } from "./dom.js";
 import { every, report } from "./refresh.js";
 
 function keyText(key) {
@@ -103,10 +103,13 @@ export function snapshotsPage(ctx) {
         (row, t) => {
           const c = row.children;
           c[0].textContent = t.table;
-          fill(c[1], badge(t.status), t.waiting ? h("div", { class: "hint" }, t.waiting) : null, t.error ? h("div", { class: "error" }, t.error) : null);
-          const bar = c[2].firstChild;
-          if (t.percent === null) bar.removeAttribute("value");
-          else bar.value = t.percent;
+          changed(c[1], [t.status, t.waiting, t.error], () => [
+            badge(t.status),
+            t.waiting ? h("div", { class: "hint" }, t.waiting) : null,
+            t.error ? h("div", { class: "error" }, t.error) : null,
+          ]);
+          // no estimate yet: an empty bar (an indeterminate one animates, 500 of them busy the page)
+          c[2].firstChild.value = t.percent === null ? 0 : t.percent;
           c[2].lastChild.textContent = t.percent === null ? "–" : `${t.percent.toFixed(1)} %`;
           c[3].textContent = t.estimated_rows ? `${number(t.rows)} of ~${number(t.estimated_rows)}` : number(t.rows);
           c[4].textContent = number(t.chunks);
