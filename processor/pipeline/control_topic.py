@@ -35,6 +35,7 @@ from tidemark.kafka import (
     exact_end_offsets,
     producer_config,
     read_range,
+    reader_config,
 )
 from tidemark.topics import control_topic, reader_group
 
@@ -111,7 +112,7 @@ def read_control(config: Config) -> ControlView:
     topic = control_topic(config.processor.pipeline)
     if topic not in AdminClient(client_config(config.kafka)).list_topics(timeout=10).topics:
         return view
-    consumer = Consumer(_reader_config(config))
+    consumer = Consumer(_reader_config(config, once=True))
     try:
         view.read_to_end(consumer, topic)
     finally:
@@ -150,6 +151,8 @@ def _ensure_control_topic(config: Config) -> str:
     return topic
 
 
-def _reader_config(config: Config) -> dict[str, Any]:
-    # A group id is required by librdkafka; the reader only assigns and never commits.
-    return consumer_config(config.kafka, reader_group(config.processor.pipeline, "control"))
+def _reader_config(config: Config, once: bool = False) -> dict[str, Any]:
+    """A reader's settings (``once``: for one read, then closed; otherwise one that tails).
+    A group id is required by librdkafka; the reader only assigns and never commits."""
+    settings = reader_config if once else consumer_config
+    return settings(config.kafka, reader_group(config.processor.pipeline, "control"))

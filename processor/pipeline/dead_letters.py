@@ -127,6 +127,7 @@ def read_dead_letters(config: Config, query: Query) -> dict[str, Any]:
                 "group.id": reader_group(config.processor.pipeline, "dead-letters"),
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
+                "fetch.wait.max.ms": 10,  # as tidemark.kafka.reader_config: no long poll
             },
         )
     )

@@ -50,12 +50,12 @@ from tidemark.failpoints import Failpoint
 from tidemark.kafka import (
     Acknowledgements,
     client_config,
-    consumer_config,
     data_messages,
     exact_end_offsets,
     produce_waiting,
     producer_config,
     read_range,
+    reader_config,
 )
 from tidemark.topics import (
     backfill_topic,
@@ -329,7 +329,7 @@ class Offsets:
 
     def _check_range(self, wanted: dict[Partition, int]) -> None:
         consumer = Consumer(
-            consumer_config(self.config.kafka, reader_group(self.pipeline, "offsets"))
+            reader_config(self.config.kafka, reader_group(self.pipeline, "offsets"))
         )
         try:
             lows, ends = _bounds(consumer, list(wanted))
@@ -406,7 +406,7 @@ def _read_all(
 ) -> Iterator[tuple[bytes | None, bytes | None]]:
     """Every record's key and value of ``topic[partition]``, in order, streamed."""
     consumer = Consumer(
-        consumer_config(config.kafka, reader_group(config.processor.pipeline, "offsets"))
+        reader_config(config.kafka, reader_group(config.processor.pipeline, "offsets"))
     )
     try:
         end = exact_end_offsets(consumer, [TopicPartition(topic, partition)])[(topic, partition)]
@@ -430,7 +430,7 @@ def _resolve(
 ) -> dict[Partition, int]:
     """The offset each partition goes to for a reset ``to`` the beginning, end or a time."""
     consumer = Consumer(
-        consumer_config(config.kafka, reader_group(config.processor.pipeline, "offsets"))
+        reader_config(config.kafka, reader_group(config.processor.pipeline, "offsets"))
     )
     try:
         lows, ends = _bounds(consumer, partitions)

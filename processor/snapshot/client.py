@@ -23,12 +23,12 @@ from processor.snapshot.signals import ExecuteSnapshot, parse_signal
 from tidemark.config import Config
 from tidemark.kafka import (
     client_config,
-    consumer_config,
     ensure_topics,
     last_value,
     partition_counts,
     producer_config,
     read_newest,
+    reader_config,
 )
 from tidemark.topics import notification_topic, progress_topic, reader_group, signal_topic
 
@@ -70,7 +70,7 @@ def read_state(config: Config) -> SnapshotState | None:
     if topic not in partition_counts(admin, [topic]):
         return None
     consumer = Consumer(
-        consumer_config(config.kafka, reader_group(config.processor.pipeline, "status"))
+        reader_config(config.kafka, reader_group(config.processor.pipeline, "status"))
     )
     try:
         raw = last_value(consumer, topic, PROGRESS_KEY)
@@ -99,7 +99,7 @@ def read_notifications(config: Config, request: str | None, limit: int) -> dict[
     snapshot request ``request`` only, when given. A record that is not a notification
     (anyone may write the topic) is counted in ``unreadable``, not shown."""
     consumer = Consumer(
-        consumer_config(config.kafka, reader_group(config.processor.pipeline, "notifications"))
+        reader_config(config.kafka, reader_group(config.processor.pipeline, "notifications"))
     )
     found: list[tuple[tuple[int, int, int], dict[str, Any]]] = []
     unreadable = 0

@@ -65,7 +65,7 @@ class Console:
 @pytest.fixture(scope="module")
 def console(stack: DevStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     chunks = {"chunk_size": 300, "min_chunk_size": 300, "max_chunk_size": 300}
-    config = snapshot_config(stack, "console", max_rows_per_second=1500, **chunks)
+    config = snapshot_config(stack, "console", max_rows_per_second=400, **chunks)
     uncaptured_table(config, "iso_console_a", ROWS)
     processor = Processor(stack, config, "console-processor").start(
         env={TOKEN_ENV: TOKEN, VIEWER_TOKEN_ENV: VIEWER}
