@@ -76,6 +76,7 @@ bench: setup $(QUIX)/.installed
 	$(BIN)/python bench/restore.py
 	$(BIN)/python bench/backfill.py
 	$(BIN)/python bench/sink.py --spark-conf spark.driver.memory=4g
+	$(BIN)/python bench/console.py
 
 $(QUIX)/.installed:
 	$(PYTHON) -m venv $(QUIX)
