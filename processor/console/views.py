@@ -22,13 +22,17 @@ from faust.web import Request, Response, View
 
 from processor import metrics
 from processor.web.guard import FailureLimit, Tokens, same_origin
-from processor.web.sessions import COOKIE, CSRF_HEADER, LIFETIME_S, Session, Sessions
+from processor.web.sessions import (
+    COOKIE,
+    CSRF_HEADER,
+    LIFETIME_S,
+    SESSION_PATH,
+    Session,
+    Sessions,
+)
 
 PAGE = "/console/"
 STATIC = "/console/static/"
-SESSION = "/console/session"
-#: The routes the guard lets through without a token: the page, its files, the login.
-OPEN_PREFIX = "/console"
 
 _TYPES = {
     ".html": "text/html; charset=utf-8",
@@ -89,7 +93,7 @@ def register_console(
         async def get(self, request: Request, name: str) -> Response:
             return serve(self, request, name)
 
-    @app.page(SESSION)
+    @app.page(SESSION_PATH)
     class ConsoleSession(View):
         async def get(self, request: Request) -> Response:
             session = sessions.check(request.cookies.get(COOKIE, ""))

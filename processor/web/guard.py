@@ -40,7 +40,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 
 from processor import metrics
-from processor.web.sessions import COOKIE, CSRF_HEADER, Sessions
+from processor.web.sessions import COOKIE, CSRF_HEADER, SESSION_PATH, Sessions
 from tidemark.config import TOKEN_ENV, VIEWER_TOKEN_ENV
 from tidemark.errors import ConfigError
 
@@ -154,8 +154,8 @@ def guard(tokens: Tokens, limit: FailureLimit, served: str, sessions: Sessions) 
             exc.headers.update(SECURITY_HEADERS)
             raise
         response.headers.update(SECURITY_HEADERS)
-        if request.path.startswith(served):
-            response.headers["Cache-Control"] = "no-store"
+        if request.path.startswith(served) or request.path == SESSION_PATH:
+            response.headers["Cache-Control"] = "no-store"  # answers, and the CSRF token
         return response
 
     async def admit(request: web.Request, handler: Handler) -> web.StreamResponse:

@@ -25,6 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 COOKIE = "tidemark_session"
+#: Where the console logs in (POST), learns its session (GET) and logs out (DELETE).
+SESSION_PATH = "/console/session"
 CSRF_HEADER = "X-CSRF-Token"
 LIFETIME_S = 8 * 3600
 _VERSION = "v1"

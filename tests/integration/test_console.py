@@ -118,8 +118,9 @@ def test_login_refuses_a_wrong_token_and_holds_the_right_one_in_an_http_only_coo
     assert b.fetch("POST", pause) == 403
     assert b.fetch("POST", pause, {"X-CSRF-Token": "forged"}) == 403
     session = {"Cookie": f"tidemark_session={cookie['value']}"}
-    status, _, me = _request("GET", f"{console.origin}/console/session", session)
+    status, headers, me = _request("GET", f"{console.origin}/console/session", session)
     assert status == 200 and me["role"] == "operator"
+    assert headers["Cache-Control"] == "no-store"  # it holds the CSRF token
     csrf = {**session, "X-CSRF-Token": me["csrf"]}
     evil = {**csrf, "Origin": "http://evil.example"}
     assert _request("POST", console.origin + pause, evil)[0] == 403
