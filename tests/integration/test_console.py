@@ -356,6 +356,7 @@ def test_the_console_works_from_the_keyboard(console: Console) -> None:
     # a confirmation closes with Escape, and nothing is done
     b.find("#snapshots-stop").send_keys(Keys.ENTER)
     b.until("the dialog", lambda: b.find("#confirm").get_attribute("open") is not None)
+    b.shot("keyboard-confirmation")
     ActionChains(b.driver).send_keys(Keys.ESCAPE).perform()
     b.until("the dialog closed", lambda: b.find("#confirm").get_attribute("open") is None)
     assert "signal sent" not in b.text("#snapshot-notice")
