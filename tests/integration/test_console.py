@@ -2,9 +2,10 @@
 
 One processor and one browser serve every test of this module, in order: they log in,
 start and follow a snapshot, are refused an offsets edit while the pipeline runs, stop
-it, edit, undo and resume, find a poison message, and then log in as the viewer. Each
-test saves screenshots (:data:`tests.integration.browser.ARTIFACTS`) and runs axe-core
-on the pages it saw.
+it, edit, undo, reset and resume, find a poison message, read the sink's statuses, use
+the keyboard, log in as the viewer, and hold the editor's schema check to the API's.
+Each test of a page saves screenshots (:data:`tests.integration.browser.ARTIFACTS`) and
+runs axe-core on the pages it shows.
 """
 
 from __future__ import annotations
