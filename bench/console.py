@@ -89,6 +89,7 @@ from selenium.webdriver.common.by import By  # noqa: E402
 
 from spark_sink.status import StatusBoard  # noqa: E402
 from tests.integration.browser import CHROMEDRIVER, CHROMIUM  # noqa: E402
+from tests.integration.browser import FLAGS as BROWSER_FLAGS  # noqa: E402
 from tidemark.cli.devstack.procs import pid_alive  # noqa: E402
 from tidemark.cli.devstack.stack import DevStack  # noqa: E402
 from tidemark.cli.verify import source_lsn, wait_debezium  # noqa: E402
@@ -100,19 +101,7 @@ from tidemark.ports import free_port  # noqa: E402
 PIPELINE = "consolebench"
 TABLE = "iso_consolebench_t{:03d}"
 #: The flags of the console's browser tests, and precise heap figures.
-FLAGS = (
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-    "--window-size=1400,1000",
-    "--enable-precise-memory-info",
-)
+FLAGS = (*BROWSER_FLAGS, "--enable-precise-memory-info")
 
 #: Each page: the caption its data's table starts with (or None), and an element whose
 #: text must be shown ("…" and "" are not shown).

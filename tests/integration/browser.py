@@ -27,7 +27,7 @@ AXE = Path(__file__).parent / "vendor" / "axe.min.js"
 ARTIFACTS = Path(
     os.environ.get("TIDEMARK_ARTIFACTS", Path(__file__).parents[2] / "logs" / "artifacts")
 )
-_FLAGS = (
+FLAGS = (
     "--headless=new",
     "--no-sandbox",
     "--disable-gpu",
@@ -150,7 +150,7 @@ def chromium(root: Path, name: str) -> Iterator[Browser]:
     shots.mkdir(parents=True, exist_ok=True)
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for flag in (*_FLAGS, f"--user-data-dir={root / 'profile'}"):
+    for flag in (*FLAGS, f"--user-data-dir={root / 'profile'}"):
         options.add_argument(flag)
     options.add_experimental_option(
         "prefs",

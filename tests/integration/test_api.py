@@ -54,11 +54,16 @@ def call(
 
 
 def answered(
-    method: str, url: str, body: Any = None, token: str | None = TOKEN, raw: bytes | None = None
+    method: str,
+    url: str,
+    body: Any = None,
+    token: str | None = TOKEN,
+    raw: bytes | None = None,
+    headers: dict[str, str] | None = None,
 ) -> tuple[int, Any, Any]:
-    """``(status, headers, JSON body or None)`` of one request."""
+    """``(status, headers, JSON body or None)`` of one request (``headers``: more of them)."""
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
-    request = urllib.request.Request(url, data=data, method=method)
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
     try:

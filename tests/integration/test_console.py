@@ -13,8 +13,6 @@ from __future__ import annotations
 import base64
 import json
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +28,7 @@ from processor.pipeline.offsets_schema import OFFSETS_SCHEMA
 from spark_sink.status import StatusBoard
 from tests.integration.browser import Browser, chromium
 from tests.integration.processes import Processor
-from tests.integration.test_api import TOKEN, VIEWER
+from tests.integration.test_api import TOKEN, VIEWER, answered
 from tests.integration.test_snapshots import snapshot_config, uncaptured_table
 from tidemark.cli.devstack.stack import DevStack
 from tidemark.config import TOKEN_ENV, VIEWER_TOKEN_ENV, Config
@@ -119,14 +117,16 @@ def test_login_refuses_a_wrong_token_and_holds_the_right_one_in_an_http_only_coo
     assert b.fetch("POST", pause) == 403
     assert b.fetch("POST", pause, {"X-CSRF-Token": "forged"}) == 403
     session = {"Cookie": f"tidemark_session={cookie['value']}"}
-    status, headers, me = _request("GET", f"{console.origin}/console/session", session)
+    status, headers, me = answered(
+        "GET", f"{console.origin}/console/session", token=None, headers=session
+    )
     assert status == 200 and me["role"] == "operator"
     assert headers["Cache-Control"] == "no-store"  # it holds the CSRF token
     csrf = {**session, "X-CSRF-Token": me["csrf"]}
     evil = {**csrf, "Origin": "http://evil.example"}
-    assert _request("POST", console.origin + pause, evil)[0] == 403
+    assert answered("POST", console.origin + pause, {}, token=None, headers=evil)[0] == 403
     # the page's own files: open, with a policy that allows no inline script
-    status, headers, _ = _request("GET", console.url, {})
+    status, headers, _ = answered("GET", console.url, token=None)
     policy = headers["Content-Security-Policy"]
     assert status == 200 and "script-src 'self'" in policy and "unsafe-inline" not in policy
     assert headers["X-Frame-Options"] == "DENY"
@@ -169,24 +169,6 @@ def test_a_snapshot_started_from_the_form_pauses_resumes_and_reaches_100_percent
     )
     b.shot("snapshots")
     console.accessible()
-
-
-def _request(method: str, url: str, headers: dict[str, str]) -> tuple[int, Any, Any]:
-    """``(status, headers, JSON body or None)`` of one request with ``headers``."""
-    data = None if method == "GET" else b"{}"
-    request = urllib.request.Request(url, data=data, method=method, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=30) as resp:
-            return resp.status, resp.headers, _json(resp.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.headers, _json(exc.read())
-
-
-def _json(raw: bytes) -> Any:
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return None
 
 
 def busiest(document: str) -> int:
