@@ -19,5 +19,10 @@ setup(
             ["tidemark/_avroread.c"],
             extra_compile_args=["-Wall", "-Wextra", "-Werror"],
         ),
+        Extension(
+            "tidemark._records",
+            ["tidemark/_records.c"],
+            extra_compile_args=["-Wall", "-Wextra", "-Werror"],
+        ),
     ]
 )

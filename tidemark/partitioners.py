@@ -6,8 +6,9 @@ backfill produces with the partitioner that wrote the change topic
 ``crc32`` (librdkafka's default ``consistent_random``, so a Debezium embedded in
 a librdkafka program) or ``fnv1a`` (librdkafka's ``fnv1a_random``, Sarama's).
 The functions here are those producers' own arithmetic, held to librdkafka's
-exported partitioners by a property test; they check a topic's events, they do
-not route the backfill (its producer does, with :data:`LIBRDKAFKA`).
+exported partitioners by a property test; they check a topic's events.
+:func:`partitions_of` is the same arithmetic in C (``tidemark/_records.c``), held to
+them by another: it routes a chunk's rows to their partitions, one call per chunk.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+from tidemark._records import partitions
 
 Partitioner = Literal["murmur2", "crc32", "fnv1a"]
 PARTITIONERS: tuple[Partitioner, ...] = ("murmur2", "crc32", "fnv1a")
@@ -78,6 +81,11 @@ _PARTITION: dict[Partitioner, Callable[[bytes, int], int]] = {
 def partition_of(partitioner: Partitioner, key: bytes, count: int) -> int:
     """The partition ``partitioner`` gives ``key`` in a topic of ``count`` partitions."""
     return _PARTITION[partitioner](key, count)
+
+
+def partitions_of(partitioner: Partitioner, keys: list[bytes], count: int) -> list[int]:
+    """:func:`partition_of` of each of ``keys``, computed in C."""
+    return partitions(keys, count, PARTITIONERS.index(partitioner))
 
 
 def fitting(samples: Iterable[tuple[bytes, int]], count: int) -> list[Partitioner]:

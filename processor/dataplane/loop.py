@@ -28,12 +28,13 @@ from processor.dataplane.partitioner_watch import PartitionerWatch
 from processor.dataplane.partitions import Partitions
 from processor.dataplane.replay import Replays
 from processor.errors import ProcessorError
+from processor.events.chunk_records import framed_rows, rows_of
 from processor.events.chunk_tag import ChunkTags
 from processor.outages import Outage, is_outage
 from processor.pipeline.control_topic import ControlReader, ControlView, Lifecycle
 from processor.pipeline.offsets import ABANDONED_WRITE_SECONDS, complete_write
 from processor.reconcile.batch import Batch, Reconciler, TopicPartitionKey
-from processor.tuning import tune_garbage_collector
+from processor.tuning import keep_freed_memory, tune_garbage_collector
 from state.store import StateBackend
 from tidemark.config import Config
 from tidemark.failpoints import Failpoint
@@ -107,6 +108,7 @@ class DataPlane:
         offsets (:mod:`processor.outages`): nothing of the failed batch was committed.
         """
         tune_garbage_collector()
+        keep_freed_memory()  # a batch's messages, decisions and outputs: tens of MB, each batch
         control: ControlReader | None = None
         try:
             while not self._stop.is_set():
@@ -198,7 +200,16 @@ class DataPlane:
                 tp = (topic, partition)
                 group = groups.setdefault(tp, [])
                 tagged = topic.startswith(backfill)
-            chunk = self._chunk_tags.parse(msg.headers()) if tagged else None
+            chunk = None
+            if tagged:
+                headers = msg.headers()
+                chunk = self._chunk_tags.parse(headers)
+                count = framed_rows(headers)
+                if count is not None:
+                    rows = rows_of(topic, partition, msg.offset() or 0, msg.value(), chunk, count)
+                    if rows is not None:
+                        group += rows
+                        continue
             fields = (topic, partition, msg.offset() or 0, msg.key(), msg.value(), chunk)
             group.append(make(RawMessage, fields))
         self._partitioner.observe(groups)

@@ -8,7 +8,9 @@ The data plane subscribes to both with the range assignor, which gives the
 same partition of co-partitioned topics to the same instance, and decides a
 backfill record against the state of the input partition it belongs to.
 
-Each record carries three headers: ``tidemark.chunk`` (the chunk's number, which
+A record frames a few of a chunk's rows of one partition
+(:mod:`processor.events.chunk_records`, whose ``tidemark.rows`` header counts them),
+and carries the chunk's three headers: ``tidemark.chunk`` (the chunk's number, which
 only grows across every snapshot of the pipeline), what the chunk saw
 (:mod:`processor.events.visibility`): ``tidemark.snapshot``, the ``pg_snapshot`` it was
 read in (read-only mode), or ``tidemark.window``, its signal-table window; and

@@ -165,12 +165,22 @@ class TableShape:
         key_head = self._key.head if self._key.format == "json-schema" else b""
         key_tail = b"}" if key_head else b""
         dumps = orjson.dumps
+        # A key of one integer column, the common case, is formatted as orjson writes it.
+        single = key_at[0][1] if len(key_at) == 1 else -1
+        number_key = (
+            _escaped(key_head + b"{" + dumps(key_at[0][0]) + b":")
+            + b"%d"
+            + _escaped(b"}" + key_tail)
+        )
         out = []
         for row in rows:
             values = list(row)
             for i, encode in converted:
                 values[i] = encode(values[i])
-            key = key_head + dumps({name: values[i] for name, i in key_at}) + key_tail
+            if single >= 0 and type(values[single]) is int:
+                key = number_key % values[single]
+            else:
+                key = key_head + dumps({name: values[i] for name, i in key_at}) + key_tail
             body = dumps(dict(zip(names, values, strict=True)))[:row_end]
             out.append((key, head + body + tail))
         return out
@@ -216,6 +226,11 @@ class TableShape:
         else:
             value = dict(payload, after=_wire(self._value, values))
         return _write(self._key, key), _write(self._value, value)
+
+
+def _escaped(text: bytes) -> bytes:
+    """``text`` as a literal part of a ``%`` format."""
+    return text.replace(b"%", b"%%")
 
 
 _AFTER_MARK = "\x01tidemark:after\x01"

@@ -8,6 +8,10 @@ works on another core while the data plane decides the previous chunk's rows.
 :class:`ChunkWorkers` keeps ``snapshot.readers`` such processes, each with its
 own connection, so several parts of a table are read at once.
 
+A chunk's rows go to its backfill topic a few to a record, framed per partition
+(:mod:`processor.events.chunk_records`): each row to the partition that the change
+topic's partitioner (``source.partitioner``) gives its key.
+
 Guarantee: a chunk is reported finished only once Kafka has acknowledged
 every row of it, so the coordinator may then record the chunk as done. The
 children exit when their parent does (they watch its pid), so a killed
@@ -30,6 +34,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaException, Producer
 
 from processor.errors import ChunkError, SourceUnavailableError, TableChangedError
+from processor.events.chunk_records import records, rows_header
 from processor.events.chunk_tag import ChunkTag
 from processor.events.visibility import PgSnapshot, Window
 from processor.snapshot.chunk_events import TableShape
@@ -48,7 +53,7 @@ from tidemark.kafka import (
     produce_waiting,
     producer_config,
 )
-from tidemark.partitioners import LIBRDKAFKA
+from tidemark.partitioners import partitions_of
 from tidemark.schema_registry import configured_schemas
 from tidemark.topics import backfilled_topic, reader_group
 
@@ -263,10 +268,6 @@ class _Reader:
                     "linger.ms": 20,
                     "compression.type": "lz4",
                     "queue.buffering.max.messages": 500_000,
-                    # the change topic's producer's partitioner (Kafka's murmur2 unless
-                    # source.partitioner says otherwise): a chunk row goes to the
-                    # partition of its key's changes
-                    "partitioner": LIBRDKAFKA[config.source.partitioner],
                     **FAILURES_ONLY,
                 },
             )
@@ -296,8 +297,14 @@ class _Reader:
         started = time.perf_counter()
         headers = ChunkTag(job.chunk, read_in, job.request).headers()
         producer, topic, on_delivery = self._producer, job.backfill, self._acks.on_delivery
-        for key, value in layout.shape.encode_chunk(chunk.rows, layout.columns):
-            produce_waiting(producer, topic, value, key, on_delivery, headers=headers)
+        rows = layout.shape.encode_chunk(chunk.rows, layout.columns)
+        # the change topic's partitioner (Kafka's murmur2 unless source.partitioner says
+        # otherwise): a chunk row goes to the partition of its key's changes
+        count = len(producer.list_topics(topic, timeout=10).topics[topic].partitions)
+        partitions = partitions_of(self._config.source.partitioner, [k for k, _ in rows], count)
+        for partition, framed, value in records(rows, partitions):
+            with_count = [*headers, rows_header(framed)]
+            produce_waiting(producer, topic, value, None, on_delivery, partition, with_count)
         self._acks.wait("chunk's rows")
         seconds = chunk.seconds + time.perf_counter() - started
         return ChunkDone(len(chunk.rows), seconds)

@@ -30,6 +30,7 @@ import orjson
 import psycopg
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from processor.events.chunk_records import ROWS_HEADER, rows_of
 from tidemark.cli.devstack.procs import pid_alive
 from tidemark.cli.devstack.stack import DevStack
 from tidemark.config import Config, dump_config
@@ -254,6 +255,18 @@ def read_topic(config: Config, topic: str) -> list[Record]:
         return records
     finally:
         consumer.close()
+
+
+def read_backfill(config: Config, topic: str) -> list[Record]:
+    """The chunk rows in backfill topic ``topic``: each framed record's rows, each a
+    record at its offset with its headers (:mod:`processor.events.chunk_records`)."""
+    rows = []
+    for record in read_topic(config, topic):
+        count = record.headers.get(ROWS_HEADER)
+        framed = rows_of(topic, record.partition, record.offset, record.value, None, count or b"")
+        assert count is not None and framed is not None, f"not framed rows: {record}"
+        rows += [record._replace(key=row.key, value=row.value) for row in framed]
+    return rows
 
 
 def records_if_any(config: Config, topic: str) -> list[Record]:

@@ -34,6 +34,7 @@ from tests.integration.processes import (
     decoder,
     metric,
     pipeline_config,
+    read_backfill,
     read_topic,
     reconciled,
 )
@@ -251,7 +252,7 @@ def test_avro_backfill_rows_are_debeziums_own(avro_stack: DevStack) -> None:
             for r in read_topic(config, f"tidemark.public.{name}")
             if r.value is not None and decode(r.value)["op"] == "u"
         }
-        ours = read_topic(config, f"avrobf.backfill.tidemark.public.{name}")
+        ours = read_backfill(config, f"avrobf.backfill.tidemark.public.{name}")
         assert len(ours) == len(theirs) == 9
         for record in ours:
             partition, value = theirs[record.key]  # the same key bytes (schema id included)

@@ -26,6 +26,7 @@ from tests.integration.processes import (
     decoder,
     final_rows,
     metric,
+    read_backfill,
     read_topic,
     reconciled,
     wait_for,
@@ -129,7 +130,8 @@ def backfill_flattened(stack: DevStack, name: str, fmt: str) -> None:
         # Debezium's own events of the same rows: touch every row the backfill read last.
         change_topic = f"{name}.public.{table}"
         ours = {}
-        for record in read_topic(config, backfill_topic(config.processor.pipeline, change_topic)):
+        backfilled = backfill_topic(config.processor.pipeline, change_topic)
+        for record in read_backfill(config, backfilled):
             assert record.key is not None and record.value is not None
             ours[record.key] = record
         with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:

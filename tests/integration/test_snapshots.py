@@ -52,6 +52,7 @@ from tests.integration.processes import (
     final_rows,
     metric,
     pipeline_config,
+    read_backfill,
     read_topic,
     reconciled,
     run_cli,
@@ -298,7 +299,7 @@ def test_backfill_converges_while_the_table_changes(stack: DevStack) -> None:
         assert read_topic(config, "snap.dlq") == []
         # Chunk rows went to the partition of their key's changes (Kafka's murmur2 partitioner).
         changes = {r.key: r.partition for r in read_topic(config, f"tidemark.public.{name}")}
-        backfill = read_topic(config, f"snap.backfill.tidemark.public.{name}")
+        backfill = read_backfill(config, f"snap.backfill.tidemark.public.{name}")
         shared = [(r.partition, changes[r.key]) for r in backfill if r.key in changes]
         assert len(shared) > 100 and all(ours == theirs for ours, theirs in shared)
         dropped = metric(
@@ -353,7 +354,7 @@ def test_snapshot_survives_a_crash_and_obeys_pause_resume_and_stop(stack: DevSta
 
         done = progress(config, table, "ctl-1")
         assert (done.status, done.rows) == ("completed", rows + 1)  # each row counted once (I4)
-        backfilled = len(read_topic(config, f"snapctl.backfill.tidemark.{table}"))
+        backfilled = len(read_backfill(config, f"snapctl.backfill.tidemark.{table}"))
         # At most the reader's two parts in flight (1,000 rows at most each) read again.
         assert rows < backfilled <= rows + 1 + 2 * 1000
         assert len(notified(config, "STARTED", "ctl-1")) == 1
@@ -675,7 +676,7 @@ def test_a_backfill_in_another_encoding_than_its_topic_is_refused_naming_the_set
             defaults, source=dataclasses.replace(defaults.source, debezium=connector)
         )
         backfill_once(stack, matching, f"public.{name}", "enc-2", "COMPLETED")
-        assert len(read_topic(defaults, backfill)) == 50
+        assert len(read_backfill(defaults, backfill)) == 50
     finally:
         debezium.stop()
 
@@ -735,7 +736,7 @@ def test_a_backfill_goes_where_the_topics_partitioner_put_its_keys_or_is_refused
         seen = backfill_once(stack, config, table, "part-2", "COMPLETED")
         assert metric(seen, "tidemark_partitioner_mismatches_total", topic=topic) == 0
         changes = {r.key: r.partition for r in read_topic(config, topic)}
-        rows = read_topic(config, backfill)
+        rows = read_backfill(config, backfill)
         assert len(rows) == 200
         assert all(changes[r.key] == r.partition for r in rows)
         assert len({r.partition for r in rows}) == config.kafka.topic_partitions
@@ -771,7 +772,7 @@ def test_a_table_with_no_event_yet_is_backfilled_as_debezium_would_write_it(
     assert partition_counts(admin, [topic]) == {topic: 3}
     ours = {
         tuple(orjson.loads(r.key)["payload"].values()): (r.partition, r.key, r.value)
-        for r in read_topic(config, backfill_topic(config.processor.pipeline, topic))
+        for r in read_backfill(config, backfill_topic(config.processor.pipeline, topic))
         if r.key is not None and r.value is not None
     }
     assert len(ours) == 300
@@ -968,7 +969,8 @@ def test_columns_added_and_dropped_during_a_backfill_shape_the_rows_read_after(
         assert {i for seq in steps.values() for i in seq} == {0, 1, 2}, steps
         change_topic = f"{config.source.topic_prefix}.public.{table}"
         big = []  # backfill rows read after v became bigint: declared as Debezium does now
-        for record in read_topic(config, backfill_topic(config.processor.pipeline, change_topic)):
+        backfilled = backfill_topic(config.processor.pipeline, change_topic)
+        for record in read_backfill(config, backfilled):
             doc = orjson.loads(record.value or b"null")
             if doc and doc["payload"]["after"]["v"] >= 5_000_000_000:
                 after = next(f for f in doc["schema"]["fields"] if f["field"] == "after")

@@ -6,10 +6,17 @@ import ctypes
 from pathlib import Path
 
 import confluent_kafka
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidemark.partitioners import PARTITIONERS, contradiction, fitting, partition_of
+from tidemark.partitioners import (
+    PARTITIONERS,
+    contradiction,
+    fitting,
+    partition_of,
+    partitions_of,
+)
 
 #: librdkafka as confluent-kafka ships it; its partitioner functions are exported.
 _LIBRARY = ctypes.CDLL(
@@ -72,3 +79,17 @@ def test_a_contradiction_names_the_partitioner_that_fits_but_strays_pass() -> No
     found = contradiction("murmur2", custom, 6)
     assert found is not None and found.fits == []
     assert str(found).endswith("no known partitioner fits")
+
+
+@given(st.lists(st.binary(max_size=64), max_size=40), st.integers(1, 512))
+def test_the_compiled_partitions_are_the_partitioners(keys: list[bytes], count: int) -> None:
+    """:func:`partitions_of` (C, a chunk's keys at once) is :func:`partition_of`."""
+    for name in PARTITIONERS:
+        assert partitions_of(name, keys, count) == [partition_of(name, k, count) for k in keys]
+
+
+def test_the_compiled_partitions_refuse_what_is_not_keys() -> None:
+    with pytest.raises(TypeError):
+        partitions_of("murmur2", ["text"], 3)  # type: ignore[list-item]
+    with pytest.raises(ValueError):
+        partitions_of("murmur2", [b"k"], 0)
