@@ -76,11 +76,17 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=50_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
+        "--input",
+        choices=sorted(set(INPUTS.values()) | {"json-schema"}),
+        help="the input of every program (default: each program's own, INPUTS)",
+    )
+    parser.add_argument(
         "--results", default="compare", help="the results file's name (bench/results/<name>.json)"
     )
     args = parser.parse_args()
     trees = {"before": args.before.resolve(), "after": ROOT}
     programs = args.programs.split(",")
+    inputs = {p: args.input or INPUTS[p] for p in programs}
 
     from tidemark.cli.devstack import broker
     from tidemark.cli.devstack.procs import stop_pid
@@ -101,14 +107,14 @@ def main() -> None:
             "value": client.register("bench-value", json.dumps(envelopes.VALUE_SCHEMA)),
             "row": client.register("bench-row", json.dumps(envelopes.ROW_SCHEMA)),
         }
-        topics = {fmt: f"bench.public.compare_{fmt.replace('-', '_')}" for fmt in INPUTS.values()}
-        for fmt in {INPUTS[p] for p in programs}:
+        topics = {fmt: f"bench.public.compare_{fmt.replace('-', '_')}" for fmt in inputs.values()}
+        for fmt in set(inputs.values()):
             envelopes.load(bootstrap, topics[fmt], args.events, args.keys, fmt, ids)
         for _ in range(args.rounds):
             for program in programs:
                 for label, tree in trees.items():
                     figures = run(
-                        tree, program, bootstrap, topics[INPUTS[program]], args.events, registry
+                        tree, program, bootstrap, topics[inputs[program]], args.events, registry
                     )
                     measured.setdefault((program, label), []).append(figures)
     finally:
@@ -124,7 +130,7 @@ def main() -> None:
             {
                 "program": program,
                 "version": label,
-                "input": INPUTS[program],
+                "input": inputs[program],
                 "events_per_s": round(statistics.median(rates)),
                 "events_per_s_runs": [round(r) for r in rates],
                 "cpu_us_per_event": round(cpu, 2),
