@@ -11,8 +11,11 @@ tag's headers are then paid per record, not per row.
 
 The data plane reads a framed record back as its rows (:func:`rows_of`), each a message
 of its own at the record's offset. A record is consumed, decided and committed whole,
-in one batch, so its offset is committed only once all of its rows are decided. A
-record without the header is one row, as chunk readers wrote them before framing.
+in one batch, so its offset is committed only once all of its rows are decided.
+(Where the input topic is refused at a row inside a record, the topic resumes at the
+record's offset: the rows before that one are emitted again, as a chunk read twice
+is.) A record without the header is one row, as chunk readers wrote them before
+framing.
 """
 
 from __future__ import annotations
