@@ -110,6 +110,16 @@ def produce_waiting(
             producer.poll(0.05)
 
 
+def partition_count(client: Producer, topic: str) -> int:
+    """How many partitions ``topic`` has now; :class:`TopicError` while it has none (a
+    writer that places records itself then tries again later, as when Kafka is down)."""
+    found = client.list_topics(topic, timeout=10).topics.get(topic)
+    if found is None or found.error is not None or not found.partitions:
+        reason = "it does not exist" if found is None else found.error or "no partitions"
+        raise TopicError(f"cannot write topic {topic}: {reason}")
+    return len(found.partitions)
+
+
 def client_config(kafka: KafkaConfig, **extra: Any) -> dict[str, Any]:
     """librdkafka settings for any client of ``kafka``."""
     conf: dict[str, Any] = {"bootstrap.servers": kafka.bootstrap_servers}

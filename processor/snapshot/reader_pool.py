@@ -50,6 +50,7 @@ from tidemark.kafka import (
     FAILURES_ONLY,
     Acknowledgements,
     consumer_config,
+    partition_count,
     produce_waiting,
     producer_config,
 )
@@ -61,6 +62,17 @@ log = logging.getLogger(__name__)
 
 #: How much lower than the processor's the readers' CPU priority is (``nice``).
 READER_NICENESS = 10
+#: The chunk reader's producer: batches of a chunk's records, compressed (the broker's
+#: CPU per row grows with the bytes it is sent), failures reported alone, and no topic
+#: created by a write or a metadata request: a backfill topic missing here would be
+#: made with the broker's default partition count, not its change topic's.
+PRODUCER_SETTINGS: dict[str, Any] = {
+    "linger.ms": 20,
+    "compression.type": "lz4",
+    "queue.buffering.max.messages": 500_000,
+    "allow.auto.create.topics": False,
+    **FAILURES_ONLY,
+}
 #: Jobs handed to a reader at once: the one it reads and the next, so that it never
 #: waits for the coordinator (a thread that shares the interpreter with the data plane).
 JOBS_PER_READER = 2
@@ -261,17 +273,7 @@ class _Reader:
         self._config = config
         self._connector = connector
         self._schemas = configured_schemas(config.kafka)
-        self._producer = Producer(
-            producer_config(
-                config.kafka,
-                **{
-                    "linger.ms": 20,
-                    "compression.type": "lz4",
-                    "queue.buffering.max.messages": 500_000,
-                    **FAILURES_ONLY,
-                },
-            )
-        )
+        self._producer = Producer(producer_config(config.kafka, **PRODUCER_SETTINGS))
         self._acks = Acknowledgements(self._producer)
         self._source: ChunkReader | None = None
         self._watermarks: SignalTableWatermarks | None = None
@@ -300,7 +302,7 @@ class _Reader:
         rows = layout.shape.encode_chunk(chunk.rows, layout.columns)
         # the change topic's partitioner (Kafka's murmur2 unless source.partitioner says
         # otherwise): a chunk row goes to the partition of its key's changes
-        count = len(producer.list_topics(topic, timeout=10).topics[topic].partitions)
+        count = partition_count(producer, topic)
         partitions = partitions_of(self._config.source.partitioner, [k for k, _ in rows], count)
         for partition, framed, value in records(rows, partitions):
             with_count = [*headers, rows_header(framed)]

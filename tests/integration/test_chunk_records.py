@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient
 from processor.events.chunk_records import records, rows_header
 from processor.events.chunk_tag import ChunkTag
 from processor.events.visibility import PgSnapshot
+from processor.snapshot.reader_pool import PRODUCER_SETTINGS
 from tests.integration.processes import (
     Processor,
     pipeline_config,
@@ -31,7 +32,14 @@ from tests.integration.processes import (
 from tidemark.cli.devstack.procs import pid_alive
 from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import processor_lag
-from tidemark.kafka import Acknowledgements, client_config, ensure_topics
+from tidemark.errors import TopicError
+from tidemark.kafka import (
+    Acknowledgements,
+    client_config,
+    ensure_topics,
+    partition_count,
+    producer_config,
+)
 from tidemark.topics import backfill_topic, dead_letter_topic
 
 pytestmark = pytest.mark.integration
@@ -92,3 +100,17 @@ def test_framed_rows_are_each_decided_and_a_broken_record_is_one_dead_letter(
     assert last == {k: f"row {k}" for k in (1, 2, 3, 4, 5, 6, 7, 10)}
     letters = read_topic(config, dead_letter_topic("framed"))
     assert [(r.value, r.headers["tidemark.source.offset"]) for r in letters] == [(broken, b"1")]
+
+
+def test_partitions_are_counted_and_a_missing_topic_is_a_topic_error(stack: DevStack) -> None:
+    """The reader partitions a chunk's rows itself: it counts the backfill topic's
+    partitions, with its own producer. A topic that is not there is a TopicError (the
+    chunk is tried again later), not a topic created by the metadata request with the
+    broker's default partition count (librdkafka's producers ask for that by default)."""
+    config = stack.config
+    topic = "iso_framed_counted"
+    ensure_topics(AdminClient(client_config(config.kafka)), {topic: 3}, 1)
+    producer = Producer(producer_config(config.kafka, **PRODUCER_SETTINGS))
+    assert partition_count(producer, topic) == 3
+    with pytest.raises(TopicError, match="iso_framed_missing"):
+        partition_count(producer, "iso_framed_missing")
