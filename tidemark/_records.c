@@ -102,6 +102,18 @@ static PyObject *partitions(PyObject *self, PyObject *const *args, Py_ssize_t na
     return out;
 }
 
+/* A frame's length: 4 bytes, big-endian. */
+static uint32_t read_length(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static void write_length(unsigned char *p, uint32_t length) {
+    p[0] = (unsigned char)(length >> 24);
+    p[1] = (unsigned char)(length >> 16);
+    p[2] = (unsigned char)(length >> 8);
+    p[3] = (unsigned char)length;
+}
+
 /* [u32 key length][key][u32 value length][value] per pair, big-endian lengths. */
 static PyObject *frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
@@ -142,10 +154,7 @@ static PyObject *frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
         for (int j = 0; j < 2; j++) {
             PyObject *part = PyTuple_GET_ITEM(pair, j);
             uint32_t length = (uint32_t)PyBytes_GET_SIZE(part);
-            p[0] = (unsigned char)(length >> 24);
-            p[1] = (unsigned char)(length >> 16);
-            p[2] = (unsigned char)(length >> 8);
-            p[3] = (unsigned char)length;
+            write_length(p, length);
             memcpy(p + 4, PyBytes_AS_STRING(part), length);
             p += 4 + length;
         }
@@ -165,7 +174,7 @@ static PyObject *unframe(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     Py_ssize_t count = 0;
     for (const unsigned char *q = p; q < end; count++) {
         if (end - q < 4) Py_RETURN_NONE;
-        uint32_t length = ((uint32_t)q[0] << 24) | ((uint32_t)q[1] << 16) | ((uint32_t)q[2] << 8) | q[3];
+        uint32_t length = read_length(q);
         if ((size_t)(end - q - 4) < length) Py_RETURN_NONE;
         q += 4 + length;
     }
@@ -173,7 +182,7 @@ static PyObject *unframe(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     PyObject *out = PyList_New(count);
     if (out == NULL) return NULL;
     for (Py_ssize_t i = 0; i < count; i++) {
-        uint32_t length = ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+        uint32_t length = read_length(p);
         PyObject *part = PyBytes_FromStringAndSize((const char *)p + 4, length);
         if (part == NULL) {
             Py_DECREF(out);

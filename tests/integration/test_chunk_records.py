@@ -92,8 +92,7 @@ def test_framed_rows_are_each_decided_and_a_broken_record_is_one_dead_letter(
             producer.produce(backfill, value, key, 0, acks.on_delivery, headers=headers)
         acks.wait("test records")
         wait_for("the backfill records", lambda: processor_lag(config).get(backfill) == 0)
-        pid = processor.pid
-        assert pid_alive(pid)
+        assert pid_alive(processor.pid)
     finally:
         processor.stop()
     last = {e.key["id"]: e.after["name"] for e in reconciled(config, TABLE) if e.after}
