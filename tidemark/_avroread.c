@@ -11,6 +11,8 @@
  *   shifts them past 64 bits), a block count of -2**63, nesting deeper than MAX_DEPTH,
  *   more than ZERO_SIZE_CAP items that take no bytes (arrays of null).
  * - Every read is checked against the end the caller gave.
+ * - skip() gives the end offset read() would give, making no value (strings are checked
+ *   for UTF-8, logical types converted), and None where read() declines or raises.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -517,9 +519,173 @@ static PyObject *read_datum(PyObject *self, PyObject *const *args, Py_ssize_t na
     return pair;
 }
 
+/* -- skipping: where read() would end, with no value made ------------------------------ */
+
+/* Whether buf[0:n] is UTF-8 as Python's strict decoder takes it (RFC 3629: no overlong
+ * forms, no surrogates, nothing above U+10FFFF). */
+static int valid_utf8(const unsigned char *s, Py_ssize_t n) {
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        Py_ssize_t need;
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) {
+            need = 1;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            need = 2;
+            if (c == 0xE0) lo = 0xA0;
+            else if (c == 0xED) hi = 0x9F;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            need = 3;
+            if (c == 0xF0) lo = 0x90;
+            else if (c == 0xF4) hi = 0x8F;
+        } else {
+            return 0;
+        }
+        if (n - i <= need) return 0;
+        if (s[i + 1] < lo || s[i + 1] > hi) return 0;
+        for (Py_ssize_t k = 2; k <= need; k++)
+            if ((s[i + k] & 0xC0) != 0x80) return 0;
+        i += need + 1;
+    }
+    return 1;
+}
+
+/* 0, or -1 with an error set (what read() raises, or a string that is not UTF-8) or
+ * r->declined. An op with a logical type is read and converted, as read() does, so that a
+ * value its converter refuses is refused here too. */
+static int skip_value(reader *r, Py_ssize_t at, int depth) {
+    const op *o = &r->prog->ops[at];
+    if (o->convert != NULL) {
+        PyObject *v = read_value(r, at, depth);
+        if (v == NULL) return -1;
+        Py_DECREF(v);
+        return 0;
+    }
+    switch (o->kind) {
+    case OP_NULL:
+        return 0;
+    case OP_BOOLEAN:
+        if (r->p >= r->end) return fail(r, "the body ends where a boolean should be"), -1;
+        r->p++;
+        return 0;
+    case OP_LONG: {
+        int64_t n;
+        return read_long(r, &n);
+    }
+    case OP_FLOAT:
+        if (r->end - r->p < 4) return fail(r, "the body ends inside a float"), -1;
+        r->p += 4;
+        return 0;
+    case OP_DOUBLE:
+        if (r->end - r->p < 8) return fail(r, "the body ends inside a double"), -1;
+        r->p += 8;
+        return 0;
+    case OP_BYTES:
+    case OP_STRING: {
+        Py_ssize_t n;
+        if (read_length(r, &n)) return -1;
+        if (o->kind == OP_STRING && !valid_utf8(r->p, n)) return fail(r, "a string not UTF-8"), -1;
+        r->p += n;
+        return 0;
+    }
+    case OP_FIXED:
+        if (r->end - r->p < o->size) return fail(r, "the body ends inside a fixed"), -1;
+        r->p += o->size;
+        return 0;
+    case OP_ENUM: {
+        Py_ssize_t i;
+        return read_index(r, o->size, &i, "an enum index out of range");
+    }
+    case OP_UNION: {
+        Py_ssize_t i;
+        if (depth >= MAX_DEPTH) return decline(r), -1;
+        if (read_index(r, o->size, &i, "a union index out of range")) return -1;
+        return skip_value(r, r->prog->links[o->target + i], depth + 1);
+    }
+    case OP_ARRAY:
+    case OP_MAP: {
+        if (depth >= MAX_DEPTH) return decline(r), -1;
+        const op *item = &r->prog->ops[o->target];
+        int64_t count, zero_items = 0;
+        for (;;) {
+            if (read_block(r, &count)) return -1;
+            if (count == 0) return 0;
+            if (o->kind == OP_ARRAY && item->zero_size) {
+                if (count > ZERO_SIZE_CAP - zero_items) return decline(r), -1;
+                zero_items += count;
+            } else if (count > r->end - r->p) {
+                fail(r, o->kind == OP_ARRAY ? "an array block longer than the body"
+                                            : "a map block longer than the body");
+                return -1;
+            }
+            for (int64_t k = 0; k < count; k++) {
+                if (o->kind == OP_MAP) {
+                    Py_ssize_t n;
+                    if (read_length(r, &n)) return -1;
+                    if (!valid_utf8(r->p, n)) return fail(r, "a map key not UTF-8"), -1;
+                    r->p += n;
+                }
+                if (skip_value(r, o->target, depth + 1)) return -1;
+            }
+        }
+    }
+    case OP_RECORD: {
+        if (depth >= MAX_DEPTH) return decline(r), -1;
+        const Py_ssize_t *fields = r->prog->links + o->target;
+        for (Py_ssize_t k = 0; k < o->size; k++)
+            if (skip_value(r, fields[k], depth + 1)) return -1;
+        return 0;
+    }
+    default:
+        PyErr_SetString(PyExc_SystemError, "an op of no kind");
+        return -1;
+    }
+}
+
+static PyObject *skip_datum(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    static const char usage[] = "skip(program: Program, buf: bytes, start: int, stop: int = ...)";
+    if ((nargs != 3 && nargs != 4) || !PyObject_TypeCheck(args[0], &program_type) ||
+        !PyBytes_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, usage);
+        return NULL;
+    }
+    Py_ssize_t size = PyBytes_GET_SIZE(args[1]);
+    Py_ssize_t start = PyLong_AsSsize_t(args[2]);
+    Py_ssize_t stop = nargs == 4 ? PyLong_AsSsize_t(args[3]) : size;
+    if ((start == -1 || stop == -1) && PyErr_Occurred()) return NULL;
+    if (start < 0 || stop > size || start > stop) {
+        PyErr_SetString(PyExc_ValueError, "start and stop must lie within the bytes");
+        return NULL;
+    }
+    reader r;
+    r.base = (const unsigned char *)PyBytes_AS_STRING(args[1]);
+    r.p = r.base + start;
+    r.end = r.base + stop;
+    r.prog = (const program *)args[0];
+    r.declined = 0;
+    if (skip_value(&r, 0, 0)) {
+        if (PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_Exception) || PyErr_ExceptionMatches(PyExc_MemoryError))
+                return NULL;
+            PyErr_Clear(); /* what read() raises: the caller reads the bytes the general way */
+        }
+        Py_RETURN_NONE;
+    }
+    return PyLong_FromSsize_t(r.p - r.base);
+}
+
 static PyMethodDef methods[] = {
     {"read", (PyCFunction)(void (*)(void))read_datum, METH_FASTCALL,
      "(datum, end) of the Avro datum at buf[start:stop], or None (declined)."},
+    {"skip", (PyCFunction)(void (*)(void))skip_datum, METH_FASTCALL,
+     "The end of the Avro datum at buf[start:stop] (where read() ends), or None where read() "
+     "declines or raises."},
     {NULL, NULL, 0, NULL},
 };
 

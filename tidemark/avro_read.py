@@ -23,6 +23,10 @@ datum and the offset where it ends, at about a tenth of its cost. The contract:
 - On an error :func:`read` lets fastavro read the bytes again and raise its own
   error, so a dead letter says what it said before this reader existed.
 
+:func:`skip` gives the offset where the compiled ``read`` would end, making no value, and
+``None`` where it declines or raises; :func:`read_compiled` is the compiled ``read`` with
+``None`` for both. The fast paths use them, and leave to :func:`read` what they decline.
+
 ``tests/unit/test_avro_read.py`` holds the compiled reader to fastavro with hypothesis
 over drawn schemas and values, and feeds it mutated, truncated and random bytes.
 """
@@ -35,10 +39,19 @@ from typing import Any, Final
 import fastavro
 from fastavro.logical_readers import LOGICAL_READERS
 
-from tidemark._avroread import AvroReadError, Program
+from tidemark._avroread import AvroReadError, Program, skip
 from tidemark._avroread import read as read_program
 
-__all__ = ["CONVERTED", "AvroReadError", "Program", "compile_schema", "program_of", "read"]
+__all__ = [
+    "CONVERTED",
+    "AvroReadError",
+    "Program",
+    "compile_schema",
+    "program_of",
+    "read",
+    "read_compiled",
+    "skip",
+]
 
 #: The kinds of op, numbered as ``tidemark/_avroread.c`` numbers them.
 NULL, BOOLEAN, LONG, FLOAT, DOUBLE, BYTES, STRING = range(7)
@@ -220,3 +233,11 @@ def read(schema: Any, raw: bytes, start: int = 0) -> tuple[Any, int]:
     stream.seek(start)
     datum = fastavro.schemaless_reader(stream, schema, None)
     return datum, stream.tell()
+
+
+def read_compiled(program: Program, raw: bytes, start: int) -> tuple[Any, int] | None:
+    """The compiled read of ``raw[start:]``, or ``None`` where it declines or raises."""
+    try:
+        return read_program(program, raw, start)
+    except Exception:  # read() reads it again, and raises fastavro's error
+        return None

@@ -27,6 +27,7 @@ from typing import Any
 
 import fastavro
 
+from processor.errors import PositionError
 from processor.events.avro_schemas import (
     Layout,
     avro_long,
@@ -36,15 +37,20 @@ from processor.events.avro_schemas import (
     upsert_layout,
 )
 from processor.events.change import (
+    OPS,
     TOAST_PLACEHOLDER_BYTES,
     Change,
     Emit,
     Row,
+    Snapshot,
+    Version,
     debezium_change,
     flat_change,
     flat_delete,
+    snapshot_kind,
+    source_version,
 )
-from tidemark.avro_read import read
+from tidemark.avro_read import Program, program_of, read, read_compiled, skip
 from tidemark.avro_wire import HEADER, MAGIC, at_end, read_avro, schema_id_of
 from tidemark.errors import InputError, UnknownSchemaError
 from tidemark.messages import RawMessage
@@ -65,6 +71,16 @@ class _Decoded:
         self.layout, self.raw, self.row, self.rest = layout, raw, row, rest
 
 
+#: What :meth:`AvroCodec.scan` finds in a Debezium value: its layout, where ``after``'s
+#: union starts and where the fields after it start (``before`` is ``raw[5:after_at]``,
+#: ``after`` ``raw[after_at:rest_at]``), whether ``before`` is a row, the op, the version,
+#: ``txId`` (or ``None``), the snapshot kind, ``source.connector``, and the fields after
+#: ``after`` (``source`` among them), decoded.
+AvroScan = tuple[
+    Layout, int, int, bool, str, Version, int | None, Snapshot, str | None, dict[str, Any]
+]
+
+
 class AvroCodec:
     """Decodes the Avro messages of one input topic and encodes its reconciled events."""
 
@@ -78,6 +94,12 @@ class AvroCodec:
         self._metadata: dict[tuple[str, int], bytes] = {}
         #: The ``tidemark`` block's last two fields (the envelope, the reason) by reason.
         self._reasons: dict[str, bytes] = {}
+        #: For :meth:`scan`, by a value schema's id bytes: its layout and the compiled
+        #: programs of its ``before``, ``after`` and the rest (``None``: one declined).
+        self._scans: dict[bytes, tuple[Layout, Program, Program, Program] | None] = {}
+        #: For :meth:`scan_key`, by a key schema's id bytes: its compiled program
+        #: (``None``: a key the general path refuses, or a schema not compiled).
+        self._key_programs: dict[bytes, Program | None] = {}
 
     # -- schemas ---------------------------------------------------------------
 
@@ -155,10 +177,80 @@ class AvroCodec:
         key = msg.key
         assert key is not None
         schema_id = schema_id_of(key, msg, "key")
-        datum = read_avro(key, HEADER.size, self._parsed(schema_id, msg, "key")[1], msg, "key")[0]
+        parsed = self._parsed(schema_id, msg, "key")[1]
+        datum = read_avro(key, HEADER.size, parsed, msg, "key")[0]
         if self.envelope != "upsert" and (not isinstance(datum, dict) or not datum):
             raise InputError("key is not a struct of primary-key columns", msg, "key")
+        if key[1:5] not in self._key_programs:
+            struct = isinstance(parsed, dict) and parsed.get("type") == "record"
+            self._key_programs[key[1:5]] = (
+                program_of(parsed) if struct and parsed.get("fields") else None
+            )
         return key[HEADER.size :]
+
+    def scan_key(self, key: bytes) -> bytes | None:
+        """The state key of a Debezium key :meth:`decode_key` takes, if its schema is one
+        :meth:`decode_key` has met, else ``None`` (decode it)."""
+        program = self._key_programs.get(key[1:5]) if key[:1] == MAGIC else None
+        if program is None or skip(program, key, HEADER.size) is None:
+            return None
+        return key[HEADER.size :]
+
+    def scan(self, raw: bytes) -> AvroScan | None:
+        """What :meth:`decode` would make a :class:`Change` of, for a Debezium value of a
+        schema :meth:`decode` has met, with no unchanged-TOAST placeholder; else ``None``
+        (the general path decodes it, and raises what it raises)."""
+        programs = self._scans.get(raw[1:5]) if raw[:1] == MAGIC else None
+        if programs is None:
+            programs = self._scan_programs(raw[1:5])
+            if programs is None:
+                return None
+        layout, before, after, rest = programs
+        after_at = skip(before, raw, HEADER.size)
+        rest_at = None if after_at is None else skip(after, raw, after_at)
+        found = None if rest_at is None else read_compiled(rest, raw, rest_at)
+        if found is None or found[1] != len(raw) or TOAST_PLACEHOLDER_BYTES in raw:
+            return None
+        payload = found[0]
+        op, source = payload.get("op"), payload.get("source")
+        if type(op) is not str or op not in OPS or type(source) is not dict:
+            return None
+        assert after_at is not None and rest_at is not None
+        if (op == "d") != (raw[after_at : after_at + len(layout.null_byte)] == layout.null_byte):
+            return None  # a delete with a row, or a change without one
+        try:
+            version = source_version(source)
+        except PositionError:
+            return None
+        txid, connector = source.get("txId"), source.get("connector")
+        if connector is not None and type(connector) is not str:
+            return None
+        before_row = raw[HEADER.size : HEADER.size + len(layout.row_byte)] == layout.row_byte
+        return (
+            layout,
+            after_at,
+            rest_at,
+            before_row,
+            op,
+            version,
+            txid if type(txid) is int else None,
+            snapshot_kind(source),
+            connector,
+            payload,
+        )
+
+    def _scan_programs(self, id_bytes: bytes) -> tuple[Layout, Program, Program, Program] | None:
+        """The layout and programs :meth:`scan` reads a value schema with, once
+        :meth:`decode` has met the schema (made its layout, registered its output)."""
+        layout = self._layouts.get(int.from_bytes(id_bytes, "big")) if len(id_bytes) == 4 else None
+        if layout is None or self.envelope == "upsert":
+            return None
+        before, after, rest = (program_of(p) for p in (layout.before, layout.after, layout.rest))
+        programs = None
+        if before is not None and after is not None and rest is not None:
+            programs = (layout, before, after, rest)
+        self._scans[id_bytes] = programs
+        return programs
 
     def key_fields(self, msg: RawMessage) -> dict[str, object]:
         """The fields of ``msg``'s key struct, decoded."""
@@ -225,20 +317,23 @@ class AvroCodec:
             parts += (avro_string(emit.op), b"\x00")  # op, and ts_ms null
         else:
             parts.append(raw[decoded.rest :])
+        parts.append(self.tidemark_block(msg, change.version, emit.reason))
+        return self.output_key(msg), b"".join(parts)
+
+    def tidemark_block(self, msg: RawMessage, version: Version, reason: str) -> bytes:
+        """The output's ``tidemark`` field (its union branch, then the record)."""
         head = self._metadata.get((msg.topic, msg.partition))
         if head is None:
             head = b"\x02" + avro_string(msg.topic) + avro_long(msg.partition)
             self._metadata[(msg.topic, msg.partition)] = head
-        version = f"{change.version[0]},{change.version[1]}"
-        reason = self._reasons.get(emit.reason)
-        if reason is None:
-            reason = self._reasons[emit.reason] = avro_string(self.envelope) + avro_string(
-                emit.reason
-            )
-        parts += (head, avro_long(msg.offset), avro_string(version), reason)
-        return self._output_key(msg), b"".join(parts)
+        tail = self._reasons.get(reason)
+        if tail is None:
+            tail = self._reasons[reason] = avro_string(self.envelope) + avro_string(reason)
+        position = avro_string(f"{version[0]},{version[1]}")
+        return b"".join((head, avro_long(msg.offset), position, tail))
 
-    def _output_key(self, msg: RawMessage) -> bytes | None:
+    def output_key(self, msg: RawMessage) -> bytes | None:
+        """``msg``'s key, framed with the id of its schema registered for the output topic."""
         key = msg.key
         if key is None or len(key) < HEADER.size:
             return key

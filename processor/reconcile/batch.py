@@ -41,6 +41,7 @@ from processor.errors import SourceRefusedError, UnfillableError
 from processor.events.change import Change
 from processor.events.source_codec import SourceCodec
 from processor.events.visibility import Window
+from processor.reconcile import debezium_avro_fast_path as avro_fast_path
 from processor.reconcile.batch_reads import READS_KEY, BatchReads, Span
 from processor.reconcile.debezium_fast_path import (
     decide_chunk_rows,
@@ -52,6 +53,7 @@ from processor.reconcile.upsert_fast_path import decide_flat
 from processor.reconcile.window_buffer import Reached, WindowBuffers
 from state.batch import BatchState
 from state.store import PartitionStore
+from tidemark.avro_wire import MAGIC
 from tidemark.config import Config
 from tidemark.errors import InputError
 from tidemark.messages import RawMessage
@@ -251,6 +253,7 @@ class Reconciler:
         flushed = -1 if backfill else state.flushed_offset()
         output, limit = source.output, self.input_limit
         fast_last: bytes | None = None  # the payload of the last change the fast path took
+        fast_event: dict[str, object] | None = None  # the same, decoded (the Avro path's)
         last: Change | None = None
         stopped = False
         if backfill and source.envelope == "debezium-upsert":
@@ -265,9 +268,19 @@ class Reconciler:
                     codec.json, group, state, output, records, flushed, now_ms, limit
                 )
                 rest = group[taken:]
+            elif source.envelope == "debezium-upsert" and not backfill and _avro(group):
+                taken, dropped, fast_event = avro_fast_path.decide_debezium_upsert(
+                    codec.avro, group, state, output, records, flushed, limit
+                )
+                rest = group[taken:]
             elif source.envelope == "debezium-upsert" and not backfill:
                 taken, dropped, fast_last = decide_debezium_upsert(
                     codec.json, group, state, output, records, flushed, limit
+                )
+                rest = group[taken:]
+            elif source.envelope == "debezium" and not backfill and _avro(group):
+                taken, dropped, fast_event = avro_fast_path.decide_debezium(
+                    codec.avro, group, state, output, records, limit
                 )
                 rest = group[taken:]
             elif source.envelope == "debezium" and not backfill:
@@ -285,6 +298,8 @@ class Reconciler:
                 batch.last_events[tp] = last.event
             elif fast_last is not None:
                 batch.last_events[tp] = orjson.loads(fast_last)
+            elif fast_event is not None:
+                batch.last_events[tp] = fast_event
         if dropped:
             metrics.EVENTS_DROPPED.labels(tp[0]).inc(dropped)
         produced = len(records) - first_record
@@ -449,6 +464,12 @@ class Reconciler:
             )
         self.refused[topic] = reason
         metrics.SOURCE_REFUSED.labels(topic).set(1)
+
+
+def _avro(group: list[RawMessage]) -> bool:
+    """Whether ``group`` starts with an Avro key (for the Avro fast paths)."""
+    key = group[0].key
+    return key is not None and key[:1] == MAGIC
 
 
 def _tag_fits(raw: RawMessage) -> bool:

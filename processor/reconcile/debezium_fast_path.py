@@ -27,7 +27,11 @@ from __future__ import annotations
 
 import orjson
 
-from processor.events.change import TOAST_PLACEHOLDER_BASE64_BYTES, TOAST_PLACEHOLDER_BYTES
+from processor.events.change import (
+    TOAST_PLACEHOLDER_BASE64_BYTES,
+    TOAST_PLACEHOLDER_BYTES,
+    Version,
+)
 from processor.events.chunk_tag import ChunkTag
 from processor.events.json_codec import JsonCodec, splice_event, tidemark_format
 from processor.events.visibility import PgSnapshot
@@ -112,25 +116,11 @@ def decide_debezium_upsert(
         scan = _scan(value, key, prefix, limit)
         if scan is None:
             break
-        stored = get(entry_key)
         version = (scan[MAJOR], scan[MINOR])
         txid = scan[TXID]
-        previous: bytes | None = None
-        if stored is None:
-            action = _APPLY
-        else:
-            _format, major, minor, flags = HEAD.unpack_from(stored)
-            row_at = CHANGE_ROW_AT.get(flags)
-            if row_at is not None:  # a change's row: ordered by version alone
-                action = decide(version, (major, minor))
-                if flags & PRESENT_FLAG:
-                    previous = stored[row_at:]
-            else:  # a chunk row's or a pending entry
-                entry = Entry.decode(stored)
-                action = decide_change(version, txid, entry)
-                previous = entry.value
-            if previous is not None and previous[:1] == MAGIC:
-                break  # an Avro row: the general path converts it
+        action, previous = judge(get(entry_key), version, txid)
+        if previous is not None and previous[:1] == MAGIC:
+            break  # an Avro row: the general path converts it
         taken += 1
         last = value
         if action is _DROP or (action is _REEMIT and msg.offset < flushed):
@@ -154,6 +144,21 @@ def decide_debezium_upsert(
         if deleted:
             append((output, partition, key, None))
     return taken, dropped, _payload(last, prefix)
+
+
+def judge(stored: bytes | None, version: Version, txid: int | None) -> tuple[Action, bytes | None]:
+    """What ``debezium-upsert`` does with a change of ``version`` (and ``txid``) to a key whose
+    entry in state is ``stored`` (:func:`~processor.reconcile.versions.decide_change`), and
+    the row stored (the output's retraction), read without decoding the entry when it
+    holds a change's row."""
+    if stored is None:
+        return _APPLY, None
+    _format, major, minor, flags = HEAD.unpack_from(stored)
+    row_at = CHANGE_ROW_AT.get(flags)
+    if row_at is not None:  # a change's row: ordered by version alone
+        return decide(version, (major, minor)), stored[row_at:] if flags & PRESENT_FLAG else None
+    entry = Entry.decode(stored)  # a chunk row's or a pending entry
+    return decide_change(version, txid, entry), entry.value
 
 
 def decide_chunk_rows(

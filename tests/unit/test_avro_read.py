@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from processor.events.avro_schemas import avro_long
 from tests.unit.probe import SCHEMAS, frame, probe_event
 from tidemark._avroread import read as compiled_read
+from tidemark._avroread import skip
 from tidemark.avro_read import (
     CONVERTED,
     AvroReadError,
@@ -281,9 +282,23 @@ def outcome(found: Any) -> Any:
     return (type(found), str(found)) if isinstance(found, Exception) else found
 
 
+def skips_alike(program: Program, buf: bytes, start: int, stop: int | None = None) -> None:
+    """Asserts that :func:`skip` ends where the compiled read ends, and is ``None`` where the
+    read declines or raises."""
+    ours = compiled_reads(program, buf, start, stop)
+    try:
+        found = skip(program, buf, start) if stop is None else skip(program, buf, start, stop)
+    except ValueError as exc:  # a start past the bytes: an argument error, raised by both
+        assert outcome(exc) == outcome(ours)
+        return
+    assert found == (ours[1] if isinstance(ours, tuple) else None), (ours, found, buf)
+
+
 def agrees(program: Program, parsed: Any, buf: bytes, start: int = 0) -> bool:
-    """Asserts that the compiled reader agrees with fastavro on ``buf[start:]``; False when it
-    declined (fastavro is not asked then: what is declined may take it very long)."""
+    """Asserts that the compiled reader agrees with fastavro on ``buf[start:]`` (and
+    :func:`skip` with it); False when it declined (fastavro is not asked then: what is
+    declined may take it very long)."""
+    skips_alike(program, buf, start)
     ours = compiled_reads(program, buf, start)
     if ours is None:
         return False
@@ -354,6 +369,7 @@ def test_mutated_and_truncated_bytes_raise_where_fastavro_raises(
         assert outcome(compiled_reads(program, padded, 0, end)) == outcome(
             compiled_reads(program, data[:end], 0)
         )
+        skips_alike(program, padded, 0, end)
 
 
 # -- Debezium --------------------------------------------------------------------------

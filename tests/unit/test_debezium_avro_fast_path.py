@@ -1,0 +1,236 @@
+"""The Avro fast paths of ``debezium-upsert`` and ``debezium`` against the general path: the
+same outputs, dead letters, state, refusals and source positions, byte for byte.
+
+Random batches of Debezium Avro events (Debezium 3.6's own schemas for the probe table)
+mix what the fast paths take (creates, updates, deletes and their tombstones, replays of
+earlier offsets) with what they leave to the general path: a schema met for the first
+time, a newer schema whose rows meet rows stored under the older one, TOASTed values,
+truncated or padded bodies, a bad union branch, an unknown schema id, events without a
+position or with an unreadable one, snapshot events, another connector, an update
+without ``before``, a delete with a row, JSON events and keys between Avro ones, and a
+missing key. One reconciler runs with the fast paths, one without.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import decimal
+import json
+import os
+from collections.abc import Iterator
+from typing import Any
+from unittest import mock
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from processor.dataplane.positions import source_position
+from processor.events.avro_codec import AvroCodec
+from processor.events.change import TOAST_PLACEHOLDER
+from processor.reconcile.batch import Batch, Reconciler
+from state.memory import MemoryPartitionStore
+from state.store import Checkpoint
+from tests.unit.probe import SCHEMAS, TOPIC, frame, probe_event
+from tidemark.config import Config, ProcessorConfig
+from tidemark.messages import RawMessage
+from tidemark.schema_registry import MemoryRegistry, SchemaCache
+
+#: ``make fuzz`` runs these properties this many times longer.
+SCALE = int(os.environ.get("TIDEMARK_FUZZ_SCALE", "1"))
+
+TP = (TOPIC, 0)
+KEY_ID, VALUE_ID, NEWER_ID = 1, 2, 3
+
+
+def newer_schema() -> dict[str, Any]:
+    """The value schema after ``ALTER TABLE probe ADD COLUMN extra text``."""
+    schema = copy.deepcopy(SCHEMAS["value"])
+    row = schema["fields"][0]["type"][1]
+    row["fields"].append({"default": None, "name": "extra", "type": ["null", "string"]})
+    return schema
+
+
+NEWER = newer_schema()
+
+
+def registry() -> MemoryRegistry:
+    registry = MemoryRegistry()
+    assert registry.register(TOPIC + "-key", json.dumps(SCHEMAS["key"])) == KEY_ID
+    assert registry.register(TOPIC + "-value", json.dumps(SCHEMAS["value"])) == VALUE_ID
+    assert registry.register(TOPIC + "-value", json.dumps(NEWER)) == NEWER_ID
+    return registry
+
+
+names = st.one_of(
+    st.text(max_size=6),
+    st.sampled_from([None, "é\U0001f600", "a", "b", "c", "d", "e", "f", "g", TOAST_PLACEHOLDER]),
+)
+
+
+@st.composite
+def rows(draw: st.DrawFn, key: int, newer: bool) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "id": key,
+        "name": draw(names),
+        "amount": draw(st.sampled_from([None, decimal.Decimal("12.34"), decimal.Decimal("-1")])),
+        "at": None,
+        "u": None,
+        "j": '{"x": 1}',
+        "d": draw(st.sampled_from([None, 20780])),
+    }
+    if newer:
+        row["extra"] = draw(st.sampled_from([None, "x"]))
+    return row
+
+
+@st.composite
+def events(draw: st.DrawFn, key: int, newer: bool) -> dict[str, Any]:
+    op = draw(st.sampled_from("cudr"))
+    lsn = draw(st.integers(1, 40))
+    after = None if op == "d" else draw(rows(key, newer))
+    if draw(st.integers(0, 30)) == 0:
+        after = draw(rows(key, newer)) if op == "d" else None  # refused by the general path
+    event = probe_event(op, after, f'["{lsn * 8 - 4}","{lsn * 8}"]', draw(st.integers(90, 110)))
+    source = event["source"]
+    source["lsn"] = lsn * 8
+    if draw(st.integers(0, 3)) == 0:
+        source["sequence"] = None  # the LSN alone
+    if draw(st.booleans()):
+        source["txId"] = None
+    if draw(st.integers(0, 20)) == 0:
+        source["sequence"] = source["lsn"] = None  # no position
+    if draw(st.integers(0, 20)) == 0:
+        source["sequence"] = "[not a pair"
+    source["connector"] = draw(st.sampled_from(["postgresql"] * 30 + ["mysql", "mongodb"]))
+    source["snapshot"] = draw(st.sampled_from(["false"] * 20 + ["true", "last", "incremental"]))
+    if op != "c" and draw(st.integers(0, 5)):
+        event["before"] = draw(rows(key, newer))
+    return event
+
+
+@st.composite
+def messages(draw: st.DrawFn) -> tuple[bytes | None, bytes | None]:
+    """A Debezium Avro message of the probe table, now and then one of another kind."""
+    key = draw(st.integers(0, 3))
+    avro_key = frame(KEY_ID, SCHEMAS["key"], {"id": key})
+    kind = draw(st.integers(0, 40))
+    if kind == 0:
+        return avro_key, None  # a tombstone
+    if kind == 1:  # JSON between Avro: its rows in state meet Avro changes
+        event = {
+            "before": None,
+            "after": {"id": key, "name": "json"},
+            "source": {"connector": "postgresql", "lsn": draw(st.integers(1, 320))},
+            "op": "u",
+            "ts_ms": 1,
+        }
+        return orjson.dumps({"id": key}), orjson.dumps(event)
+    newer = draw(st.integers(0, 8)) == 0
+    value = frame(
+        NEWER_ID if newer else VALUE_ID,
+        NEWER if newer else SCHEMAS["value"],
+        draw(events(key, newer)),
+    )
+    if kind == 2:
+        value = draw(
+            st.sampled_from(
+                [
+                    value[: draw(st.integers(0, len(value) - 1))],  # cut short
+                    value + b"\x00",  # padded
+                    value[:5] + b"\x04" + value[6:],  # a union branch out of range
+                    b"\x00\x00\x00\x00\x63" + value[5:],  # an unknown schema id
+                ]
+            )
+        )
+    if kind == 3:
+        return None, value
+    return avro_key, value
+
+
+def make_reconciler(schemas: MemoryRegistry, envelope: str) -> Reconciler:
+    config = Config(processor=ProcessorConfig(envelopes={"public.probe": envelope}))
+    return Reconciler(config, SchemaCache(schemas))
+
+
+def seen(batch: Batch) -> dict[str, Any]:
+    return {
+        "records": batch.records,
+        "dead": [(e.message.offset, e.kind, str(e)) for e in batch.dead_letters],
+        "updates": {tp: dict(state.updates) for tp, state in batch.states.items()},
+        "next": batch.next_offsets,
+        "rewinds": batch.rewinds,
+        "produced": batch.produced,
+        # the fast path keeps the fields after ``after``, the general path the whole event:
+        # the commit protocol records the position ``source`` gives
+        "positions": {tp: source_position(e) for tp, e in batch.last_events.items()},
+        "read_again": batch.read_again,
+    }
+
+
+@contextlib.contextmanager
+def general_only() -> Iterator[None]:
+    fast = "processor.reconcile.batch.avro_fast_path"
+    with (
+        mock.patch(f"{fast}.decide_debezium_upsert", lambda *_a: (0, 0, None)),
+        mock.patch(f"{fast}.decide_debezium", lambda *_a: (0, 0, None)),
+    ):
+        yield
+
+
+@pytest.mark.parametrize("envelope", ["debezium-upsert", "debezium"])
+@settings(max_examples=150 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_the_avro_fast_path_decides_as_the_general_path(envelope: str, data: st.DataObject) -> None:
+    drawn = data.draw(st.lists(messages(), min_size=8, max_size=40))
+    stream = [RawMessage(TOPIC, 0, offset, k, v) for offset, (k, v) in enumerate(drawn)]
+    schemas = registry()
+    fast, general = make_reconciler(schemas, envelope), make_reconciler(schemas, envelope)
+    fast_store, general_store = MemoryPartitionStore(), MemoryPartitionStore()
+    start = 0
+    while start < len(stream):
+        size = data.draw(st.integers(1, 12))
+        if data.draw(st.booleans()) and start:  # a rewind: replay some earlier offsets
+            start = data.draw(st.integers(0, start - 1))
+        groups = {TP: stream[start : start + size]}
+        decided = fast.decide(groups, {TP: fast_store})
+        with general_only():
+            expected = general.decide(groups, {TP: general_store})
+        assert seen(decided) == seen(expected)
+        assert fast.refused == general.refused
+        if fast.refused:
+            break  # the topic stays stopped: nothing more to decide
+        flushed = decided.next_offsets[TP] if data.draw(st.booleans()) else None
+        fast_store.commit(decided.states[TP].updates, Checkpoint(flushed))
+        general_store.commit(expected.states[TP].updates, Checkpoint(flushed))
+        start += size
+
+
+@pytest.mark.parametrize("envelope", ["debezium-upsert", "debezium"])
+def test_most_avro_messages_take_the_fast_path(envelope: str) -> None:
+    """Not a path that declines everything: once the first batch has met the schemas, a
+    plain stream is decided without decoding a row."""
+    key = frame(KEY_ID, SCHEMAS["key"], {"id": 1})
+
+    def event(i: int) -> bytes:
+        after = {"id": 1, "name": f"v{i}", "amount": None, "at": None, "u": None}
+        row = dict(after, j=None, d=None)
+        payload = probe_event("c" if i == 0 else "u", row, f'["{8 * i}","{8 * i + 4}"]', 700 + i)
+        payload["before"] = None if i == 0 else dict(row, name=f"v{i - 1}")
+        return frame(VALUE_ID, SCHEMAS["value"], payload)
+
+    stream = [RawMessage(TOPIC, 0, i, key, event(i)) for i in range(50)]
+    reconciler, store = make_reconciler(registry(), envelope), MemoryPartitionStore()
+    first = reconciler.decide({TP: stream[:1]}, {TP: store})
+    store.commit(first.states[TP].updates, Checkpoint(None))
+    with mock.patch.object(AvroCodec, "decode") as decode:
+        batch = reconciler.decide({TP: stream[1:]}, {TP: store})
+    assert not decode.called
+    assert len(batch.records) == 49
+    output = batch.records[-1][3] or b""
+    assert b"v48" in output and b"v49" in output
+    assert source_position(batch.last_events[TP]) == {
+        "postgresql": {"lsn": 12, "txId": 749, "lsn_commit": 392, "ts_usec": 1000}
+    }
