@@ -67,7 +67,7 @@ FUZZ_SCALE ?= 50
 fuzz: setup
 	TIDEMARK_FUZZ_SCALE=$(FUZZ_SCALE) $(BIN)/python -m pytest tests/unit/test_json_scan.py \
 	  tests/unit/test_avro_read.py tests/unit/test_debezium_fast_path.py \
-	  tests/unit/test_debezium_avro_fast_path.py
+	  tests/unit/test_debezium_avro_fast_path.py tests/unit/test_upsert_avro_fast_path.py
 
 # Quix Streams pins an older confluent-kafka, so it gets a virtualenv of its own.
 QUIX := .venv-quix

@@ -21,6 +21,7 @@ schema is read with Avro schema resolution into the current one.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import typing
 from typing import Any
@@ -37,6 +38,8 @@ from processor.events.avro_schemas import (
     upsert_layout,
 )
 from processor.events.change import (
+    FLAT_DELETED,
+    FLAT_TXID,
     OPS,
     TOAST_PLACEHOLDER_BYTES,
     Change,
@@ -97,6 +100,9 @@ class AvroCodec:
         #: For :meth:`scan`, by a value schema's id bytes: its layout and the compiled
         #: programs of its ``before``, ``after`` and the rest (``None``: one declined).
         self._scans: dict[bytes, tuple[Layout, Program, Program, Program] | None] = {}
+        #: For :meth:`scan_row`, by a row schema's id bytes: its layout, its compiled
+        #: program and whether it has ``__txId`` or ``__deleted`` (``None``: declined).
+        self._row_scans: dict[bytes, tuple[Layout, Program, bool] | None] = {}
         #: For :meth:`scan_key`, by a key schema's id bytes: its compiled program
         #: (``None``: a key the general path refuses, or a schema not compiled).
         self._key_programs: dict[bytes, Program | None] = {}
@@ -239,6 +245,41 @@ class AvroCodec:
             payload,
         )
 
+    def scan_row(self, raw: bytes) -> tuple[Layout, int | None, bool] | None:
+        """For ``upsert``: what :meth:`decode` would make a :class:`Change` of, for a flat
+        row of a schema :meth:`decode` has met: its layout, its ``__txId`` (or ``None``)
+        and whether its ``__deleted`` is ``"true"`` (:func:`flat_change`); else ``None``.
+        A row is decoded only when its schema has either field; otherwise it is skipped."""
+        found = self._row_scans.get(raw[1:5]) if raw[:1] == MAGIC else None
+        if found is None:
+            found = self._row_programs(raw[1:5])
+            if found is None:
+                return None
+        layout, program, flattened = found
+        if not flattened:
+            end = skip(program, raw, HEADER.size)
+            return (layout, None, False) if end == len(raw) else None
+        read_row = read_compiled(program, raw, HEADER.size)
+        if read_row is None or read_row[1] != len(raw) or type(read_row[0]) is not dict:
+            return None
+        row = read_row[0]
+        txid = row.get(FLAT_TXID)  # an Avro int or long: within 64 bits
+        return layout, txid if type(txid) is int else None, row.get(FLAT_DELETED) == "true"
+
+    def _row_programs(self, id_bytes: bytes) -> tuple[Layout, Program, bool] | None:
+        """The layout and program :meth:`scan_row` reads a row schema with, and whether
+        the schema has ``__txId`` or ``__deleted``, once :meth:`decode` has met it."""
+        layout = self._layouts.get(int.from_bytes(id_bytes, "big")) if len(id_bytes) == 4 else None
+        if layout is None or self.envelope != "upsert":
+            return None
+        program = program_of(layout.row)
+        found = None
+        if program is not None:
+            names = {field.get("name") for field in layout.row.get("fields", [])}
+            found = (layout, program, bool(names & {FLAT_TXID, FLAT_DELETED}))
+        self._row_scans[id_bytes] = found
+        return found
+
     def _scan_programs(self, id_bytes: bytes) -> tuple[Layout, Program, Program, Program] | None:
         """The layout and programs :meth:`scan` reads a value schema with, once
         :meth:`decode` has met the schema (made its layout, registered its output)."""
@@ -291,9 +332,15 @@ class AvroCodec:
 
     # -- output ----------------------------------------------------------------
 
-    def encode(self, change: Change, emit: Emit, msg: RawMessage) -> tuple[bytes | None, bytes]:
-        """The output key (registered for the output topic) and the reconciled event."""
-        decoded: _Decoded = change.schema
+    def encode(
+        self, change: Change, emit: Emit, msg: RawMessage
+    ) -> tuple[bytes | None, bytes | None]:
+        """The output key (registered for the output topic) and the reconciled event
+        (``None``: an ``upsert`` delete with no schema to write it in, whose tombstone
+        alone deletes the key)."""
+        decoded: _Decoded | None = change.schema
+        if decoded is None:  # a null value (an upsert's delete) names no schema
+            return self.output_key(msg), self._delete_event(change, emit, msg)
         layout, raw = decoded.layout, decoded.raw
         parts = [HEADER.pack(0, layout.output_id)]
         before = emit.before
@@ -319,6 +366,35 @@ class AvroCodec:
             parts.append(raw[decoded.rest :])
         parts.append(self.tidemark_block(msg, change.version, emit.reason))
         return self.output_key(msg), b"".join(parts)
+
+    def _delete_event(self, change: Change, emit: Emit, msg: RawMessage) -> bytes | None:
+        """The event of an ``upsert`` topic's null value, in the schema of the row it
+        retracts (the row stored for the key), else in the last schema met; ``None`` when
+        there is neither, or the retracted row does not fit it."""
+        before = emit.before
+        layout = None
+        if isinstance(before, bytes):
+            with contextlib.suppress(InputError):
+                layout = self._layout(HEADER.unpack_from(before)[1], msg)
+        if layout is None:
+            layout = next(reversed(self._layouts.values()), None)
+            if layout is None:
+                return None
+        parts = [HEADER.pack(0, layout.output_id)]
+        if before is None:
+            parts.append(layout.null_byte)
+        elif isinstance(before, bytes) and HEADER.unpack_from(before)[1] == layout.schema_id:
+            parts += (layout.row_byte, before[HEADER.size :])
+        else:
+            try:
+                if isinstance(before, bytes):
+                    before = self.load(before, layout.schema_id)
+                parts += (layout.row_byte, _write(layout.row, before))
+            except Exception:  # a row that does not fit the schema: the tombstone alone
+                return None
+        parts += (layout.null_byte, avro_string("d"), b"\x00")  # after, op, a null ts_ms
+        parts.append(self.tidemark_block(msg, change.version, emit.reason))
+        return b"".join(parts)
 
     def tidemark_block(self, msg: RawMessage, version: Version, reason: str) -> bytes:
         """The output's ``tidemark`` field (its union branch, then the record)."""

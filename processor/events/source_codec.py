@@ -49,8 +49,11 @@ class SourceCodec:
         assert isinstance(fields, dict)
         return fields
 
-    def encode(self, change: Change, emit: Emit, msg: RawMessage) -> tuple[bytes | None, bytes]:
-        """The output key and value, in the format of the input."""
+    def encode(
+        self, change: Change, emit: Emit, msg: RawMessage
+    ) -> tuple[bytes | None, bytes | None]:
+        """The output key and value, in the format of the input (no value: a delete written
+        as its tombstone alone, :meth:`AvroCodec.encode`)."""
         codec: JsonCodec | AvroCodec = change.codec
         before = emit.before
         if isinstance(before, bytes) and not codec.owns(before):

@@ -42,6 +42,7 @@ from processor.events.change import Change
 from processor.events.source_codec import SourceCodec
 from processor.events.visibility import Window
 from processor.reconcile import debezium_avro_fast_path as avro_fast_path
+from processor.reconcile import upsert_avro_fast_path
 from processor.reconcile.batch_reads import READS_KEY, BatchReads, Span
 from processor.reconcile.debezium_fast_path import (
     decide_chunk_rows,
@@ -262,7 +263,12 @@ class Reconciler:
             )
         else:
             rest, dropped = group, 0
-            if source.envelope == "upsert" and not backfill:
+            if source.envelope == "upsert" and not backfill and _avro(group):
+                taken, dropped = upsert_avro_fast_path.decide_flat(
+                    codec.avro, group, state, output, records, flushed, limit
+                )
+                rest = group[taken:]
+            elif source.envelope == "upsert" and not backfill:
                 now_ms = int(time.time() * 1000)
                 taken, dropped = decide_flat(
                     codec.json, group, state, output, records, flushed, now_ms, limit
@@ -425,7 +431,8 @@ class Reconciler:
                 dropped += 1
                 continue
             key, value = codec.encode(change, emit, raw)
-            records.append((output, raw.partition, key, value))
+            if value is not None:
+                records.append((output, raw.partition, key, value))
             if emit.after is None:
                 records.append((output, raw.partition, key, None))
         last = next((c for _, c in reversed(decoded) if isinstance(c, Change)), None)

@@ -52,7 +52,7 @@ def decide_debezium_upsert(
     get, put, append = state.get, state.put, records.append
     taken = dropped = 0
     last: dict[str, object] | None = None
-    entry_keys = [ENTRY + k for k in _state_keys(codec, group)]
+    entry_keys = [ENTRY + k for k in state_keys(codec, group)]
     state.prefetch(entry_keys)
     for msg, entry_key in zip(group, entry_keys, strict=False):
         key, value = msg.key, msg.value
@@ -116,7 +116,7 @@ def decide_debezium(
         major, minor, flag = HIGH_WATER_MARK.unpack(raw)
         mark, group_open = (major, minor), bool(flag)
     moved = False
-    for msg, _state_key in zip(group, _state_keys(codec, group), strict=False):
+    for msg, _state_key in zip(group, state_keys(codec, group), strict=False):
         key, value = msg.key, msg.value
         if value is None:
             taken += 1
@@ -167,7 +167,7 @@ def decide_debezium(
     return taken, dropped, last
 
 
-def _state_keys(codec: AvroCodec, group: list[RawMessage]) -> list[bytes]:
+def state_keys(codec: AvroCodec, group: list[RawMessage]) -> list[bytes]:
     """The state keys of ``group``'s leading messages with an Avro key the codec has met."""
     keys = []
     scan_key = codec.scan_key

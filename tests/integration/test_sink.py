@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -83,9 +84,18 @@ def sink_config(config: Config, catalog: str, tables: list[str], **sink: Any) ->
     return dataclasses.replace(config, sink=dataclasses.replace(config.sink, **settings))
 
 
-def drain(sink: Sink) -> None:
-    """Merge every table to the current ends of its topic."""
+def drain(sink: Sink, timeout: float = 60) -> None:
+    """Merge every table to the current ends of its topic, once the broker lists each
+    topic the sink names with its partitions (a topic just created may be listed without
+    them for longer than the sink waits, under load, and the sink leaves it for its next
+    listing)."""
+    deadline = time.monotonic() + timeout
     targets = sink.ends()
+    while set(sink.config.sink.topics) - set(targets) - set(sink.stopped) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.5)
+        targets = sink.ends()
     while sink.run_batch(targets):
         pass
 

@@ -21,10 +21,14 @@ import pytest
 from processor.events.avro_schemas import row_schema
 from processor.events.change import TOAST_PLACEHOLDER, Emit, Snapshot
 from processor.events.source_codec import SourceCodec
+from processor.reconcile.batch import Reconciler
 from processor.reconcile.envelopes import debezium_upsert
+from processor.reconcile.versions import Entry
 from state.batch import BatchState
 from state.memory import MemoryPartitionStore
+from state.store import Checkpoint
 from tests.unit.probe import SCHEMAS, TOPIC, frame, probe_event
+from tidemark.config import Config, ProcessorConfig
 from tidemark.errors import InputError
 from tidemark.messages import RawMessage
 from tidemark.schema_registry import MemoryRegistry, SchemaCache
@@ -153,6 +157,41 @@ def test_upsert_envelope_wraps_a_flat_avro_row(registry: MemoryRegistry) -> None
     assert event["after"] == row() and event["op"] == "c" and event["before"] is None
     deleted = source.decode(message(None))
     assert deleted.op == "d" and deleted.after is None
+
+
+def test_a_null_value_deletes_an_upsert_key_with_the_stored_row_as_before(
+    registry: MemoryRegistry,
+) -> None:
+    """A null value of an Avro ``upsert`` topic names no schema: the output takes the schema
+    of the row stored for the key (this crashed the batch, before). With no schema met
+    yet, the tombstone alone deletes the key; a row stored in JSON is written in the last
+    schema met."""
+    flat = row_schema(SCHEMAS["value"])
+    value_id = registry.register(TOPIC + "-value", json.dumps(flat))
+    config = Config(processor=ProcessorConfig(envelopes={"public.probe": "upsert"}))
+    reconciler = Reconciler(config, SchemaCache(registry))
+    other_key = frame(1, SCHEMAS["key"], {"id": 2})
+    store = MemoryPartitionStore()
+    json_row = Entry((0, 0), b'{"id":2,"name":"j"}').encode()
+    store.commit({b"k" + other_key[5:]: json_row}, Checkpoint())
+    first = reconciler.decide({(TOPIC, 0): [message(None, offset=0)]}, {(TOPIC, 0): store})
+    assert first.records == [(OUTPUT, 0, message(None).key, None)]  # the tombstone alone
+    stream = [
+        message(frame(value_id, flat, row("a")), offset=1),
+        message(None, offset=2),
+        message(None, other_key, offset=3),  # its row stored in JSON
+    ]
+    batch = reconciler.decide({(TOPIC, 0): stream}, {(TOPIC, 0): store})
+    assert not batch.dead_letters
+    values = [(r[2], r[3]) for r in batch.records]
+    assert len(values) == 5
+    assert unframe(registry, values[0][1] or b"")[1]["op"] == "c"
+    _, deleted = unframe(registry, values[1][1] or b"")
+    assert deleted["op"] == "d" and deleted["before"] == row("a") and deleted["after"] is None
+    assert deleted["tidemark"]["offset"] == 2 and values[2] == (stream[1].key, None)
+    _, other = unframe(registry, values[3][1] or b"")
+    assert other["op"] == "d" and other["before"]["name"] == "j" and other["after"] is None
+    assert values[4] == (other_key, None)
 
 
 @pytest.mark.parametrize(
