@@ -476,28 +476,35 @@ static PyObject *read_value(reader *r, Py_ssize_t at, int depth) {
     return v;
 }
 
-static PyObject *read_datum(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    static const char usage[] = "read(program: Program, buf: bytes, start: int, stop: int = ...)";
+/* The reader of (program, buf, start[, stop]): 0, or -1 with TypeError (``usage``) or
+ * ValueError set. */
+static int start_reader(reader *r, PyObject *const *args, Py_ssize_t nargs, const char *usage) {
     if ((nargs != 3 && nargs != 4) || !PyObject_TypeCheck(args[0], &program_type) ||
         !PyBytes_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError, usage);
-        return NULL;
+        return -1;
     }
     Py_ssize_t size = PyBytes_GET_SIZE(args[1]);
     Py_ssize_t start = PyLong_AsSsize_t(args[2]);
     Py_ssize_t stop = nargs == 4 ? PyLong_AsSsize_t(args[3]) : size;
-    if ((start == -1 || stop == -1) && PyErr_Occurred()) return NULL;
+    if ((start == -1 || stop == -1) && PyErr_Occurred()) return -1;
     if (start < 0 || stop > size || start > stop) {
         PyErr_SetString(PyExc_ValueError, "start and stop must lie within the bytes");
-        return NULL;
+        return -1;
     }
+    r->base = (const unsigned char *)PyBytes_AS_STRING(args[1]);
+    r->p = r->base + start;
+    r->end = r->base + stop;
+    r->prog = (const program *)args[0];
+    r->declined = 0;
+    return 0;
+}
+
+static PyObject *read_datum(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    static const char usage[] = "read(program: Program, buf: bytes, start: int, stop: int = ...)";
     reader r;
-    r.base = (const unsigned char *)PyBytes_AS_STRING(args[1]);
-    r.p = r.base + start;
-    r.end = r.base + stop;
-    r.prog = (const program *)args[0];
-    r.declined = 0;
+    if (start_reader(&r, args, nargs, usage)) return NULL;
     PyObject *datum = read_value(&r, 0, 0);
     if (datum == NULL) {
         if (r.declined && !PyErr_Occurred()) Py_RETURN_NONE;
@@ -650,25 +657,8 @@ static int skip_value(reader *r, Py_ssize_t at, int depth) {
 static PyObject *skip_datum(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     static const char usage[] = "skip(program: Program, buf: bytes, start: int, stop: int = ...)";
-    if ((nargs != 3 && nargs != 4) || !PyObject_TypeCheck(args[0], &program_type) ||
-        !PyBytes_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, usage);
-        return NULL;
-    }
-    Py_ssize_t size = PyBytes_GET_SIZE(args[1]);
-    Py_ssize_t start = PyLong_AsSsize_t(args[2]);
-    Py_ssize_t stop = nargs == 4 ? PyLong_AsSsize_t(args[3]) : size;
-    if ((start == -1 || stop == -1) && PyErr_Occurred()) return NULL;
-    if (start < 0 || stop > size || start > stop) {
-        PyErr_SetString(PyExc_ValueError, "start and stop must lie within the bytes");
-        return NULL;
-    }
     reader r;
-    r.base = (const unsigned char *)PyBytes_AS_STRING(args[1]);
-    r.p = r.base + start;
-    r.end = r.base + stop;
-    r.prog = (const program *)args[0];
-    r.declined = 0;
+    if (start_reader(&r, args, nargs, usage)) return NULL;
     if (skip_value(&r, 0, 0)) {
         if (PyErr_Occurred()) {
             if (!PyErr_ExceptionMatches(PyExc_Exception) || PyErr_ExceptionMatches(PyExc_MemoryError))

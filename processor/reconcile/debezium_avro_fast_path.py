@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from processor.events.avro_codec import AvroCodec
 from processor.events.change import ORDERED_CONNECTORS, Snapshot
-from processor.reconcile.debezium_fast_path import Record, judge
-from processor.reconcile.envelopes import ENTRY, HIGH_WATER, HIGH_WATER_MARK, SEEN_STALE
+from processor.reconcile.debezium_fast_path import HighWater, Record, judge
+from processor.reconcile.envelopes import ENTRY
 from processor.reconcile.versions import Action, Entry
 from state.batch import BatchState
 from tidemark.avro_wire import HEADER
@@ -110,12 +110,7 @@ def decide_debezium(
     append = records.append
     taken = dropped = 0
     last: dict[str, object] | None = None
-    raw = state.get(HIGH_WATER)
-    mark, group_open = ((-1 << 63, -1 << 63), False)
-    if raw is not None:
-        major, minor, flag = HIGH_WATER_MARK.unpack(raw)
-        mark, group_open = (major, minor), bool(flag)
-    moved = False
+    high_water = HighWater(state)
     for msg, _state_key in zip(group, state_keys(codec, group), strict=False):
         key, value = msg.key, msg.value
         if value is None:
@@ -144,13 +139,9 @@ def decide_debezium(
             break
         taken += 1
         last = payload
-        if raw is not None and version <= mark:
+        if not high_water.passes(version):
             dropped += 1
             continue
-        if group_open:
-            state.put(SEEN_STALE, b"")  # the ended group's keys: pruned a page at a time
-            group_open = False
-        mark, moved, raw = version, True, b""
         event = b"".join(
             (
                 HEADER.pack(0, layout.output_id),
@@ -162,8 +153,7 @@ def decide_debezium(
         append((output, msg.partition, out_key, event))
         if op == "d":
             append((output, msg.partition, out_key, None))
-    if moved:
-        state.put(HIGH_WATER, HIGH_WATER_MARK.pack(mark[0], mark[1], False))
+    high_water.save()
     return taken, dropped, last
 
 

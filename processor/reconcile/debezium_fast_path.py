@@ -262,12 +262,7 @@ def decide_debezium(
     append = records.append
     taken = dropped = 0
     last: bytes | None = None
-    raw = state.get(HIGH_WATER)
-    mark, group_open = ((-1 << 63, -1 << 63), False)
-    if raw is not None:
-        major, minor, flag = HIGH_WATER_MARK.unpack(raw)
-        mark, group_open = (major, minor), bool(flag)
-    moved = False
+    high_water = HighWater(state)
     for msg, _state_key in zip(group, _state_keys(codec, group), strict=False):
         key, value = msg.key, msg.value
         if value is None:
@@ -284,13 +279,9 @@ def decide_debezium(
         taken += 1
         last = value
         version = (scan[MAJOR], scan[MINOR])
-        if raw is not None and version <= mark:
+        if not high_water.passes(version):
             dropped += 1
             continue
-        if group_open:
-            state.put(SEEN_STALE, b"")  # the ended group's keys: pruned a page at a time
-            group_open = False
-        mark, moved, raw = version, True, b""
         tail = block % (msg.partition, msg.offset, version[0], version[1], _APPLIED)
         before = value[scan[BEFORE] : scan[BEFORE_END]]
         event = splice_event(value, scan, before, value[scan[AFTER] : scan[AFTER_END]], tail)
@@ -299,9 +290,40 @@ def decide_debezium(
         append((output, msg.partition, key, event))
         if scan[OP] == _DELETE:
             append((output, msg.partition, key, None))
-    if moved:
-        state.put(HIGH_WATER, HIGH_WATER_MARK.pack(mark[0], mark[1], False))
+    high_water.save()
     return taken, dropped, _payload(last, prefix)
+
+
+class HighWater:
+    """A partition's high-water mark under ``debezium``, as a fused loop moves it past the
+    changes it emits (:func:`processor.reconcile.envelopes.debezium` outside snapshots)."""
+
+    __slots__ = ("_state", "_mark", "_known", "_group_open", "_moved")
+
+    def __init__(self, state: BatchState) -> None:
+        self._state = state
+        raw = state.get(HIGH_WATER)
+        self._known = raw is not None
+        self._mark, self._group_open, self._moved = (-1 << 63, -1 << 63), False, False
+        if raw is not None:
+            major, minor, flag = HIGH_WATER_MARK.unpack(raw)
+            self._mark, self._group_open = (major, minor), bool(flag)
+
+    def passes(self, version: Version) -> bool:
+        """Whether a change of ``version`` is past the mark, which then moves to it (else
+        it is a replay)."""
+        if self._known and version <= self._mark:
+            return False
+        if self._group_open:  # the ended group's keys: pruned a page at a time
+            self._state.put(SEEN_STALE, b"")
+            self._group_open = False
+        self._mark, self._known, self._moved = version, True, True
+        return True
+
+    def save(self) -> None:
+        """Put the mark in state, if it moved."""
+        if self._moved:
+            self._state.put(HIGH_WATER, HIGH_WATER_MARK.pack(*self._mark, False))
 
 
 def _schema(codec: JsonCodec) -> tuple[bytes, bytes]:

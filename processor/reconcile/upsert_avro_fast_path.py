@@ -25,12 +25,13 @@ from processor.events.avro_schemas import avro_string
 from processor.reconcile.debezium_avro_fast_path import state_keys
 from processor.reconcile.debezium_fast_path import Record
 from processor.reconcile.envelopes import ENTRY
-from processor.reconcile.versions import CHANGE_ROW_AT, HEAD, PRESENT_FLAG, Action, Entry, decide
+from processor.reconcile.upsert_fast_path import judge
+from processor.reconcile.versions import Action, Entry
 from state.batch import BatchState
 from tidemark.avro_wire import HEADER
 from tidemark.messages import RawMessage
 
-_APPLY, _REEMIT, _DROP = Action.APPLY, Action.REEMIT, Action.DROP
+_APPLY, _REEMIT = Action.APPLY, Action.REEMIT
 _APPLIED, _REPLAYED = _APPLY.value, _REEMIT.value
 #: The output's ``op`` (and a null ``ts_ms``) after its rows, by op.
 _OPS = {op: avro_string(op) + b"\x00" for op in "cud"}
@@ -63,31 +64,18 @@ def decide_flat(
             break
         layout, txid, deleted = scan
         header = value[:5]
-        stored = get(entry_key)
-        previous: bytes | None = None
-        stored_version = None
-        if stored is not None:
-            _format, major, minor, flags = HEAD.unpack_from(stored)
-            row_at = CHANGE_ROW_AT.get(flags)
-            if row_at is None:
-                break  # a chunk row's or a pending entry: not a change's
-            stored_version = (major, minor)
-            if flags & PRESENT_FLAG:
-                previous = stored[row_at:]
-                if previous[:5] != header:
-                    break  # a row of another schema or format: the general path converts it
         offset = msg.offset
-        version = (0, offset)
-        action = decide(version, stored_version)
+        judged = judge(get(entry_key), offset, flushed, deleted and txid is None)
+        if judged is None:
+            break  # a chunk row's or a pending entry: not a change's
+        action, previous = judged
+        if previous is not None and previous[:5] != header:
+            break  # a row of another schema or format: the general path converts it
         taken += 1
-        if (
-            action is _DROP
-            or (action is _REEMIT and offset < flushed)
-            # a delete without a transaction id of a deleted key adds nothing (upsert's rule)
-            or (action is _APPLY and deleted and txid is None and stored and not previous)
-        ):
+        if action is None:
             dropped += 1
             continue
+        version = (0, offset)
         row = None if deleted else value
         if action is _APPLY:
             if txid is None:

@@ -40,6 +40,34 @@ _APPLY, _REEMIT, _DROP = Action.APPLY, Action.REEMIT, Action.DROP
 _APPLIED, _REPLAYED = _APPLY.value.encode(), _REEMIT.value.encode()
 
 
+def judge(
+    stored: bytes | None, offset: int, flushed: int, bare_delete: bool
+) -> tuple[Action | None, bytes | None] | None:
+    """What ``upsert`` does with the row at input ``offset`` of a key whose entry in state
+    is ``stored``, and the row stored (the output's retraction): ``None`` for an entry
+    that is not a change's (a chunk row's or a pending one: the general path's), and no
+    action for a row dropped. That is a replay below ``flushed``, or a ``bare_delete`` (a
+    delete without a transaction id) of a key already deleted, which adds nothing."""
+    previous: bytes | None = None
+    stored_version = None
+    if stored is not None:
+        _format, major, minor, flags = HEAD.unpack_from(stored)
+        row_at = CHANGE_ROW_AT.get(flags)
+        if row_at is None:
+            return None
+        stored_version = (major, minor)
+        if flags & PRESENT_FLAG:
+            previous = stored[row_at:]
+    action = decide((0, offset), stored_version)
+    if (
+        action is _DROP
+        or (action is _REEMIT and offset < flushed)
+        or (action is _APPLY and bare_delete and stored is not None and not previous)
+    ):
+        return None, previous
+    return action, previous
+
+
 def decide_flat(
     codec: JsonCodec,
     group: list[RawMessage],
@@ -93,31 +121,18 @@ def decide_flat(
             if row.get(FLAT_DELETED) == "true":
                 deleted, value = True, None
         state_key = ENTRY + key
-        stored = get(state_key)
-        previous: bytes | None = None
-        stored_version = None
-        if stored is not None:
-            _format, major, minor, flags = HEAD.unpack_from(stored)
-            row_at = CHANGE_ROW_AT.get(flags)
-            if row_at is None:
-                break  # a chunk row's or a pending entry: not a change's
-            stored_version = (major, minor)
-            if flags & PRESENT_FLAG:
-                previous = stored[row_at:]
-                if previous[:1] == MAGIC:
-                    break  # an Avro row: the general path converts it
         offset = msg.offset
-        version = (0, offset)
-        action = decide(version, stored_version)
+        judged = judge(get(state_key), offset, flushed, value is None and txid is None)
+        if judged is None:
+            break  # a chunk row's or a pending entry: not a change's
+        action, previous = judged
+        if previous is not None and previous[:1] == MAGIC:
+            break  # an Avro row: the general path converts it
         taken += 1
-        if (
-            action is _DROP
-            or (action is _REEMIT and offset < flushed)
-            # a delete without a transaction id of a deleted key adds nothing (upsert's rule)
-            or (action is _APPLY and value is None and txid is None and stored and not previous)
-        ):
+        if action is None:
             dropped += 1
             continue
+        version = (0, offset)
         if action is _APPLY:
             if txid is None:
                 put(state_key, Entry.encode_row(version, value))

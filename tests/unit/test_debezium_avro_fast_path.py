@@ -33,6 +33,7 @@ from processor.events.change import TOAST_PLACEHOLDER
 from processor.reconcile.batch import Batch, Reconciler
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
+from tests.unit.fast_path_runs import decide_alike
 from tests.unit.probe import SCHEMAS, TOPIC, frame, probe_event
 from tidemark.config import Config, ProcessorConfig
 from tidemark.messages import RawMessage
@@ -188,24 +189,7 @@ def test_the_avro_fast_path_decides_as_the_general_path(envelope: str, data: st.
     stream = [RawMessage(TOPIC, 0, offset, k, v) for offset, (k, v) in enumerate(drawn)]
     schemas = registry()
     fast, general = make_reconciler(schemas, envelope), make_reconciler(schemas, envelope)
-    fast_store, general_store = MemoryPartitionStore(), MemoryPartitionStore()
-    start = 0
-    while start < len(stream):
-        size = data.draw(st.integers(1, 12))
-        if data.draw(st.booleans()) and start:  # a rewind: replay some earlier offsets
-            start = data.draw(st.integers(0, start - 1))
-        groups = {TP: stream[start : start + size]}
-        decided = fast.decide(groups, {TP: fast_store})
-        with general_only():
-            expected = general.decide(groups, {TP: general_store})
-        assert seen(decided) == seen(expected)
-        assert fast.refused == general.refused
-        if fast.refused:
-            break  # the topic stays stopped: nothing more to decide
-        flushed = decided.next_offsets[TP] if data.draw(st.booleans()) else None
-        fast_store.commit(decided.states[TP].updates, Checkpoint(flushed))
-        general_store.commit(expected.states[TP].updates, Checkpoint(flushed))
-        start += size
+    decide_alike(data, stream, (fast, general), general_only, seen)
 
 
 @pytest.mark.parametrize("envelope", ["debezium-upsert", "debezium"])

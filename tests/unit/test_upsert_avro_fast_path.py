@@ -30,6 +30,7 @@ from processor.events.avro_codec import AvroCodec
 from processor.reconcile.batch import Batch, Reconciler
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
+from tests.unit.fast_path_runs import decide_alike
 from tests.unit.probe import frame
 from tidemark.config import Config, ProcessorConfig
 from tidemark.messages import RawMessage
@@ -159,22 +160,8 @@ def test_the_avro_fast_path_decides_as_the_general_path(kind: str, data: st.Data
     stream = [RawMessage(TOPIC, 0, offset, k, v) for offset, (k, v) in enumerate(drawn)]
     schemas = registry()
     fast, general = make_reconciler(schemas), make_reconciler(schemas)
-    fast_store, general_store = MemoryPartitionStore(), MemoryPartitionStore()
-    start = 0
-    while start < len(stream):
-        size = data.draw(st.integers(1, 12))
-        if data.draw(st.booleans()) and start:  # a rewind: replay some earlier offsets
-            start = data.draw(st.integers(0, start - 1))
-        groups = {TP: stream[start : start + size]}
-        decided = fast.decide(groups, {TP: fast_store})
-        with general_only():
-            expected = general.decide(groups, {TP: general_store})
-        assert seen(decided) == seen(expected)
-        assert fast.refused == general.refused == {}
-        flushed = decided.next_offsets[TP] if data.draw(st.booleans()) else None
-        fast_store.commit(decided.states[TP].updates, Checkpoint(flushed))
-        general_store.commit(expected.states[TP].updates, Checkpoint(flushed))
-        start += size
+    decide_alike(data, stream, (fast, general), general_only, seen)
+    assert fast.refused == {}  # upsert refuses no source
 
 
 @pytest.mark.parametrize("kind", ["row", "flat"])

@@ -1,0 +1,47 @@
+"""The run that holds a fused path to the general path, shared by the Avro fast-path tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+from hypothesis import strategies as st
+
+from processor.reconcile.batch import Batch, Reconciler
+from state.memory import MemoryPartitionStore
+from state.store import Checkpoint
+from tidemark.messages import RawMessage
+
+
+def decide_alike(
+    data: st.DataObject,
+    stream: list[RawMessage],
+    reconcilers: tuple[Reconciler, Reconciler],
+    general_only: Callable[[], AbstractContextManager[None]],
+    seen: Callable[[Batch], Any],
+) -> None:
+    """Decide ``stream`` (one partition) in drawn batches, rewinds among them, with the fast
+    paths (the first reconciler) and with ``general_only`` (the second), and assert that
+    each batch is ``seen`` alike, refusals too. Each store commits what its reconciler
+    decided, with a drawn checkpoint; a refused topic ends the run."""
+    fast, general = reconcilers
+    tp = (stream[0].topic, stream[0].partition)
+    fast_store, general_store = MemoryPartitionStore(), MemoryPartitionStore()
+    start = 0
+    while start < len(stream):
+        size = data.draw(st.integers(1, 12))
+        if data.draw(st.booleans()) and start:  # a rewind: replay some earlier offsets
+            start = data.draw(st.integers(0, start - 1))
+        groups = {tp: stream[start : start + size]}
+        decided = fast.decide(groups, {tp: fast_store})
+        with general_only():
+            expected = general.decide(groups, {tp: general_store})
+        assert seen(decided) == seen(expected)
+        assert fast.refused == general.refused
+        if fast.refused:
+            break  # the topic stays stopped: nothing more to decide
+        flushed = decided.next_offsets[tp] if data.draw(st.booleans()) else None
+        fast_store.commit(decided.states[tp].updates, Checkpoint(flushed))
+        general_store.commit(expected.states[tp].updates, Checkpoint(flushed))
+        start += size
