@@ -379,7 +379,7 @@ def tidemark(
             "TIDEMARK_PROCESSOR__INPUT_PATTERN": f"^{topic}$",
         },
     )
-    plane = DataPlane(config, RocksDBBackend(state_dir))
+    plane = DataPlane(config, RocksDBBackend(state_dir, config.processor.state_cache_mb << 20))
     thread = threading.Thread(target=plane.run, daemon=True)
     thread.start()
     probe = Consumer(_consumer_settings(bootstrap, plane.group))

@@ -169,7 +169,7 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
         topic_replication_factor=config.kafka.replication_factor,
         autodiscover=False,
     )
-    dataplane = DataPlane(config, RocksDBBackend(pc.state_dir))
+    dataplane = DataPlane(config, RocksDBBackend(pc.state_dir, pc.state_cache_mb << 20))
     # The source's connector: the one place a database kind is chosen.
     connector = PostgresConnector(config)
     coordinator = Coordinator(config, connector, dataplane.reconciler.schemas)

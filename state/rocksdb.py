@@ -30,6 +30,7 @@ from pathlib import Path
 
 from rocksdict import BlockBasedOptions, Options, Rdict, WriteBatch, WriteOptions
 
+from state.cache import CacheBudget, CachedStore
 from state.errors import StateError
 from state.store import Checkpoint, PartitionStore, StateBackend
 
@@ -39,6 +40,8 @@ _RESERVED = b"\x00\x00checkpoint:"
 _INPUT_KEY = _RESERVED + b"input"
 _CHANGELOG_KEY = _RESERVED + b"changelog"
 _OFFSET = struct.Struct(">q")
+#: The processor's default (``processor.state_cache_mb``).
+DEFAULT_CACHE_BYTES = 64 << 20
 
 
 def _upper_bound(prefix: bytes) -> bytes | None:
@@ -132,14 +135,18 @@ class RocksDBPartitionStore(PartitionStore):
 
 
 class RocksDBBackend(StateBackend):
-    """Partition stores under ``<root>/<topic>/<partition>``."""
+    """Partition stores under ``<root>/<topic>/<partition>``, each behind a cache of its
+    recently written values (:mod:`state.cache`) that they share ``cache_bytes`` for
+    (0: no cache)."""
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.root = Path(root)
+        self._budget = CacheBudget(cache_bytes) if cache_bytes > 0 else None
 
     def open(self, topic: str, partition: int) -> PartitionStore:
         if not re.fullmatch(r"[A-Za-z0-9._-]+", topic):
             raise StateError(f"topic name {topic!r} cannot name a state folder")
         path = self.root / topic / str(partition)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return RocksDBPartitionStore(path)
+        store = RocksDBPartitionStore(path)
+        return store if self._budget is None else CachedStore(store, self._budget)

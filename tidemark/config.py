@@ -165,6 +165,10 @@ class ProcessorConfig:
     #: Regular expression of input topics; default: every change topic of ``source.topic_prefix``.
     input_pattern: str = ""
     state_dir: str = ".tidemark/state"
+    #: Memory for the values the state stores wrote last, shared by the partitions this
+    #: instance holds (0: none). A change whose key changed recently then reads its
+    #: stored value from memory, not RocksDB.
+    state_cache_mb: int = 64
     web_host: str = "127.0.0.1"
     web_port: int = 6066
     #: Failed API authentications a client may make in a minute; more are answered 429.
@@ -529,6 +533,8 @@ def _check_ranges(config: Config) -> None:
     sink = config.sink
     if sink.catalog_type != "hadoop" and not sink.catalog_uri:
         raise ConfigError(f"sink.catalog_uri: a {sink.catalog_type} catalog needs its URI")
+    if config.processor.state_cache_mb < 0:
+        raise ConfigError("processor.state_cache_mb: must be 0 (no cache) or more")
     if sink.snapshot_retention_hours < 0:
         raise ConfigError("sink.snapshot_retention_hours: must be 0 or more")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", sink.catalog_name):

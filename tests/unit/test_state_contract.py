@@ -20,9 +20,12 @@ from state.rocksdb import RocksDBBackend
 from state.store import Checkpoint, StateBackend
 
 
-@pytest.fixture(params=["memory", "rocksdb"])
+@pytest.fixture(params=["memory", "rocksdb", "rocksdb-uncached"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateBackend]:
-    yield MemoryBackend() if request.param == "memory" else RocksDBBackend(tmp_path)
+    if request.param == "memory":
+        yield MemoryBackend()
+    else:  # with its cache of recent values (the default), and without
+        yield RocksDBBackend(tmp_path, 0 if request.param == "rocksdb-uncached" else 1 << 20)
 
 
 def test_new_store_is_empty(backend: StateBackend) -> None:
