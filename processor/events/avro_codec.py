@@ -27,6 +27,7 @@ import typing
 from typing import Any
 
 import fastavro
+from fastavro.read import SchemaResolutionError
 
 from processor.errors import PositionError
 from processor.events.avro_schemas import (
@@ -58,6 +59,11 @@ from tidemark.avro_wire import HEADER, MAGIC, at_end, read_avro, schema_id_of
 from tidemark.errors import InputError, UnknownSchemaError
 from tidemark.messages import RawMessage
 from tidemark.schema_registry import SchemaCache
+
+#: What reading a row from state into a schema, or writing it in one, raises when the row
+#: does not fit: its schema is gone from the registry, or cannot be resolved into the
+#: newer one (a column added ``NOT NULL`` without a default), or a value has another type.
+UNREADABLE_ROW = (InputError, UnknownSchemaError, SchemaResolutionError, ValueError, TypeError)
 
 
 class _Decoded:
@@ -344,16 +350,10 @@ class AvroCodec:
         layout, raw = decoded.layout, decoded.raw
         parts = [HEADER.pack(0, layout.output_id)]
         before = emit.before
-        if before is None:
-            parts.append(layout.null_byte)
-        elif isinstance(before, bytes) and HEADER.unpack_from(before)[1] == layout.schema_id:
-            parts += (layout.row_byte, before[HEADER.size :])
-        elif before is change.before and self.envelope != "upsert":
+        if before is not None and before is change.before and self.envelope != "upsert":
             parts.append(raw[HEADER.size : decoded.row - len(layout.row_byte)])  # the input's
-        else:
-            if isinstance(before, bytes):
-                before = self.load(before, layout.schema_id)
-            parts += (layout.row_byte, _write(layout.row, before))
+        else:  # a retraction the layout cannot hold goes as null: the key's change is not lost
+            parts.append(self._retraction(layout, before) or layout.null_byte)
         if emit.after is None:
             parts.append(layout.null_byte)
         elif change.toast:
@@ -380,21 +380,28 @@ class AvroCodec:
             layout = next(reversed(self._layouts.values()), None)
             if layout is None:
                 return None
-        parts = [HEADER.pack(0, layout.output_id)]
-        if before is None:
-            parts.append(layout.null_byte)
-        elif isinstance(before, bytes) and HEADER.unpack_from(before)[1] == layout.schema_id:
-            parts += (layout.row_byte, before[HEADER.size :])
-        else:
-            try:
-                if isinstance(before, bytes):
-                    before = self.load(before, layout.schema_id)
-                parts += (layout.row_byte, _write(layout.row, before))
-            except Exception:  # a row that does not fit the schema: the tombstone alone
-                return None
+        retraction = self._retraction(layout, before)
+        if retraction is None:  # a row that does not fit the schema: the tombstone alone
+            return None
+        parts = [HEADER.pack(0, layout.output_id), retraction]
         parts += (layout.null_byte, avro_string("d"), b"\x00")  # after, op, a null ts_ms
         parts.append(self.tidemark_block(msg, change.version, emit.reason))
         return b"".join(parts)
+
+    def _retraction(self, layout: Layout, before: Row | bytes | None) -> bytes | None:
+        """An event's ``before`` in ``layout``: its union branch and row (``None``: the row
+        does not fit, such as a row stored before a column was added ``NOT NULL`` without a
+        default, which schema resolution cannot fill)."""
+        if before is None:
+            return layout.null_byte
+        if isinstance(before, bytes) and HEADER.unpack_from(before)[1] == layout.schema_id:
+            return layout.row_byte + before[HEADER.size :]
+        try:
+            if isinstance(before, bytes):
+                before = self.load(before, layout.schema_id)
+            return layout.row_byte + _write(layout.row, before)
+        except UNREADABLE_ROW:
+            return None
 
     def tidemark_block(self, msg: RawMessage, version: Version, reason: str) -> bytes:
         """The output's ``tidemark`` field (its union branch, then the record)."""
@@ -409,9 +416,10 @@ class AvroCodec:
         return b"".join((head, avro_long(msg.offset), position, tail))
 
     def output_key(self, msg: RawMessage) -> bytes | None:
-        """``msg``'s key, framed with the id of its schema registered for the output topic."""
+        """``msg``'s key, framed with the id of its schema registered for the output topic
+        (a key in JSON, whose converter is not the value's, as it is)."""
         key = msg.key
-        if key is None or len(key) < HEADER.size:
+        if key is None or len(key) < HEADER.size or key[:1] != MAGIC:
             return key
         schema_id = HEADER.unpack_from(key)[1]
         output_id = self._key_ids.get(schema_id)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import orjson
 
-from processor.events.avro_codec import AvroCodec
+from processor.events.avro_codec import UNREADABLE_ROW, AvroCodec
 from processor.events.change import Change, Emit, Row
 from processor.events.json_codec import JsonCodec
 from tidemark.avro_wire import MAGIC
@@ -57,7 +57,7 @@ class SourceCodec:
         codec: JsonCodec | AvroCodec = change.codec
         before = emit.before
         if isinstance(before, bytes) and not codec.owns(before):
-            emit.before = self.load(before)
+            emit.before = self.load(before)  # unreadable: a null retraction, the change goes out
         return codec.encode(change, emit, msg)
 
     def dump(self, change: Change) -> bytes:
@@ -65,6 +65,12 @@ class SourceCodec:
         codec: JsonCodec | AvroCodec = change.codec
         return codec.dump(change)
 
-    def load(self, raw: bytes) -> Row:
-        """A row from state, in whichever format it was stored."""
-        return self.avro.load(raw) if self.avro.owns(raw) else self.json.load(raw)
+    def load(self, raw: bytes) -> Row | None:
+        """A row from state, in whichever format it was stored (``None``: it can no longer
+        be read, such as an Avro row whose schema the registry no longer has)."""
+        if not self.avro.owns(raw):
+            return self.json.load(raw)
+        try:
+            return self.avro.load(raw)
+        except UNREADABLE_ROW:
+            return None

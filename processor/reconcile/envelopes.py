@@ -92,8 +92,9 @@ class RowCodec(Protocol):
     def dump(self, change: Change) -> bytes:
         """Bytes of ``change.after``."""
 
-    def load(self, raw: bytes) -> Row:
-        """A row from bytes :meth:`dump` wrote."""
+    def load(self, raw: bytes) -> Row | None:
+        """A row from bytes :meth:`dump` wrote (``None``: it can no longer be read; the
+        rules then treat the key as holding no row to fill from)."""
 
 
 Step = Callable[[Change, KeyState, RowCodec], Emit | None]

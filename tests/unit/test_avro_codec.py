@@ -16,6 +16,7 @@ import struct
 from typing import Any
 
 import fastavro
+import orjson
 import pytest
 
 from processor.events.avro_schemas import row_schema
@@ -129,6 +130,63 @@ def test_a_row_in_state_is_read_into_a_newer_schema(registry: MemoryRegistry) ->
     assert event["after"]["note"] == "hi"
 
 
+@pytest.mark.parametrize("envelope_name", ["debezium-upsert", "upsert"])
+def test_a_stored_row_the_newer_schema_cannot_hold_is_retracted_as_null(
+    registry: MemoryRegistry, envelope_name: str
+) -> None:
+    """A column added ``NOT NULL`` without a default: the row stored under the older schema
+    cannot be read into the newer one (this failed the batch, on every restart). The
+    change is emitted with a null ``before``; the next change retracts the newer row."""
+    older, newer = copy.deepcopy(SCHEMAS["value"]), copy.deepcopy(SCHEMAS["value"])
+    newer["fields"][0]["type"][1]["fields"].append({"name": "qty", "type": "int"})
+    if envelope_name == "upsert":
+        older, newer = row_schema(older), row_schema(newer)
+    older_id = registry.register(TOPIC + "-value", json.dumps(older))
+    newer_id = registry.register(TOPIC + "-value", json.dumps(newer))
+
+    def event(name: str, schema: Any, sequence: str, **added: Any) -> Any:
+        datum = dict(row(name), **added)
+        return datum if envelope_name == "upsert" else probe_event("u", datum, sequence)
+
+    config = Config(processor=ProcessorConfig(envelopes={"public.probe": envelope_name}))
+    reconciler = Reconciler(config, SchemaCache(registry))
+    stream = [
+        message(frame(older_id, older, event("a", older, '["8","9"]')), offset=0),
+        message(frame(newer_id, newer, event("b", newer, '["10","12"]', qty=3)), offset=1),
+        message(frame(newer_id, newer, event("c", newer, '["14","16"]', qty=4)), offset=2),
+    ]
+    batch = reconciler.decide({(TOPIC, 0): stream}, {(TOPIC, 0): MemoryPartitionStore()})
+    assert not batch.dead_letters
+    events = [unframe(registry, r[3] or b"")[1] for r in batch.records]
+    assert [e["after"]["name"] for e in events] == ["a", "b", "c"]
+    assert events[1]["before"] is None and events[1]["after"]["qty"] == 3
+    assert events[2]["before"] == dict(row("b"), qty=3)
+
+
+def test_a_stored_avro_row_whose_schema_is_gone_is_retracted_as_null_in_json(
+    registry: MemoryRegistry,
+) -> None:
+    """A JSON key with Avro values, then JSON values, and a registry that lost the stored
+    row's schema: the JSON event goes out with a null ``before`` (this failed the batch)."""
+    store = MemoryPartitionStore()
+    key = b'{"id":1}'
+    avro = RawMessage(TOPIC, 0, 0, key, frame(2, SCHEMAS["value"], probe_event("c", row("a"))))
+    first = Reconciler(Config(), SchemaCache(registry)).decide(
+        {(TOPIC, 0): [avro]}, {(TOPIC, 0): store}
+    )
+    assert len(first.records) == 1 and not first.dead_letters
+    store.commit(first.states[(TOPIC, 0)].updates, Checkpoint(1))
+    source = {"sequence": '["20","22"]', "lsn": 22, "txId": 800, "connector": "postgresql"}
+    change = {"before": None, "after": {"id": 1, "name": "b"}, "op": "u", "source": source}
+    later = RawMessage(TOPIC, 0, 1, key, orjson.dumps(change))
+    forgetful = Reconciler(Config(), SchemaCache(MemoryRegistry()))
+    batch = forgetful.decide({(TOPIC, 0): [later]}, {(TOPIC, 0): store})
+    assert not batch.dead_letters
+    [(_, _, _, value)] = batch.records
+    event = orjson.loads(value or b"")
+    assert event["before"] is None and event["after"] == {"id": 1, "name": "b"}
+
+
 def test_toast_placeholder_in_avro_is_filled_from_state(registry: MemoryRegistry) -> None:
     source = codec(registry)
     state = BatchState(MemoryPartitionStore())
@@ -142,6 +200,23 @@ def test_toast_placeholder_in_avro_is_filled_from_state(registry: MemoryRegistry
     emit = debezium_upsert(change, state, source)
     assert emit is not None and emit.after is not None
     assert emit.after["j"] == '{"x": 1}' and emit.after["name"] == "b"
+
+
+def test_a_toast_placeholder_over_an_unreadable_stored_row_asks_for_the_row(
+    registry: MemoryRegistry,
+) -> None:
+    """The stored row's schema is gone from the registry: nothing fills the placeholder,
+    so the key's row is read again from the source (this failed the batch)."""
+    store = MemoryPartitionStore()
+    gone = struct.pack(">bI", 0, 99) + b"\x02"  # a row under schema 99, never registered
+    store.commit({b"k" + message(None).key[5:]: Entry((8, 9), gone).encode()}, Checkpoint())
+    unchanged = dict(row("b"), j=TOAST_PLACEHOLDER)
+    msg = message(frame(2, SCHEMAS["value"], probe_event("u", unchanged, '["20","22"]')))
+    batch = Reconciler(Config(), SchemaCache(registry)).decide(
+        {(TOPIC, 0): [msg]}, {(TOPIC, 0): store}
+    )
+    assert not batch.records and not batch.dead_letters
+    assert list(batch.read_again[(TOPIC, 0)].values()) == [{"id": 1}]
 
 
 def test_upsert_envelope_wraps_a_flat_avro_row(registry: MemoryRegistry) -> None:
