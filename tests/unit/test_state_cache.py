@@ -70,19 +70,36 @@ def test_the_cached_store_reads_as_its_store_does(
         assert cached.checkpoint() == inner.checkpoint()
 
 
-def test_recent_values_are_read_from_memory_and_old_ones_from_the_store() -> None:
+def test_a_key_read_as_present_is_cached_with_its_writes_and_a_key_only_written_is_not() -> None:
+    """As a backfill writes rows never read, they stay out, and the live keys stay in."""
+    inner = CountingStore()
+    cached = CachedStore(inner, CacheBudget(1 << 20))
+    cached.commit({b"live": b"1", b"row": b"r"}, Checkpoint(1))
+    assert cached.get_many([b"live"]) == [b"1"] and inner.read == [b"live"]  # admitted
+    cached.commit({b"live": b"2", b"other": b"o"}, Checkpoint(2))
+    inner.read.clear()
+    assert cached.get_many([b"live", b"row", b"other"]) == [b"2", b"r", b"o"]
+    assert inner.read == [b"row", b"other"]  # written, never read: not cached until now
+    inner.read.clear()
+    assert cached.get_many([b"row", b"other", b"absent"]) == [b"r", b"o", None]
+    assert inner.read == [b"absent"]  # "absent" is never cached
+
+
+def test_older_values_are_dropped_a_generation_at_a_time() -> None:
     value = b"v" * 100
     entry = 2 + len(value) + ENTRY_OVERHEAD  # a key of two bytes
     inner = CountingStore()
     cached = CachedStore(inner, CacheBudget(2 * 10 * entry))  # generations of 10 entries
     for key in range(30):
         cached.commit({b"%02d" % key: value}, Checkpoint(key))
-    inner.read.clear()
-    assert cached.get_many([b"%02d" % key for key in range(30)]) == [value] * 30
-    # Writes 21 to 29 fill the young generation, 11 to 20 the old one; the rest was dropped.
-    assert inner.read == [b"%02d" % key for key in range(11)]
+        assert cached.get_many([b"%02d" % key]) == [value]  # admitted, one at a time
     cached.commit({b"15": None, b"25": None}, Checkpoint(30))  # one old, one young
-    assert cached.get_many([b"15", b"25", b"26"]) == [None, None, value]
+    inner.read.clear()
+    expected = [None if key in (15, 25) else value for key in range(30)]
+    assert cached.get_many([b"%02d" % key for key in range(30)]) == expected
+    # Reads 21 to 29 fill the young generation, 11 to 20 the old one; the rest was dropped.
+    # The deleted keys left the cache with their delete.
+    assert inner.read == [b"%02d" % key for key in [*range(11), 15, 25]]
 
 
 def test_deletes_wipes_and_closes_forget_values_and_stores_share_the_budget() -> None:
@@ -92,6 +109,7 @@ def test_deletes_wipes_and_closes_forget_values_and_stores_share_the_budget() ->
     other = CachedStore(second, budget)
     assert budget.open_stores == 2 and budget.generation_bytes() == (1 << 20) // 4
     cached.commit({b"a": b"1", b"b": b"2"}, Checkpoint(1))
+    assert cached.get_many([b"a", b"b"]) == [b"1", b"2"]  # both admitted
     cached.commit({b"a": None}, Checkpoint(2))
     first.read.clear()
     assert cached.get_many([b"a", b"b"]) == [None, b"2"]

@@ -202,12 +202,8 @@ def test_releasing_a_window_buffer_keeps_memory_flat(tmp_path: Path) -> None:
 
 
 def release_peak(path: Path, rows: int) -> int:
-    """Python's peak memory while a new process releases ``rows`` buffered rows.
-
-    The store has no cache of recent values: the cache keeps the released rows' state
-    entries up to its own budget (``tests/unit/test_state_cache.py``), which is not what
-    is measured here."""
-    store = RocksDBBackend(path, cache_bytes=0).open(TOPIC, 0)
+    """Python's peak memory while a new process releases ``rows`` buffered rows."""
+    store = RocksDBBackend(path).open(TOPIC, 0)
     stores = {(TOPIC, 0): store}
     window = Window((10, 10), (20, 20), (1,))
 
