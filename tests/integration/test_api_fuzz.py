@@ -14,9 +14,10 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
+from schemathesis.core.parameters import ParameterLocation
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from processor.openapi import OPENAPI
@@ -78,6 +79,13 @@ def test_every_answer_is_documented(label: str, fuzzed: str) -> None:
     @given(case=requests)
     @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
     def answers(case: schemathesis.Case) -> None:
+        # A negative case may leave the bearer token out (the security scheme makes the
+        # header required). With the token added back below, such a case is valid and its
+        # 200 was reported as "schema-violating request accepted" (a failure that depended
+        # on the draw). Requests without the token are test_api.py's; here they are skipped.
+        components = case.meta.components if case.meta is not None else {}
+        headers = components.get(ParameterLocation.HEADER)
+        assume(headers is None or not headers.mode.is_negative)
         case.call_and_validate(
             base_url=fuzzed, headers={"Authorization": f"Bearer {TOKEN}"}, excluded_checks=excluded
         )
