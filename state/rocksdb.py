@@ -135,9 +135,9 @@ class RocksDBPartitionStore(PartitionStore):
 
 
 class RocksDBBackend(StateBackend):
-    """Partition stores under ``<root>/<topic>/<partition>``, each behind a cache of its
-    recently written values (:mod:`state.cache`) that they share ``cache_bytes`` for
-    (0: no cache)."""
+    """Partition stores under ``<root>/<topic>/<partition>``, each behind a cache of the
+    values of its keys in use (:mod:`state.cache`); they share ``cache_bytes`` (0: no
+    cache)."""
 
     def __init__(self, root: str | Path, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.root = Path(root)

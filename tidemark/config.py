@@ -165,8 +165,8 @@ class ProcessorConfig:
     #: Regular expression of input topics; default: every change topic of ``source.topic_prefix``.
     input_pattern: str = ""
     state_dir: str = ".tidemark/state"
-    #: Memory for the values the state stores wrote last, shared by the partitions this
-    #: instance holds (0: none). A change whose key changed recently then reads its
+    #: Memory for a cache of state values of the keys in use, shared by the partitions
+    #: this instance holds (0: none). A change whose key changed recently then reads its
     #: stored value from memory, not RocksDB.
     state_cache_mb: int = 64
     web_host: str = "127.0.0.1"

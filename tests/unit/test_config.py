@@ -101,6 +101,10 @@ def test_the_catalog_password_comes_from_the_environment_and_stays_out_of_repr(
             "source:\n  debezium:\n    transforms.other.add.fields: op\n",
             "source.debezium.transforms: name the transforms (e.g. unwrap)",
         ),
+        (
+            "processor:\n  state_cache_mb: -1\n",
+            "processor.state_cache_mb: must be 0 (no cache) or more",
+        ),
         ("kafka: {bootstrap_servers: [\n", "not valid YAML"),
         ("- just\n- a list\n", "the top level must be a mapping"),
     ],
