@@ -1,4 +1,4 @@
-"""The run that holds a fused path to the general path, shared by the Avro fast-path tests."""
+"""The run that holds a fused path to the general path, shared by the fast-path tests."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ but for ``ts_ms`` (the processing time).
 from __future__ import annotations
 
 import re
+from contextlib import AbstractContextManager
 from typing import Any
 from unittest import mock
 
@@ -25,6 +26,7 @@ from processor.reconcile.batch import Batch, Reconciler
 from processor.reconcile.versions import Entry
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
+from tests.unit.fast_path_runs import decide_alike
 from tidemark.config import Config, ProcessorConfig
 from tidemark.messages import RawMessage
 from tidemark.schema_registry import MemoryRegistry, SchemaCache
@@ -102,24 +104,14 @@ def seen(batch: Batch) -> dict[str, Any]:
 def test_the_fast_path_decides_as_the_general_path(data: st.DataObject) -> None:
     messages = data.draw(st.lists(st.tuples(keys, values), min_size=1, max_size=40))
     stream = [RawMessage(TOPIC, 0, offset, k, v) for offset, (k, v) in enumerate(messages)]
-    fast, general = make_reconciler(), make_reconciler()
-    fast_store, general_store = MemoryPartitionStore(), MemoryPartitionStore()
-    start = 0
-    while start < len(stream):
-        size = data.draw(st.integers(1, 12))
-        if data.draw(st.booleans()) and start:  # a rewind: replay some earlier offsets
-            start = data.draw(st.integers(0, start - 1))
-        group = stream[start : start + size]
-        decided = fast.decide({TP: group}, {TP: fast_store})
-        with mock.patch("processor.reconcile.batch.decide_flat", lambda *_args: (0, 0)):
-            expected = general.decide({TP: group}, {TP: general_store})
-        assert seen(decided) == seen(expected)
-        # The state is written; the checkpoint says the outputs were flushed, or not yet
-        # (a crash between flush and checkpoint, whose replay is emitted again).
-        flushed = decided.next_offsets[TP] if data.draw(st.booleans()) else None
-        fast_store.commit(decided.states[TP].updates, Checkpoint(flushed))
-        general_store.commit(expected.states[TP].updates, Checkpoint(flushed))
-        start += size
+    # The checkpoint decide_alike draws says the outputs were flushed, or not yet (a crash
+    # between flush and checkpoint, whose replay is emitted again).
+    decide_alike(data, stream, (make_reconciler(), make_reconciler()), general_only, seen)
+
+
+def general_only() -> AbstractContextManager[object]:
+    """The general path alone: the fused loop takes nothing."""
+    return mock.patch("processor.reconcile.batch.decide_flat", lambda *_args: (0, 0))
 
 
 def test_rows_go_to_state_and_output_as_the_input_bytes() -> None:
