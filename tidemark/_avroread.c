@@ -13,6 +13,8 @@
  * - Every read is checked against the end the caller gave.
  * - skip() gives the end offset read() would give, making no value (strings are checked
  *   for UTF-8, logical types converted), and None where read() declines or raises.
+ * - write_long() is the one writer here: Avro's encoding of a long, which the codecs'
+ *   hot paths frame their outputs with.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -670,12 +672,35 @@ static PyObject *skip_datum(PyObject *self, PyObject *const *args, Py_ssize_t na
     return PyLong_FromSsize_t(r.p - r.base);
 }
 
+/* -- writing a long ---------------------------------------------------------------------- */
+
+static PyObject *write_long(PyObject *self, PyObject *value) {
+    (void)self;
+    if (!PyLong_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "write_long(value: int)");
+        return NULL;
+    }
+    long long number = PyLong_AsLongLong(value); /* OverflowError beyond 64 bits */
+    if (number == -1 && PyErr_Occurred()) return NULL;
+    uint64_t zigzag = ((uint64_t)number << 1) ^ (uint64_t)(number >> 63);
+    unsigned char out[10];
+    int n = 0;
+    while (zigzag > 0x7F) {
+        out[n++] = (unsigned char)((zigzag & 0x7F) | 0x80);
+        zigzag >>= 7;
+    }
+    out[n++] = (unsigned char)zigzag;
+    return PyBytes_FromStringAndSize((const char *)out, n);
+}
+
 static PyMethodDef methods[] = {
     {"read", (PyCFunction)(void (*)(void))read_datum, METH_FASTCALL,
      "(datum, end) of the Avro datum at buf[start:stop], or None (declined)."},
     {"skip", (PyCFunction)(void (*)(void))skip_datum, METH_FASTCALL,
      "The end of the Avro datum at buf[start:stop] (where read() ends), or None where read() "
      "declines or raises."},
+    {"write_long", (PyCFunction)write_long, METH_O,
+     "Avro's encoding of a long (zig-zag, then a varint); OverflowError beyond 64 bits."},
     {NULL, NULL, 0, NULL},
 };
 

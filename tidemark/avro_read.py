@@ -23,6 +23,8 @@ datum and the offset where it ends, at about a tenth of its cost. The contract:
 - On an error :func:`read` lets fastavro read the bytes again and raise its own
   error, so a dead letter says what it said before this reader existed.
 
+:func:`write_long` is Avro's encoding of a ``long``, for the codecs' outputs.
+
 :func:`skip` gives the offset where the compiled ``read`` would end, making no value, and
 ``None`` where it declines or raises; :func:`read_compiled` is the compiled ``read`` with
 ``None`` for both. The fast paths use them, and leave to :func:`read` what they decline.
@@ -39,7 +41,7 @@ from typing import Any, Final
 import fastavro
 from fastavro.logical_readers import LOGICAL_READERS
 
-from tidemark._avroread import AvroReadError, Program, skip
+from tidemark._avroread import AvroReadError, Program, skip, write_long
 from tidemark._avroread import read as read_program
 
 __all__ = [
@@ -51,6 +53,7 @@ __all__ = [
     "read",
     "read_compiled",
     "skip",
+    "write_long",
 ]
 
 #: The kinds of op, numbered as ``tidemark/_avroread.c`` numbers them.

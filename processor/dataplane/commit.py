@@ -178,10 +178,6 @@ class Committer:
             consumer.pause([rewind])
             consumer.seek(rewind)
 
-    def forget(self, tp: TopicPartitionKey) -> None:
-        """``tp`` left this instance."""
-        self._positions_read.pop(tp, None)
-
     def close(self) -> None:
         self._probe.close()
 

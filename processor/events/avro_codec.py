@@ -412,8 +412,8 @@ class AvroCodec:
         tail = self._reasons.get(reason)
         if tail is None:
             tail = self._reasons[reason] = avro_string(self.envelope) + avro_string(reason)
-        position = avro_string(f"{version[0]},{version[1]}")
-        return b"".join((head, avro_long(msg.offset), position, tail))
+        position = b"%d,%d" % version  # ASCII: its bytes are its UTF-8
+        return b"".join((head, avro_long(msg.offset), avro_long(len(position)), position, tail))
 
     def output_key(self, msg: RawMessage) -> bytes | None:
         """``msg``'s key, framed with the id of its schema registered for the output topic

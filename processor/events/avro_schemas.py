@@ -15,6 +15,8 @@ from typing import Any
 
 import fastavro
 
+from tidemark.avro_read import write_long
+
 TIDEMARK_RECORD: dict[str, Any] = {
     "type": "record",
     "name": "Metadata",
@@ -49,15 +51,8 @@ class Layout:
     output_id: int = field(default=0)
 
 
-def avro_long(value: int) -> bytes:
-    """Avro's zig-zag varint encoding of a ``long`` (or ``int``)."""
-    number = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while number > 0x7F:
-        out.append((number & 0x7F) | 0x80)
-        number >>= 7
-    out.append(number)
-    return bytes(out)
+#: Avro's zig-zag varint encoding of a ``long`` (or ``int``), in C.
+avro_long = write_long
 
 
 def avro_string(value: str) -> bytes:

@@ -758,3 +758,19 @@ def test_the_benchmark_envelope_is_read_alike() -> None:
     fastavro.schemaless_writer(out, parsed, datum)
     assert read(parsed, out.getvalue()) == (datum, len(out.getvalue()))
     assert json.dumps(read(parsed, out.getvalue())[0]) == json.dumps(datum)
+
+
+@given(LONG)
+def test_a_long_is_written_as_fastavro_writes_it(value: int) -> None:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, "long", value)
+    assert avro_long(value) == out.getvalue()
+    assert read("long", avro_long(value)) == (value, len(out.getvalue()))
+
+
+def test_a_long_beyond_64_bits_is_not_written() -> None:
+    for value in (2**63, -(2**63) - 1, 2**70):
+        with pytest.raises(OverflowError):
+            avro_long(value)
+    with pytest.raises(TypeError):
+        avro_long("1")  # type: ignore[arg-type]
