@@ -13,6 +13,9 @@
  * - Every read is checked against the end the caller gave.
  * - skip() gives the end offset read() would give, making no value (strings are checked
  *   for UTF-8, logical types converted), and None where read() declines or raises.
+ * - An omit op stands for a record field the program's compiler was told to leave out:
+ *   read() checks it as skip() does (so it ends, declines and fails where a read of it
+ *   would) and puts nothing in the record.
  * - write_long() is the one writer here: Avro's encoding of a long, which the codecs'
  *   hot paths frame their outputs with.
  */
@@ -38,6 +41,7 @@ enum {
     OP_MAP,
     OP_UNION,
     OP_RECORD,
+    OP_OMIT, /* a record field checked as skip() checks it and left out of the record */
     OP_KINDS
 };
 
@@ -45,7 +49,8 @@ typedef struct {
     int kind;
     int zero_size;     /* its encoding can take no bytes (null, fixed(0), records of those) */
     Py_ssize_t size;   /* fixed: bytes; enum: symbols; union: branches; record: fields */
-    Py_ssize_t target; /* array: items' op; map: values' op; union, record: first link */
+    Py_ssize_t target; /* array: items' op; map: values' op; union, record: first link;
+                          omit: the omitted field's op */
     PyObject *names;   /* enum: its symbols; record: its field names (tuples; borrowed) */
     PyObject *convert; /* a logical type's converter (fastavro's), or NULL (borrowed) */
     PyObject *schema;  /* the converter's schema argument (borrowed) */
@@ -115,6 +120,9 @@ static int build_op(program *self, Py_ssize_t i, PyObject *spec, Py_ssize_t *nex
         if (o->size == -1 && PyErr_Occurred()) return -1;
         if (o->size < 0) return bad_op(i, "a negative fixed size");
         break;
+    case OP_OMIT:
+        if (o->convert != NULL) return bad_op(i, "an omit has no logical type");
+        /* fall through */
     case OP_ARRAY:
     case OP_MAP:
         o->target = op_index(PyTuple_GET_ITEM(spec, 2), self->count, i);
@@ -155,7 +163,8 @@ static void find_zero_sizes(program *self) {
         for (Py_ssize_t i = 0; i < self->count; i++) {
             op *o = &self->ops[i];
             if (o->zero_size) continue;
-            int zero = o->kind == OP_NULL || (o->kind == OP_FIXED && o->size == 0);
+            int zero = o->kind == OP_NULL || (o->kind == OP_FIXED && o->size == 0) ||
+                       (o->kind == OP_OMIT && self->ops[o->target].zero_size);
             if (o->kind == OP_RECORD) {
                 zero = 1;
                 for (Py_ssize_t k = 0; k < o->size; k++)
@@ -200,6 +209,13 @@ static PyObject *program_new(PyTypeObject *type, PyObject *args, PyObject *kwarg
     Py_ssize_t next_link = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         if (build_op(self, i, PyTuple_GET_ITEM(ops, i), &next_link)) {
+            Py_DECREF(self);
+            return NULL;
+        }
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (self->ops[i].kind == OP_OMIT && self->ops[self->ops[i].target].kind == OP_OMIT) {
+            bad_op(i, "an omit of an omit");
             Py_DECREF(self);
             return NULL;
         }
@@ -301,6 +317,7 @@ static int read_block(reader *r, int64_t *count) {
 }
 
 static PyObject *read_value(reader *r, Py_ssize_t at, int depth);
+static int skip_value(reader *r, Py_ssize_t at, int depth);
 
 static PyObject *read_array(reader *r, const op *o, int depth) {
     const op *item = &r->prog->ops[o->target];
@@ -375,6 +392,14 @@ static PyObject *read_record(reader *r, const op *o, int depth) {
     if (dict == NULL) return NULL;
     const Py_ssize_t *fields = r->prog->links + o->target;
     for (Py_ssize_t k = 0; k < o->size; k++) {
+        const op *f = &r->prog->ops[fields[k]];
+        if (f->kind == OP_OMIT) { /* at the depth read_value would read the field at */
+            if (skip_value(r, f->target, depth + 1)) {
+                Py_DECREF(dict);
+                return NULL;
+            }
+            continue;
+        }
         PyObject *v = read_value(r, fields[k], depth + 1);
         if (v == NULL) {
             Py_DECREF(dict);
@@ -465,6 +490,9 @@ static PyObject *read_value(reader *r, Py_ssize_t at, int depth) {
         if (depth >= MAX_DEPTH) return decline(r);
         v = read_record(r, o, depth);
         break;
+    case OP_OMIT: /* outside a record (no compiled schema puts it there): None, once skipped */
+        if (skip_value(r, at, depth)) return NULL;
+        return Py_NewRef(Py_None);
     default:
         PyErr_SetString(PyExc_SystemError, "an op of no kind");
         return NULL;
@@ -650,6 +678,8 @@ static int skip_value(reader *r, Py_ssize_t at, int depth) {
             if (skip_value(r, fields[k], depth + 1)) return -1;
         return 0;
     }
+    case OP_OMIT: /* the field's op, at the same depth (its target is never an omit) */
+        return skip_value(r, o->target, depth);
     default:
         PyErr_SetString(PyExc_SystemError, "an op of no kind");
         return -1;

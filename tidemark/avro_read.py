@@ -23,6 +23,11 @@ datum and the offset where it ends, at about a tenth of its cost. The contract:
 - On an error :func:`read` lets fastavro read the bytes again and raise its own
   error, so a dead letter says what it said before this reader existed.
 
+A program compiled with ``keep`` reads only the record fields it names: the others are
+*omitted*, checked as :func:`skip` checks them but made into no value, so the read ends,
+declines and raises where the whole read does. The Debezium fast paths read the fields
+after ``after`` so (``processor.events.avro_codec.SCANNED``).
+
 :func:`write_long` is Avro's encoding of a ``long``, for the codecs' outputs.
 
 :func:`skip` gives the offset where the compiled ``read`` would end, making no value, and
@@ -36,6 +41,7 @@ over drawn schemas and values, and feeds it mutated, truncated and random bytes.
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 from typing import Any, Final
 
 import fastavro
@@ -58,7 +64,12 @@ __all__ = [
 
 #: The kinds of op, numbered as ``tidemark/_avroread.c`` numbers them.
 NULL, BOOLEAN, LONG, FLOAT, DOUBLE, BYTES, STRING = range(7)
-FIXED, ENUM, ARRAY, MAP, UNION, RECORD = range(7, 13)
+FIXED, ENUM, ARRAY, MAP, UNION, RECORD, OMIT = range(7, 14)
+
+#: Which fields of a record a read makes (:func:`compile_schema`'s ``keep``): a field's
+#: name, with ``None`` (the whole value) or, for a field that is a record, what to keep of
+#: that record in turn.
+Keep = Mapping[str, "Keep | None"]
 
 _PRIMITIVES: Final = {
     "null": NULL,
@@ -106,7 +117,11 @@ class _Compiler:
         self.done: dict[int, int] = {}  # id of a schema dict (alive while compiling) -> op
         self.primitives: dict[str, int] = {}
 
-    def op(self, schema: Any) -> int:
+    def op(self, schema: Any, keep: Keep | None = None) -> int:
+        if keep is not None and isinstance(schema, str) and schema in self.named:
+            schema = self.named[schema]
+        if keep is not None and isinstance(schema, dict) and schema.get("type") == "record":
+            return self._kept(schema, keep)
         if isinstance(schema, list):
             at = self._reserve()
             branches = tuple(self.op(branch) for branch in schema)
@@ -164,6 +179,23 @@ class _Compiler:
         self.done[id(schema)] = at
         return at
 
+    def _kept(self, schema: dict[str, Any], keep: Keep) -> int:
+        """A record of ``schema``'s fields, of which those not in ``keep`` are omitted: an
+        op of its own, not shared with the record's whole reading."""
+        at = self._reserve()
+        fields = schema["fields"]
+        names = tuple(field["name"] for field in fields)
+        if not all(type(name) is str for name in names):
+            raise _Declined("a field name that is not a str")
+        links = []
+        for name, field in zip(names, fields, strict=True):
+            if name in keep:
+                links.append(self.op(field["type"], keep[name]))
+            else:
+                links.append(self._emit((OMIT, 0, self.op(field["type"]), (), None, None, None)))
+        self.ops[at] = (RECORD, 0, -1, tuple(links), names, None, schema)
+        return at
+
     def _reserve(self) -> int:
         self.ops.append(None)
         return len(self.ops) - 1
@@ -187,14 +219,19 @@ def _converter(schema: dict[str, Any], kind: str) -> Any:
     return convert
 
 
-def compile_schema(schema: Any) -> Program | None:
+def compile_schema(schema: Any, keep: Keep | None = None) -> Program | None:
     """``schema`` (fastavro's parsed schema, or what ``schemaless_reader`` takes) compiled,
-    or ``None`` when the compiled reader does not take it."""
+    or ``None`` when the compiled reader does not take it.
+
+    With ``keep``, a record schema's read makes only the fields ``keep`` names (nested
+    for a field that is a record, not a union of one); the others are checked as
+    :func:`skip` checks them, so the read ends, declines and raises where the whole
+    read does, and left out."""
     named: dict[str, Any] = {}
     try:
         parsed = fastavro.parse_schema(schema, named)  # what schemaless_reader does per call
         compiler = _Compiler(named)
-        if compiler.op(parsed) != 0:  # the program starts at its first op
+        if compiler.op(parsed, keep) != 0:  # the program starts at its first op
             raise _Declined("the schema is not the first op")
         return Program(compiler.ops)
     except Exception:  # declined, or what fastavro itself fails on: fastavro reads it

@@ -39,6 +39,7 @@ from processor.events.avro_schemas import (
     upsert_layout,
 )
 from processor.events.change import (
+    DECIDING_FIELDS,
     FLAT_DELETED,
     FLAT_TXID,
     OPS,
@@ -54,7 +55,7 @@ from processor.events.change import (
     snapshot_kind,
     source_version,
 )
-from tidemark.avro_read import Program, program_of, read, read_compiled, skip
+from tidemark.avro_read import Keep, Program, compile_schema, program_of, read, read_compiled, skip
 from tidemark.avro_wire import HEADER, MAGIC, at_end, read_avro, schema_id_of
 from tidemark.errors import InputError, UnknownSchemaError
 from tidemark.messages import RawMessage
@@ -83,11 +84,12 @@ class _Decoded:
 #: What :meth:`AvroCodec.scan` finds in a Debezium value: its layout, where ``after``'s
 #: union starts and where the fields after it start (``before`` is ``raw[5:after_at]``,
 #: ``after`` ``raw[after_at:rest_at]``), whether ``before`` is a row, the op, the version,
-#: ``txId`` (or ``None``), the snapshot kind, ``source.connector``, and the fields after
-#: ``after`` (``source`` among them), decoded.
-AvroScan = tuple[
-    Layout, int, int, bool, str, Version, int | None, Snapshot, str | None, dict[str, Any]
-]
+#: ``txId`` (or ``None``), the snapshot kind and ``source.connector``.
+AvroScan = tuple[Layout, int, int, bool, str, Version, int | None, Snapshot, str | None]
+
+#: What :meth:`AvroCodec.scan` reads of the fields after ``after``: the op, and of
+#: ``source`` the fields a change is decided by. The rest is checked, not decoded.
+SCANNED: Keep = {"op": None, "source": dict.fromkeys(DECIDING_FIELDS)}
 
 
 class AvroCodec:
@@ -104,8 +106,9 @@ class AvroCodec:
         #: The ``tidemark`` block's last two fields (the envelope, the reason) by reason.
         self._reasons: dict[str, bytes] = {}
         #: For :meth:`scan`, by a value schema's id bytes: its layout and the compiled
-        #: programs of its ``before``, ``after`` and the rest (``None``: one declined).
-        self._scans: dict[bytes, tuple[Layout, Program, Program, Program] | None] = {}
+        #: programs of its ``before``, ``after``, the rest's :data:`SCANNED` fields and
+        #: the whole rest (``None``: one declined).
+        self._scans: dict[bytes, tuple[Layout, Program, Program, Program, Program] | None] = {}
         #: For :meth:`scan_row`, by a row schema's id bytes: its layout, its compiled
         #: program and whether it has ``__txId`` or ``__deleted`` (``None``: declined).
         self._row_scans: dict[bytes, tuple[Layout, Program, bool] | None] = {}
@@ -217,10 +220,10 @@ class AvroCodec:
             programs = self._scan_programs(raw[1:5])
             if programs is None:
                 return None
-        layout, before, after, rest = programs
+        layout, before, after, scanned, _rest = programs
         after_at = skip(before, raw, HEADER.size)
         rest_at = None if after_at is None else skip(after, raw, after_at)
-        found = None if rest_at is None else read_compiled(rest, raw, rest_at)
+        found = None if rest_at is None else read_compiled(scanned, raw, rest_at)
         if found is None or found[1] != len(raw) or TOAST_PLACEHOLDER_BYTES in raw:
             return None
         payload = found[0]
@@ -248,8 +251,16 @@ class AvroCodec:
             txid if type(txid) is int else None,
             snapshot_kind(source),
             connector,
-            payload,
         )
+
+    def rest(self, raw: bytes, rest_at: int) -> dict[str, Any]:
+        """The fields after ``after`` of a value :meth:`scan` took (``rest_at``: where
+        they start), decoded whole (a change's ``source``, for its source position)."""
+        rest = self._scans[raw[1:5]]
+        assert rest is not None
+        found = read_compiled(rest[4], raw, rest_at)
+        assert found is not None and type(found[0]) is dict  # the scan read it, in part
+        return found[0]
 
     def scan_row(self, raw: bytes) -> tuple[Layout, int | None, bool] | None:
         """For ``upsert``: what :meth:`decode` would make a :class:`Change` of, for a flat
@@ -286,16 +297,19 @@ class AvroCodec:
         self._row_scans[id_bytes] = found
         return found
 
-    def _scan_programs(self, id_bytes: bytes) -> tuple[Layout, Program, Program, Program] | None:
+    def _scan_programs(
+        self, id_bytes: bytes
+    ) -> tuple[Layout, Program, Program, Program, Program] | None:
         """The layout and programs :meth:`scan` reads a value schema with, once
         :meth:`decode` has met the schema (made its layout, registered its output)."""
         layout = self._layouts.get(int.from_bytes(id_bytes, "big")) if len(id_bytes) == 4 else None
         if layout is None or self.envelope == "upsert":
             return None
         before, after, rest = (program_of(p) for p in (layout.before, layout.after, layout.rest))
+        scanned = compile_schema(layout.rest, SCANNED)
         programs = None
-        if before is not None and after is not None and rest is not None:
-            programs = (layout, before, after, rest)
+        if before is not None and after is not None and rest is not None and scanned is not None:
+            programs = (layout, before, after, scanned, rest)
         self._scans[id_bytes] = programs
         return programs
 

@@ -110,6 +110,11 @@ class Emit:
     after_stored: bytes | None = None
 
 
+#: The ``source`` fields a change is decided by: those :func:`source_version` and
+#: :func:`snapshot_kind` read, the transaction id and the connector.
+DECIDING_FIELDS = ("sequence", "lsn", "file", "pos", "row", "snapshot", "txId", "connector")
+
+
 def snapshot_kind(source: dict[str, Any]) -> Snapshot:
     """The snapshot kind of a Debezium ``source`` block (unknown values count as none)."""
     value = source.get("snapshot")

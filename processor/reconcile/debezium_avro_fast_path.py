@@ -5,8 +5,10 @@ decoding their rows.
 :mod:`processor.reconcile.debezium_fast_path` (the same rules, the same state) for Avro
 in the Confluent wire format, fused with :class:`processor.events.avro_codec.AvroCodec`'s
 decoding and encoding: a value of a schema the codec has met is read by
-:meth:`~processor.events.avro_codec.AvroCodec.scan` (its rows skipped, only the fields
-after them decoded), its row goes to state as the input's own bytes, and its output is
+:meth:`~processor.events.avro_codec.AvroCodec.scan` (its rows skipped, of the fields
+after them only ``op`` and what the change is decided by in ``source`` decoded; the
+last change's ``source``, for its position, is decoded whole once the loop ends), its
+row goes to state as the input's own bytes, and its output is
 the bytes :meth:`~processor.events.avro_codec.AvroCodec.encode` writes for it: the
 output schema's header, the emitted ``before``, the input's bytes from ``after`` on, and
 the ``tidemark`` block.
@@ -51,7 +53,7 @@ def decide_debezium_upsert(
     """
     get, put, append = state.get, state.put, records.append
     taken = dropped = 0
-    last: dict[str, object] | None = None
+    last: tuple[bytes, int] | None = None  # the last change taken: its value, its rest
     entry_keys = [ENTRY + k for k in state_keys(codec, group)]
     state.prefetch(entry_keys)
     for msg, entry_key in zip(group, entry_keys, strict=False):
@@ -62,13 +64,13 @@ def decide_debezium_upsert(
         scan = codec.scan(value) if len(value) + len(key or b"") <= limit else None
         if scan is None:
             break
-        layout, after_at, rest_at, _before, op, version, txid, _snapshot, _connector, payload = scan
+        layout, after_at, rest_at, _before, op, version, txid, _snapshot, _connector = scan
         action, previous = judge(get(entry_key), version, txid)
         header = value[:5]
         if previous is not None and previous[:5] != header:
             break  # a row of another schema or format: the general path converts it
         taken += 1
-        last = payload
+        last = value, rest_at
         if action is _DROP or (action is _REEMIT and msg.offset < flushed):
             dropped += 1
             continue
@@ -93,7 +95,7 @@ def decide_debezium_upsert(
         append((output, msg.partition, out_key, event))
         if deleted:
             append((output, msg.partition, out_key, None))
-    return taken, dropped, last
+    return taken, dropped, None if last is None else codec.rest(*last)
 
 
 def decide_debezium(
@@ -109,7 +111,7 @@ def decide_debezium(
     input's own ``before`` and ``after``."""
     append = records.append
     taken = dropped = 0
-    last: dict[str, object] | None = None
+    last: tuple[bytes, int] | None = None  # the last change taken: its value, its rest
     high_water = HighWater(state)
     for msg, _state_key in zip(group, state_keys(codec, group), strict=False):
         key, value = msg.key, msg.value
@@ -119,18 +121,7 @@ def decide_debezium(
         scan = codec.scan(value) if len(value) + len(key or b"") <= limit else None
         if scan is None:
             break
-        (
-            layout,
-            _after_at,
-            _rest_at,
-            before_row,
-            op,
-            version,
-            _txid,
-            snapshot,
-            connector,
-            payload,
-        ) = scan
+        layout, _after_at, rest_at, before_row, op, version, _txid, snapshot, connector = scan
         if (
             snapshot is not _NONE  # snapshot groups: the general path keeps their keys
             or connector not in ORDERED_CONNECTORS
@@ -138,7 +129,7 @@ def decide_debezium(
         ):
             break
         taken += 1
-        last = payload
+        last = value, rest_at
         if not high_water.passes(version):
             dropped += 1
             continue
@@ -154,7 +145,7 @@ def decide_debezium(
         if op == "d":
             append((output, msg.partition, out_key, None))
     high_water.save()
-    return taken, dropped, last
+    return taken, dropped, None if last is None else codec.rest(*last)
 
 
 def state_keys(codec: AvroCodec, group: list[RawMessage]) -> list[bytes]:

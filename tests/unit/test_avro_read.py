@@ -28,18 +28,23 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from processor.events.avro_schemas import avro_long
+from processor.events.avro_codec import SCANNED
+from processor.events.avro_schemas import avro_long, envelope_layout
+from processor.events.change import DECIDING_FIELDS
 from tests.unit.probe import SCHEMAS, frame, probe_event
 from tidemark._avroread import read as compiled_read
 from tidemark._avroread import skip
 from tidemark.avro_read import (
     CONVERTED,
+    OMIT,
+    RECORD,
     AvroReadError,
     Program,
     compile_schema,
     program_of,
     read,
 )
+from tidemark.avro_read import LONG as LONG_KIND
 from tidemark.avro_wire import read_avro
 from tidemark.errors import InputError
 from tidemark.messages import RawMessage
@@ -774,3 +779,94 @@ def test_a_long_beyond_64_bits_is_not_written() -> None:
             avro_long(value)
     with pytest.raises(TypeError):
         avro_long("1")  # type: ignore[arg-type]
+
+
+# -- reads that keep some fields ---------------------------------------------------------
+
+
+@st.composite
+def keeps(draw: st.DrawFn, schema: Any, named: dict[str, Any], depth: int = 2) -> Any:
+    """What to keep of ``schema`` (a record's fields, a random part of them; nested for a
+    field that is a record), or ``None`` (the whole value)."""
+    if isinstance(schema, str):
+        schema = named.get(schema, schema)
+    if depth == 0 or not (isinstance(schema, dict) and schema.get("type") == "record"):
+        return None
+    fields = schema["fields"]
+    kept = draw(st.lists(st.sampled_from(fields), unique_by=id)) if fields else []
+    return {f["name"]: draw(keeps(f["type"], named, depth - 1)) for f in kept}
+
+
+def kept(value: Any, schema: Any, keep: Any, named: dict[str, Any]) -> Any:
+    """``value`` of ``schema`` with only what ``keep`` keeps of it."""
+    if isinstance(schema, str):
+        schema = named.get(schema, schema)
+    if keep is None or not (isinstance(schema, dict) and schema.get("type") == "record"):
+        return value
+    types = {f["name"]: f["type"] for f in schema["fields"]}
+    return {
+        name: kept(item, types[name], keep[name], named)
+        for name, item in value.items()
+        if name in keep
+    }
+
+
+def kind(found: Any) -> str:
+    return "declined" if found is None else "raised" if isinstance(found, Exception) else "read"
+
+
+@settings(max_examples=300 * SCALE, deadline=None, suppress_health_check=list(HealthCheck))
+@given(drawn=schemas_with_bytes(), data=st.data(), seed=st.integers(0, 2**32))
+def test_a_read_that_keeps_some_fields_is_the_whole_read_less_the_others(
+    drawn: tuple[Any, bytes], data: st.DataObject, seed: int
+) -> None:
+    """The same end, the same refusals (a field left out is still checked), and the kept
+    fields' values: on fastavro's bytes, and on mutated and truncated ones."""
+    parsed, body = drawn
+    named: dict[str, Any] = {}
+    fastavro.parse_schema(parsed, named)
+    keep = data.draw(keeps(parsed, named))
+    assume(keep is not None)
+    whole, part = compile_schema(parsed), compile_schema(parsed, keep)
+    assert whole is not None and part is not None
+    rng = random.Random(seed)
+    for buf in (body, mutations(body, rng), body[: rng.randrange(len(body) + 1)]):
+        ours, theirs = compiled_reads(part, buf, 0), compiled_reads(whole, buf, 0)
+        assert kind(ours) == kind(theirs), (ours, theirs, buf)
+        if kind(theirs) == "read":
+            value = compiled_read(whole, buf, 0)
+            assert value is not None
+            expected = (canonical(kept(value[0], parsed, keep, named)), value[1])
+            assert ours == expected
+        assert skip(part, buf, 0) == skip(whole, buf, 0)
+
+
+def test_the_scanned_fields_of_a_debezium_envelope_are_its_op_and_deciding_source() -> None:
+    """What the Avro fast paths decode of Debezium 3.6's envelope: ``op`` and the
+    :data:`DECIDING_FIELDS` of ``source``; not ``transaction``, the timestamps, or the
+    rest of ``source``."""
+    event = probe_event("u", {"id": 1, "name": "a"})
+    raw = frame(2, SCHEMAS["value"], event)
+    layout = envelope_layout(2, SCHEMAS["value"])
+    before, after = program_of(layout.before), program_of(layout.after)
+    program = compile_schema(layout.rest, SCANNED)
+    assert before is not None and after is not None and program is not None
+    after_at = skip(before, raw, 5)
+    assert after_at is not None
+    rest_at = skip(after, raw, after_at)
+    assert rest_at is not None
+    found = compiled_read(program, raw, rest_at)
+    assert found is not None and found[1] == len(raw)
+    source = event["source"]
+    assert found[0] == {
+        "source": {k: source[k] for k in DECIDING_FIELDS if k in source},  # PostgreSQL's
+        "op": "u",
+    }
+    assert source.items() <= read(layout.rest, raw, rest_at)[0]["source"].items()
+
+
+def test_an_omit_is_checked_when_the_program_is_made() -> None:
+    with pytest.raises(ValueError, match="an omit of an omit"):
+        Program([(RECORD, 0, -1, (1,), ("a",), None, None), (OMIT, 0, 1, (), None, None, None)])
+    with pytest.raises(ValueError, match="an omit has no logical type"):
+        Program([(OMIT, 0, 1, (), None, len, None), (LONG_KIND, 0, -1, (), None, None, None)])
