@@ -67,6 +67,13 @@ from tidemark.schema_registry import SchemaCache
 UNREADABLE_ROW = (InputError, UnknownSchemaError, SchemaResolutionError, ValueError, TypeError)
 
 
+class _Deletion(typing.NamedTuple):
+    """An ``upsert`` delete (a null value, which names no schema): the last schema met
+    when it was decoded, in which its event goes when the key has no row to retract."""
+
+    fallback: Layout | None
+
+
 class _Decoded:
     """Where a decoded value's parts lie in its bytes.
 
@@ -327,7 +334,10 @@ class AvroCodec:
         raw = msg.value
         if raw is None:
             if self.envelope == "upsert":
-                return flat_delete(state_key, msg)
+                change = flat_delete(state_key, msg)
+                # As met by then, not by the messages after it in the batch.
+                change.schema = _Deletion(next(reversed(self._layouts.values()), None))
+                return change
             raise InputError("null value where a Debezium event was expected", msg, "not-debezium")
         layout = self._layout(schema_id_of(raw, msg, "value"), msg)
         if self.envelope == "upsert":
@@ -358,9 +368,10 @@ class AvroCodec:
         """The output key (registered for the output topic) and the reconciled event
         (``None``: an ``upsert`` delete with no schema to write it in, whose tombstone
         alone deletes the key)."""
-        decoded: _Decoded | None = change.schema
-        if decoded is None:  # a null value (an upsert's delete) names no schema
-            return self.output_key(msg), self._delete_event(change, emit, msg)
+        decoded: _Decoded | _Deletion = change.schema
+        if type(decoded) is _Deletion:  # a null value (an upsert's delete) names no schema
+            return self.output_key(msg), self._delete_event(change, emit, msg, decoded.fallback)
+        assert type(decoded) is _Decoded
         layout, raw = decoded.layout, decoded.raw
         parts = [HEADER.pack(0, layout.output_id)]
         before = emit.before
@@ -381,17 +392,19 @@ class AvroCodec:
         parts.append(self.tidemark_block(msg, change.version, emit.reason))
         return self.output_key(msg), b"".join(parts)
 
-    def _delete_event(self, change: Change, emit: Emit, msg: RawMessage) -> bytes | None:
+    def _delete_event(
+        self, change: Change, emit: Emit, msg: RawMessage, fallback: Layout | None
+    ) -> bytes | None:
         """The event of an ``upsert`` topic's null value, in the schema of the row it
-        retracts (the row stored for the key), else in the last schema met; ``None`` when
-        there is neither, or the retracted row does not fit it."""
+        retracts (the row stored for the key), else in ``fallback`` (the last schema met
+        before it); ``None`` when there is neither, or the retracted row does not fit it."""
         before = emit.before
         layout = None
         if isinstance(before, bytes):
             with contextlib.suppress(InputError):
                 layout = self._layout(HEADER.unpack_from(before)[1], msg)
         if layout is None:
-            layout = next(reversed(self._layouts.values()), None)
+            layout = fallback
             if layout is None:
                 return None
         retraction = self._retraction(layout, before)

@@ -64,6 +64,9 @@ from tidemark.topics import backfill_topic, backfilled_topic, changelog_topic, o
 #: Keys of ended snapshot groups deleted per partition and batch (debezium envelope).
 SEEN_PAGE = 10_000
 
+#: The fewest messages a fused path is given at a time after one it declined.
+FUSED_WINDOW = 64
+
 log = logging.getLogger(__name__)
 
 TopicPartitionKey = tuple[str, int]
@@ -240,76 +243,122 @@ class Reconciler:
         ``advance=False`` for rows released from it, read in an earlier batch.
 
         The fused paths (:mod:`processor.reconcile.upsert_fast_path`,
-        :mod:`processor.reconcile.debezium_fast_path`) take what they can; the general
-        path decides the rest."""
+        :mod:`processor.reconcile.debezium_fast_path` and their Avro twins) take what they
+        can; the general path decides what they do not (:meth:`_decide_changes`)."""
         if not group:
             return
         tp = (group[0].topic, group[0].partition)
-        codec, records = source.codec, batch.records
+        records = batch.records
         first_record = len(records)
         backfill = tp[0] != source.topic
         # Outputs of every input offset below the checkpoint are in Kafka already
         # (acknowledged before the state was written): a replay of them, after a crash or
         # an offsets rewind that kept state, is not emitted again.
         flushed = -1 if backfill else state.flushed_offset()
-        output, limit = source.output, self.input_limit
-        fast_last: bytes | None = None  # the payload of the last change the fast path took
-        fast_event: dict[str, object] | None = None  # the same, decoded (the Avro path's)
-        last: Change | None = None
+        output = source.output
+        last: Change | bytes | dict[str, object] | None = None  # the last change taken
         stopped = False
         if backfill and source.envelope == "debezium-upsert":
             dropped, stopped = self._decide_chunk_rows(
                 source, group, state, batch, reached, advance
             )
-        else:
-            rest, dropped = group, 0
-            if source.envelope == "upsert" and not backfill and _avro(group):
-                taken, dropped = upsert_avro_fast_path.decide_flat(
-                    codec.avro, group, state, output, records, flushed, limit
-                )
-                rest = group[taken:]
-            elif source.envelope == "upsert" and not backfill:
-                now_ms = int(time.time() * 1000)
-                taken, dropped = decide_flat(
-                    codec.json, group, state, output, records, flushed, now_ms, limit
-                )
-                rest = group[taken:]
-            elif source.envelope == "debezium-upsert" and not backfill and _avro(group):
-                taken, dropped, fast_event = avro_fast_path.decide_debezium_upsert(
-                    codec.avro, group, state, output, records, flushed, limit
-                )
-                rest = group[taken:]
-            elif source.envelope == "debezium-upsert" and not backfill:
-                taken, dropped, fast_last = decide_debezium_upsert(
-                    codec.json, group, state, output, records, flushed, limit
-                )
-                rest = group[taken:]
-            elif source.envelope == "debezium" and not backfill and _avro(group):
-                taken, dropped, fast_event = avro_fast_path.decide_debezium(
-                    codec.avro, group, state, output, records, limit
-                )
-                rest = group[taken:]
-            elif source.envelope == "debezium" and not backfill:
-                taken, dropped, fast_last = decide_debezium(
-                    codec.json, group, state, output, records, limit
-                )
-                rest = group[taken:]
-            more, stopped, last = self._decide_general(
-                source, rest, group[0].offset, state, batch, reached, advance, flushed
+        elif backfill:
+            dropped, stopped, last = self._decide_general(
+                source, group, group[0].offset, state, batch, reached, advance, flushed
             )
-            dropped += more
+        else:
+            dropped, stopped, last = self._decide_changes(
+                source, group, state, batch, reached, advance, flushed
+            )
         if not stopped and advance:
             batch.next_offsets[tp] = group[-1].offset + 1
-            if last is not None and not backfill:
+            if isinstance(last, Change) and not backfill:
                 batch.last_events[tp] = last.event
-            elif fast_last is not None:
-                batch.last_events[tp] = orjson.loads(fast_last)
-            elif fast_event is not None:
-                batch.last_events[tp] = fast_event
+            elif isinstance(last, bytes):
+                batch.last_events[tp] = orjson.loads(last)
+            elif isinstance(last, dict):
+                batch.last_events[tp] = last
         if dropped:
             metrics.EVENTS_DROPPED.labels(tp[0]).inc(dropped)
         produced = len(records) - first_record
         batch.produced[output] = batch.produced.get(output, 0) + produced
+
+    def _decide_changes(
+        self,
+        source: InputTopic,
+        group: list[RawMessage],
+        state: BatchState,
+        batch: Batch,
+        reached: Reached | None,
+        advance: bool,
+        flushed: int,
+    ) -> tuple[int, bool, Change | bytes | dict[str, object] | None]:
+        """A change topic's ``group``: the fused path of its envelope and format takes what it
+        can; the general path decides each message it does not take, and the fused path
+        goes on after it. Where the fused path took nothing since, the general path decides
+        the rest. The fused path is given a window of the messages at a time, twice what it
+        took before the last it declined (at least ``FUSED_WINDOW``), so that its set-up per
+        call (state keys, a multi-get) stays in proportion to what it takes.
+
+        Returns the messages dropped, whether the source was refused, and the last change
+        taken: a :class:`Change`, or a fused path's payload (bytes) or decoded fields."""
+        dropped, index, end, window = 0, 0, len(group), len(group)
+        last: Change | bytes | dict[str, object] | None = None
+        while index < end:
+            run = group[index : index + window]
+            taken, more, fused_last = self._decide_fused(source, run, state, batch, flushed)
+            dropped += more
+            index += taken
+            last = fused_last if fused_last is not None else last
+            if taken == len(run):
+                window *= 2
+                continue
+            upto = index + 1 if taken or index == 0 else end
+            window = max(FUSED_WINDOW, 2 * taken)
+            more, stopped, general_last = self._decide_general(
+                source, group[index:upto], group[0].offset, state, batch, reached, advance, flushed
+            )
+            dropped += more
+            if stopped:
+                return dropped, True, last
+            last = general_last if general_last is not None else last
+            index = upto
+        return dropped, False, last
+
+    def _decide_fused(
+        self,
+        source: InputTopic,
+        run: list[RawMessage],
+        state: BatchState,
+        batch: Batch,
+        flushed: int,
+    ) -> tuple[int, int, bytes | dict[str, object] | None]:
+        """What the fused path of ``source``'s envelope, for the format of ``run``'s first
+        key, takes of ``run``: how many, how many of them dropped, the last one's payload."""
+        codec, output, records, limit = source.codec, source.output, batch.records, self.input_limit
+        envelope, avro = source.envelope, _avro(run)
+        if envelope == "upsert" and avro:
+            taken, dropped = upsert_avro_fast_path.decide_flat(
+                codec.avro, run, state, output, records, flushed, limit
+            )
+            return taken, dropped, None
+        if envelope == "upsert":
+            now_ms = int(time.time() * 1000)
+            taken, dropped = decide_flat(
+                codec.json, run, state, output, records, flushed, now_ms, limit
+            )
+            return taken, dropped, None
+        if envelope == "debezium-upsert" and avro:
+            return avro_fast_path.decide_debezium_upsert(
+                codec.avro, run, state, output, records, flushed, limit
+            )
+        if envelope == "debezium-upsert":
+            return decide_debezium_upsert(codec.json, run, state, output, records, flushed, limit)
+        if envelope == "debezium" and avro:
+            return avro_fast_path.decide_debezium(codec.avro, run, state, output, records, limit)
+        if envelope == "debezium":
+            return decide_debezium(codec.json, run, state, output, records, limit)
+        return 0, 0, None
 
     def _decide_chunk_rows(
         self,

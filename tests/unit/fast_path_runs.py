@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
+from unittest import mock
 
 from hypothesis import strategies as st
 
-from processor.reconcile.batch import Batch, Reconciler
+from processor.reconcile.batch import FUSED_WINDOW, Batch, Reconciler
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
 from tidemark.messages import RawMessage
@@ -34,7 +35,10 @@ def decide_alike(
         if data.draw(st.booleans()) and start:  # a rewind: replay some earlier offsets
             start = data.draw(st.integers(0, start - 1))
         groups = {tp: stream[start : start + size]}
-        decided = fast.decide(groups, {tp: fast_store})
+        # The fused path's window after a message it declined, small ones among them.
+        window = data.draw(st.sampled_from([1, 2, 3, FUSED_WINDOW]))
+        with mock.patch("processor.reconcile.batch.FUSED_WINDOW", window):
+            decided = fast.decide(groups, {tp: fast_store})
         with general_only():
             expected = general.decide(groups, {tp: general_store})
         assert seen(decided) == seen(expected)

@@ -185,3 +185,47 @@ def test_most_avro_rows_take_the_fast_path(kind: str) -> None:
     assert len(batch.records) == 49
     output = batch.records[-1][3] or b""
     assert b"v48" in output and b"v49" in output
+
+
+def test_the_fast_path_goes_on_after_a_message_it_declines() -> None:
+    """A delete (a null value) in a run of rows goes to the general path alone: the rows
+    after it are taken by the fast path again, not decoded."""
+    key = frame(IDS["key"], KEY, {"id": 1})
+    stream = [
+        RawMessage(TOPIC, 0, i, key, frame(IDS["row"], ROW, {"id": 1, "name": f"v{i}"}))
+        for i in range(40)
+    ]
+    stream[20] = RawMessage(TOPIC, 0, 20, key, None)
+    reconciler, store = make_reconciler(registry()), MemoryPartitionStore()
+    first = reconciler.decide({TP: stream[:1]}, {TP: store})
+    store.commit(first.states[TP].updates, Checkpoint(None))
+    with mock.patch.object(
+        AvroCodec, "decode", wraps=reconciler.topic(TOPIC).codec.avro.decode
+    ) as decode:
+        batch = reconciler.decide({TP: stream[1:]}, {TP: store})
+    assert [call.args[0].offset for call in decode.call_args_list] == [20]
+    assert len(batch.records) == 19 + 2 + 19  # the delete: its event and its tombstone
+
+
+def test_a_delete_of_a_key_without_a_row_is_written_in_the_schema_met_before_it() -> None:
+    """Not in one met after it in the same batch: the delete's event is the same bytes
+    however the input is cut into batches."""
+    row, newer = frame(IDS["row"], ROW, {"id": 0}), frame(IDS["newer"], NEWER, {"id": 2})
+    stream = [
+        RawMessage(TOPIC, 0, 0, frame(IDS["key"], KEY, {"id": 0}), row),
+        RawMessage(TOPIC, 0, 1, frame(IDS["key"], KEY, {"id": 1}), None),  # nothing stored
+        RawMessage(TOPIC, 0, 2, frame(IDS["key"], KEY, {"id": 2}), newer),
+    ]
+    events = []
+    for cuts in ([stream], [stream[:2], stream[2:]]):
+        reconciler, store = make_reconciler(registry()), MemoryPartitionStore()
+        records = []
+        for group in cuts:
+            with general_only():
+                batch = reconciler.decide({TP: group}, {TP: store})
+            store.commit(batch.states[TP].updates, Checkpoint(None))
+            records += batch.records
+        events.append([value for _t, _p, _k, value in records])
+    assert events[0] == events[1]
+    row_output, delete = events[0][0], events[0][1]
+    assert delete is not None and delete[:5] == row_output[:5]  # the row's output schema
