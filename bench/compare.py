@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
         "--input",
-        choices=sorted(set(INPUTS.values()) | {"json-schema"}),
+        choices=sorted(set(INPUTS.values()) | {"json-schema", "json-toast"}),
         help="the input of every program (default: each program's own, INPUTS)",
     )
     parser.add_argument(

@@ -18,7 +18,10 @@ after another, on the same data:
 Each program is measured from its first consumed message until every event is
 processed, produced and (for Tidemark) committed: events/s, CPU-seconds of its
 process (all threads) per million events, and its peak resident memory (VmHWM).
-``debezium`` and ``debezium-upsert`` also run over ten times as many keys: the
+``debezium-upsert`` also runs on JSON events one in a hundred of which carries the
+placeholder of an unchanged TOASTed column (the general path fills it from state; the
+fused path takes the rest). ``debezium`` and ``debezium-upsert`` also run over ten
+times as many keys: the
 classic envelope's state stays one mark per partition, so neither its memory
 nor its state on disk grows with the key count. Prints a table and writes
 ``bench/results/envelopes.json``.
@@ -133,6 +136,7 @@ CONNECT_KEY_SCHEMA = connect_schema(KEY_SCHEMA)
 INPUTS = {
     "json": "debezium-json-schemaless",
     "json-schema": "debezium-json-schema",
+    "json-toast": "debezium-json-schemaless-toast",
     "flat": "flat-json",
     "avro": "debezium-avro",
     "avro-flat": "flat-avro",
@@ -173,7 +177,9 @@ def debezium_event(i: int, key: int) -> dict[str, Any]:
 def load(bootstrap: str, topic: str, events: int, keys: int, fmt: str, ids: dict[str, int]) -> None:
     """Create ``topic`` and fill it; keys hash to partitions like Debezium's producer.
 
-    ``fmt``: ``json`` (Debezium envelope), ``json-schema`` (the same with the schema
+    ``fmt``: ``json`` (Debezium envelope), ``json-toast`` (the same, with one update in
+    a hundred carrying Debezium's placeholder for an unchanged TOASTed column, once
+    every key has a row), ``json-schema`` (the same with the schema
     JsonConverter writes), ``flat`` (JSON rows for ``upsert``),
     ``avro`` (envelope) or ``avro-flat`` (rows), Avro framed with ``ids``.
     """
@@ -182,6 +188,7 @@ def load(bootstrap: str, topic: str, events: int, keys: int, fmt: str, ids: dict
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient
 
+    from processor.events.change import TOAST_PLACEHOLDER
     from tidemark.kafka import ensure_topics
 
     ensure_topics(AdminClient({"bootstrap.servers": bootstrap}), {topic: PARTITIONS})
@@ -208,7 +215,9 @@ def load(bootstrap: str, topic: str, events: int, keys: int, fmt: str, ids: dict
     for i in range(events):
         key = i % keys
         event = debezium_event(i, key)
-        if fmt == "json":
+        if fmt == "json-toast" and i >= keys and i % 100 == 50:
+            event["after"]["note"] = TOAST_PLACEHOLDER
+        if fmt in ("json", "json-toast"):
             value, raw_key = orjson.dumps(event), orjson.dumps({"id": key})
         elif fmt == "json-schema":
             value = orjson.dumps({"schema": CONNECT_VALUE_SCHEMA, "payload": event})
@@ -531,6 +540,7 @@ def main() -> None:
         topics = {  # (topic, format, events, keys)
             "json": ("bench.public.items", "json", n, keys),
             "json-schema": ("bench.public.items_schema", "json-schema", n, keys),
+            "json-toast": ("bench.public.items_toast", "json-toast", n, keys),
             "flat": ("bench.public.rows", "flat", n, keys),
             "avro": ("bench.public.items_avro", "avro", n, keys),
             "avro-flat": ("bench.public.rows_avro", "avro-flat", n, keys),
@@ -545,6 +555,8 @@ def main() -> None:
             ("tidemark-upsert", "flat"),
             ("tidemark-debezium-upsert", "json"),
             ("tidemark-debezium", "json"),
+            ("plain-loop", "json-toast"),
+            ("tidemark-debezium-upsert", "json-toast"),
             ("plain-loop", "json-schema"),
             ("tidemark-debezium-upsert", "json-schema"),
             ("tidemark-debezium", "json-schema"),
