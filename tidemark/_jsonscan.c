@@ -259,14 +259,25 @@ static int member_name(cursor *c, const unsigned char **name, Py_ssize_t *len) {
 
 #define IS(name, len, word) ((len) == (Py_ssize_t)(sizeof(word) - 1) && memcmp((name), (word), (len)) == 0)
 
-/* Digits of one element of PostgreSQL's ``source.sequence``: null or \"<digits>\". */
-static int sequence_element(cursor *c, int64_t *out) {
+/* A quote of a sequence element: \" inside a JSON string's raw bytes (escaped), else ". */
+static int sequence_quote(cursor *c, int escaped) {
+    if (escaped) {
+        if (c->end - c->p < 2 || c->p[0] != '\\' || c->p[1] != '"') return -1;
+        c->p += 2;
+        return 0;
+    }
+    if (c->p >= c->end || *c->p != '"') return -1;
+    c->p++;
+    return 0;
+}
+
+/* Digits of one element of PostgreSQL's ``source.sequence``: null or "<digits>". */
+static int sequence_element(cursor *c, int64_t *out, int escaped) {
     if (literal(c, "null", 4) == 0) {
         *out = 0;
         return 0;
     }
-    if (c->end - c->p < 2 || c->p[0] != '\\' || c->p[1] != '"') return -1;
-    c->p += 2;
+    if (sequence_quote(c, escaped)) return -1;
     uint64_t v = 0;
     const unsigned char *digits = c->p;
     while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
@@ -276,21 +287,22 @@ static int sequence_element(cursor *c, int64_t *out) {
         c->p++;
     }
     if (c->p == digits) return -1;
-    if (c->end - c->p < 2 || c->p[0] != '\\' || c->p[1] != '"') return -1;
-    c->p += 2;
+    if (sequence_quote(c, escaped)) return -1;
     *out = (int64_t)v;
     return 0;
 }
 
-/* ``source.sequence``'s string content (between its quotes): [a,b]. */
-static int parse_sequence(const unsigned char *p, const unsigned char *end, int64_t *a, int64_t *b) {
+/* ``source.sequence``'s content: [a,b], its quotes escaped (a JSON string's raw bytes) or
+ * not (the string's value). */
+static int parse_sequence(const unsigned char *p, const unsigned char *end, int64_t *a, int64_t *b,
+                          int escaped) {
     cursor c = {p, end};
     if (c.p >= c.end || *c.p != '[') return -1;
     c.p++;
-    if (sequence_element(&c, a)) return -1;
+    if (sequence_element(&c, a, escaped)) return -1;
     if (c.p >= c.end || *c.p != ',') return -1;
     c.p++;
-    if (sequence_element(&c, b)) return -1;
+    if (sequence_element(&c, b, escaped)) return -1;
     if (c.p >= c.end || *c.p != ']') return -1;
     c.p++;
     return c.p == c.end ? 0 : -1;
@@ -359,7 +371,7 @@ static int scan_source(cursor *c, source_info *info) {
                 if (scan_string(c, &escaped)) return -1;
                 const unsigned char *stop = c->p - 1;
                 if (stop > start) {
-                    if (parse_sequence(start, stop, &info->seq_a, &info->seq_b)) return -1;
+                    if (parse_sequence(start, stop, &info->seq_a, &info->seq_b, 1)) return -1;
                     info->seq_present = 1;
                 }
             }
@@ -679,6 +691,24 @@ static PyObject *scan_key(PyObject *self, PyObject *const *args, Py_ssize_t narg
     Py_RETURN_TRUE;
 }
 
+static PyObject *sequence_version(PyObject *self, PyObject *value) {
+    (void)self;
+    if (!PyUnicode_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "sequence_version(sequence: str)");
+        return NULL;
+    }
+    Py_ssize_t n;
+    const char *text = PyUnicode_AsUTF8AndSize(value, &n);
+    if (text == NULL) {
+        PyErr_Clear(); /* lone surrogates: not the form this reads */
+        Py_RETURN_NONE;
+    }
+    int64_t a, b;
+    const unsigned char *p = (const unsigned char *)text;
+    if (parse_sequence(p, p + n, &a, &b, 0)) Py_RETURN_NONE;
+    return Py_BuildValue("(LL)", (long long)a, (long long)b);
+}
+
 static PyMethodDef methods[] = {
     {"scan_change", (PyCFunction)(void (*)(void))scan_change, METH_FASTCALL,
      "The parts of a Debezium change event's payload, or None (declined)."},
@@ -690,6 +720,9 @@ static PyMethodDef methods[] = {
      "Whether the bytes are one JSON object with a member, none named schema or payload."},
     {"scan_key", (PyCFunction)(void (*)(void))scan_key, METH_FASTCALL,
      "Whether the bytes are one JSON object of the given members and kinds, in order."},
+    {"sequence_version", (PyCFunction)sequence_version, METH_O,
+     "The version of a source.sequence of the form [\"<digits>\"|null,\"<digits>\"|null] "
+     "within 64 bits, or None."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -35,6 +35,11 @@ declines what it does not judge: an escaped member name or ``op``, a duplicate `
 ``after``, an ``after`` that is neither a row nor ``null``, lone surrogates, numbers orjson
 may refuse, nesting deeper than 256.
 
+:func:`sequence_version` reads a ``source.sequence`` string of PostgreSQL's own form,
+``["<digits>","<digits>"]`` (either element may be ``null``), within 64 bits, as
+:func:`processor.events.change.source_version` does; ``None`` for any other string, which
+that function then reads the general way.
+
 :func:`scan_object` says whether the bytes are exactly one JSON object,
 :func:`scan_key` whether they are one of given members and kinds, in order, and
 :func:`scan_bare_key` whether they are an object with a member and no member named
@@ -54,6 +59,7 @@ from tidemark._jsonscan import (
     scan_envelope,
     scan_key,
     scan_object,
+    sequence_version,
 )
 
 __all__ = [
@@ -64,6 +70,7 @@ __all__ = [
     "scan_envelope",
     "scan_key",
     "scan_object",
+    "sequence_version",
 ]
 
 #: What :func:`scan_change` returns, indexed by the names below.

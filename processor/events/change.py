@@ -16,6 +16,7 @@ import orjson
 from processor.errors import PositionError
 from processor.events.visibility import Window
 from tidemark.errors import InputError
+from tidemark.json_scan import sequence_version
 from tidemark.messages import RawMessage
 
 Version = tuple[int, int]
@@ -143,6 +144,10 @@ def source_version(source: Any) -> Version:
     if not isinstance(source, dict):
         raise PositionError("Debezium event without a 'source' block")
     sequence = source.get("sequence")
+    if type(sequence) is str:
+        found = sequence_version(sequence)  # PostgreSQL's own form, read in C
+        if found is not None:
+            return found
     try:
         if sequence:
             commit, change = orjson.loads(sequence)

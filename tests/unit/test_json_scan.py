@@ -28,6 +28,7 @@ from processor.events.change import (
     TOAST_PLACEHOLDER_BASE64,
     Snapshot,
     debezium_change,
+    source_version,
 )
 from tidemark.errors import InputError
 from tidemark.json_scan import (
@@ -50,6 +51,7 @@ from tidemark.json_scan import (
     scan_envelope,
     scan_key,
     scan_object,
+    sequence_version,
 )
 from tidemark.messages import RawMessage
 
@@ -482,3 +484,49 @@ def test_bounds_outside_the_bytes_are_an_error() -> None:
         scan_key(b"{}", 0, 2, (b"a",), b"ii")  # a kind per name
     with pytest.raises(ValueError):
         scan_key(b"{}", 0, 3, (b"a",), b"i")
+
+
+def python_sequence_version(sequence: str) -> tuple[int, int] | None:
+    """What ``source_version`` made of a sequence before the compiled reading (its
+    general way), or ``None`` where it raises."""
+    try:
+        commit, change = orjson.loads(sequence)
+        version = int(commit or 0), int(change or 0)
+    except (orjson.JSONDecodeError, TypeError, ValueError, OverflowError):
+        return None
+    return version if all(-(2**63) <= v < 2**63 for v in version) else None
+
+
+elements = st.one_of(
+    st.none(),
+    st.integers(0, 2**64).map(str),
+    st.integers(-5, 5).map(str),
+    st.sampled_from(["", "007", " 1", "1_0", "+1", "1e3", "١٢"]),
+    st.integers(0, 10),
+)
+
+
+@settings(max_examples=500 * SCALE, deadline=None)
+@given(
+    sequence=st.one_of(
+        st.tuples(elements, elements).map(lambda pair: json.dumps(list(pair))),
+        st.tuples(elements, elements).map(lambda pair: orjson.dumps(list(pair)).decode()),
+        st.text(alphabet='[]",nul0123456789 \\-', max_size=30),
+        st.text(max_size=30),
+    )
+)
+def test_a_sequence_is_read_as_source_version_reads_it(sequence: str) -> None:
+    """Where the compiled reading gives a version, it is the general way's: it only
+    declines (``None``), never reads a sequence otherwise."""
+    found = sequence_version(sequence)
+    if found is not None:
+        assert found == python_sequence_version(sequence)
+        assert source_version({"sequence": sequence}) == found
+
+
+def test_postgresqls_own_sequences_are_read_compiled() -> None:
+    assert sequence_version('["10","12"]') == (10, 12)
+    assert sequence_version('[null,"12"]') == (0, 12)
+    assert sequence_version(f'["{2**63 - 1}",null]') == (2**63 - 1, 0)
+    for other in ('["1", "2"]', f'["{2**63}","1"]', '["-1","2"]', '["1","2"] ', "[1,2]", ""):
+        assert sequence_version(other) is None
