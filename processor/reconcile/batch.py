@@ -244,7 +244,7 @@ class Reconciler:
 
         The fused paths (:mod:`processor.reconcile.upsert_fast_path`,
         :mod:`processor.reconcile.debezium_fast_path` and their Avro twins) take what they
-        can; the general path decides what they do not (:meth:`_decide_changes`)."""
+        can; the general path decides what they do not (:meth:`_decide_group`)."""
         if not group:
             return
         tp = (group[0].topic, group[0].partition)
@@ -258,16 +258,12 @@ class Reconciler:
         output = source.output
         last: Change | bytes | dict[str, object] | None = None  # the last change taken
         stopped = False
-        if backfill and source.envelope == "debezium-upsert":
-            dropped, stopped = self._decide_chunk_rows(
-                source, group, state, batch, reached, advance
-            )
-        elif backfill:
+        if backfill and source.envelope != "debezium-upsert":  # no fused path for its rows
             dropped, stopped, last = self._decide_general(
                 source, group, group[0].offset, state, batch, reached, advance, flushed
             )
         else:
-            dropped, stopped, last = self._decide_changes(
+            dropped, stopped, last = self._decide_group(
                 source, group, state, batch, reached, advance, flushed
             )
         if not stopped and advance:
@@ -283,7 +279,7 @@ class Reconciler:
         produced = len(records) - first_record
         batch.produced[output] = batch.produced.get(output, 0) + produced
 
-    def _decide_changes(
+    def _decide_group(
         self,
         source: InputTopic,
         group: list[RawMessage],
@@ -293,12 +289,14 @@ class Reconciler:
         advance: bool,
         flushed: int,
     ) -> tuple[int, bool, Change | bytes | dict[str, object] | None]:
-        """A change topic's ``group``: the fused path of its envelope and format takes what it
-        can; the general path decides each message it does not take, and the fused path
-        goes on after it. Where the fused path took nothing since, the general path decides
-        the rest. The fused path is given a window of the messages at a time, twice what it
-        took before the last it declined (at least ``FUSED_WINDOW``), so that its set-up per
-        call (state keys, a multi-get) stays in proportion to what it takes.
+        """``group`` (a change topic's, or a backfill topic's chunk rows): the fused path of
+        its envelope and format takes what it can; the general path decides each message
+        it does not take (a chunk's first row among them, from which the codec learns the
+        chunk's envelope), and the fused path goes on after it. Where the fused path took
+        nothing since, the general path decides the rest. The fused path is given a window
+        of the messages at a time, twice what it took before the last it declined (at least
+        ``FUSED_WINDOW``), so that its set-up per call (state keys, a multi-get) stays in
+        proportion to what it takes.
 
         Returns the messages dropped, whether the source was refused, and the last change
         taken: a :class:`Change`, or a fused path's payload (bytes) or decoded fields."""
@@ -334,9 +332,13 @@ class Reconciler:
         flushed: int,
     ) -> tuple[int, int, bytes | dict[str, object] | None]:
         """What the fused path of ``source``'s envelope, for the format of ``run``'s first
-        key, takes of ``run``: how many, how many of them dropped, the last one's payload."""
+        key, takes of ``run``: how many, how many of them dropped, the last one's payload.
+        A backfill topic's run is chunk rows (``debezium-upsert``'s, JSON)."""
         codec, output, records, limit = source.codec, source.output, batch.records, self.input_limit
         envelope, avro = source.envelope, _avro(run)
+        if run[0].topic != source.topic:
+            taken, dropped = decide_chunk_rows(codec.json, run, 0, state, output, records, limit)
+            return taken, dropped, None
         if envelope == "upsert" and avro:
             taken, dropped = upsert_avro_fast_path.decide_flat(
                 codec.avro, run, state, output, records, flushed, limit
@@ -359,44 +361,6 @@ class Reconciler:
         if envelope == "debezium":
             return decide_debezium(codec.json, run, state, output, records, limit)
         return 0, 0, None
-
-    def _decide_chunk_rows(
-        self,
-        source: InputTopic,
-        group: list[RawMessage],
-        state: BatchState,
-        batch: Batch,
-        reached: Reached | None,
-        advance: bool,
-    ) -> tuple[int, bool]:
-        """Chunk rows under ``debezium-upsert``: the fused path takes the rows of a chunk
-        whose envelope the codec knows; the general path decides each row it does not take
-        (a chunk's first row, from which the codec learns the envelope), or, when the
-        fused path took nothing since, the rest. Returns the rows dropped and whether the
-        source was refused."""
-        dropped, index, end = 0, 0, len(group)
-        while index < end:
-            taken_to, fast_dropped = decide_chunk_rows(
-                source.codec.json,
-                group,
-                index,
-                state,
-                source.output,
-                batch.records,
-                self.input_limit,
-            )
-            dropped += fast_dropped
-            if taken_to == end:
-                break
-            upto = taken_to + 1 if taken_to > index or index == 0 else end
-            more, stopped, _last = self._decide_general(
-                source, group[taken_to:upto], group[0].offset, state, batch, reached, advance, -1
-            )
-            dropped += more
-            if stopped:
-                return dropped, True
-            index = upto
-        return dropped, False
 
     def _decide_general(
         self,
