@@ -337,7 +337,7 @@ class Reconciler:
         codec, output, records, limit = source.codec, source.output, batch.records, self.input_limit
         envelope, avro = source.envelope, _avro(run)
         if run[0].topic != source.topic:
-            taken, dropped = decide_chunk_rows(codec.json, run, 0, state, output, records, limit)
+            taken, dropped = decide_chunk_rows(codec.json, run, state, output, records, limit)
             return taken, dropped, None
         if envelope == "upsert" and avro:
             taken, dropped = upsert_avro_fast_path.decide_flat(

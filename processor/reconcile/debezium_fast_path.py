@@ -164,13 +164,12 @@ def judge(stored: bytes | None, version: Version, txid: int | None) -> tuple[Act
 def decide_chunk_rows(
     codec: JsonCodec,
     group: list[RawMessage],
-    start: int,
     state: BatchState,
     output: str,
     records: list[Record],
     limit: int,
 ) -> tuple[int, int]:
-    """Decide the chunk rows of a backfill topic's ``group`` from index ``start`` under
+    """Decide the leading chunk rows of a backfill topic's ``group`` under
     ``debezium-upsert``, as :func:`processor.reconcile.envelopes.debezium_upsert` decides a
     chunk row (:func:`~processor.reconcile.versions.decide_row`), fused with
     :class:`~processor.events.json_codec.ChunkEnvelope`'s decoding: a row inside the envelope
@@ -179,31 +178,31 @@ def decide_chunk_rows(
 
     It takes rows of one chunk read in a PostgreSQL snapshot (a signal-table window's
     wait in the general path's window buffer), stops at the first it does not take (or
-    at the next chunk's first row) and returns the index it stopped at and how many rows
-    it dropped.
+    at the next chunk's first row) and returns how many it took and how many of them it
+    dropped.
     """
     envelope = codec.chunk_envelope
-    if envelope is None or not envelope.spliceable or start >= len(group):
-        return start, 0
+    if envelope is None or not envelope.spliceable or not group:
+        return 0, 0
     head, tail = envelope.head, envelope.tail
     at, after_at = len(head), -len(tail)
     rest = tail[: -2 if envelope.schema is not None else -1]  # the payload's closing brace out
     out_head = codec.output_head(envelope.schema) if envelope.schema is not None else b""
     out_tail = b"}" if out_head else b""
-    block = tidemark_format(orjson.dumps(group[start].topic), _ENVELOPE)
+    block = tidemark_format(orjson.dumps(group[0].topic), _ENVELOPE)
     get, put, append = state.get, state.put, records.append
     # The rows of the first row's chunk (the next chunk's first row is the general path's,
     # and its keys would be read for nothing).
-    chunk, stop = group[start].chunk, start + 1
+    chunk, stop = group[0].chunk, 1
     while stop < len(group) and (group[stop].chunk is chunk or group[stop].chunk == chunk):
         stop += 1
-    run = group[start:stop]
+    run = group[:stop]
     keys = _state_keys(codec, run)
     state.prefetch([ENTRY + k for k in keys])
     last_tag: ChunkTag | None = None
     prefix = b""
     version = (0, 0)
-    index, dropped = start, 0
+    index, dropped = 0, 0
     for msg, state_key in zip(run, keys, strict=False):
         value, tag = msg.value, msg.chunk
         if value is None or tag is None or len(value) + len(msg.key or b"") > limit:

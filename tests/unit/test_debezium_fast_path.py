@@ -203,7 +203,7 @@ def general_only() -> Iterator[None]:
     with (
         mock.patch("processor.reconcile.batch.decide_debezium_upsert", lambda *_a: (0, 0, None)),
         mock.patch("processor.reconcile.batch.decide_debezium", lambda *_a: (0, 0, None)),
-        mock.patch("processor.reconcile.batch.decide_chunk_rows", lambda *a: (a[2], 0)),
+        mock.patch("processor.reconcile.batch.decide_chunk_rows", lambda *_a: (0, 0)),
     ):
         yield
 
