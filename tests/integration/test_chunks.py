@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 from typing import Any
 
 import psycopg
@@ -249,3 +251,45 @@ def test_the_processors_role_reads_the_tables_and_writes_only_its_signal_table(
         conn.execute("DELETE FROM public.tidemark_signal WHERE id = 'role-test'")
     with psycopg.connect(**config.owner_conninfo()) as conn:
         assert conn.execute("SELECT count(*) FROM iso_chunks_surrogate").fetchone() == (9,)
+
+
+@pytest.mark.parametrize("query", ["boundary", "max_key"])
+def test_a_part_planned_while_the_table_is_rewritten_sees_its_rows(
+    stack: DevStack, query: str
+) -> None:
+    """A rewriting ``ALTER TABLE`` (a new column type) gives every row the ``ALTER``'s
+    transaction id, so a snapshot taken before it commits sees the table empty. A part's
+    end (or the table's largest key) asked for while the ``ALTER`` holds its lock is
+    answered after it, from the rows it left: not ``None``, which would plan the rest of
+    the table as one part, or end the backfill with nothing read."""
+    name = f"iso_chunks_rewrite_{query}"
+    table = psycopg.sql.Identifier(name)
+    with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
+        conn.execute(psycopg.sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v int)").format(table))
+        conn.execute(
+            psycopg.sql.SQL("INSERT INTO {} SELECT g, g FROM generate_series(1, 100) g").format(
+                table
+            )
+        )
+    own = PostgresChunkReader(stack.config.source.session(read_only=True))
+    answers: list[Any] = []
+    try:
+        info = own.table_info(f"public.{name}")
+        ask = {
+            "boundary": lambda: own.boundary(info, (10,), (100,), 20),
+            "max_key": lambda: own.max_key(info),
+        }[query]
+        with psycopg.connect(**stack.config.owner_conninfo()) as alter:
+            alter.execute(psycopg.sql.SQL("ALTER TABLE {} ALTER v TYPE bigint").format(table))
+            asking = threading.Thread(target=lambda: answers.append(ask()))
+            asking.start()
+            waiting = "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = %s::regclass"
+            deadline = time.monotonic() + 30
+            while alter.execute(waiting, (name,)).fetchone() != (1,):
+                assert time.monotonic() < deadline, "the query never waited for the ALTER"
+                time.sleep(0.05)
+            alter.commit()
+            asking.join(30)
+    finally:
+        own.close()
+    assert answers == [{"boundary": (30,), "max_key": (100,)}[query]]

@@ -4,8 +4,9 @@ Every chunk is one ``REPEATABLE READ READ ONLY`` transaction that locks the tabl
 in ``ACCESS SHARE`` mode (so its columns cannot change until the chunk is read,
 and an ``ALTER TABLE`` in progress is waited for), takes ``pg_current_snapshot()``,
 checks that the columns are still those the backfill learned, and reads the page,
-so the snapshot is exactly the one the rows were read in. Nothing is written to
-the source.
+so the snapshot is exactly the one the rows were read in. The other reads of a
+table's rows (a part's end, its largest key) lock it first too. Nothing is
+written to the source.
 
 Composite keys compare as row values, ``(k1, k2) > (%s, %s)``, which
 PostgreSQL answers from the key's index. Identifiers are quoted by psycopg's
@@ -159,7 +160,7 @@ class PostgresChunkReader(ChunkReader):
         query = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT %s").format(
             _columns(info.key), sql.Identifier(info.schema, info.table), _where(condition), order
         )
-        with source_errors(f"the largest key of {info.name}"), self._conn.transaction():
+        with self._locked(info, f"the largest key of {info.name}"):
             row = self._conn.execute(query, (1,)).fetchone()
         return None if row is None else tuple(row)
 
@@ -167,7 +168,7 @@ class PostgresChunkReader(ChunkReader):
         """The planner's estimate (``pg_class.reltuples``); a count where there is none or a
         filter applies."""
         relation = _regclass(info.schema, info.table)
-        with source_errors(f"the size of {info.name}"), self._conn.transaction():
+        with self._locked(info, f"the size of {info.name}"):
             if not condition:
                 row = self._conn.execute(
                     "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", (relation,)
@@ -191,7 +192,7 @@ class PostgresChunkReader(ChunkReader):
             _columns(info.key),
             sql.Literal(max(0, int(rows) - 1)),
         )
-        with source_errors(f"a part of {info.name} after {after!r}"), self._conn.transaction():
+        with self._locked(info, f"a part of {info.name} after {after!r}"):
             row = self._conn.execute(query, params).fetchone()
         return None if row is None else tuple(row)
 
@@ -215,14 +216,7 @@ class PostgresChunkReader(ChunkReader):
                 self._conn.adapters.register_loader(oid, TextLoader)
                 self._as_text.add(oid)
         started = time.perf_counter()
-        with source_errors(f"chunk of {info.name} after {after!r}"), self._conn.transaction():
-            # The table's columns cannot change until the chunk is read: an ALTER TABLE
-            # in progress is waited for, and the snapshot is taken after it.
-            self._conn.execute(
-                sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(
-                    sql.Identifier(info.schema, info.table)
-                )
-            )
+        with self._locked(info, f"chunk of {info.name} after {after!r}"):
             text = self._conn.execute("SELECT pg_current_snapshot()::text").fetchone()
             self._check_columns(info)
             # the text forms processor.snapshot.postgres.values converts
@@ -236,6 +230,25 @@ class PostgresChunkReader(ChunkReader):
 
     def close(self) -> None:
         self._conn.close()
+
+    @contextlib.contextmanager
+    def _locked(self, info: TableInfo, what: str) -> Iterator[None]:
+        """A transaction that reads ``info``'s rows: the table locked in ``ACCESS SHARE``
+        mode before its snapshot is taken.
+
+        The lock waits for an ``ALTER TABLE`` in progress, and its columns cannot change
+        until the transaction ends. Taking it first matters: ``LOCK TABLE`` takes no
+        snapshot, so the first query's comes after the ``ALTER``. A rewriting ``ALTER``
+        (a new column type) gives every row its own transaction id, and a snapshot taken
+        before it commits sees the table empty.
+        """
+        with source_errors(what), self._conn.transaction():
+            self._conn.execute(
+                sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(
+                    sql.Identifier(info.schema, info.table)
+                )
+            )
+            yield
 
     def _check_columns(self, info: TableInfo) -> None:
         """:class:`TableChangedError` if the table's columns (names and types, in order)
