@@ -9,6 +9,7 @@ writes to a missing topic makes the broker create it with its own defaults.
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -294,6 +295,52 @@ def exact_end_offsets(
     finally:
         consumer.unassign()
     return ends
+
+
+def newest_records(
+    consumer: Consumer, topic: str, partitions: int, most: int, timeout: float = 30.0
+) -> list[Message]:
+    """About the newest ``most`` records of each of ``topic``'s ``partitions``, in one
+    pass over them all (assigns ``consumer``: give it a consumer of its own).
+
+    A sample of a topic's latest records, not an exact range: each partition is read
+    from ``most`` before its reported end up to the record at that end, with what the
+    same fetch brought after it (on the embedded broker, the rest of the last record
+    batch; see :func:`exact_end_offsets`), and its last ``most`` are kept. Unlike
+    :func:`exact_end_offsets` followed by :func:`read_range` a partition at a time, it
+    waits for no fetch beyond those, so a topic written all the time (a table's change
+    topic) answers in one round of fetches.
+    """
+    reported: dict[int, int] = {}
+    starts = []
+    for partition in range(partitions):
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+        if high > max(low, 0):
+            reported[partition] = high
+            starts.append(TopicPartition(topic, partition, max(low, high - most, 0)))
+    if not starts:
+        return []
+    kept: dict[int, deque[Message]] = {p: deque(maxlen=most) for p in reported}
+    waiting = set(reported)
+    deadline = time.monotonic() + timeout
+    consumer.assign(starts)
+    try:
+        while waiting:
+            if time.monotonic() > deadline:
+                raise TopicError(f"{topic}: partitions {sorted(waiting)} not read to their end")
+            for msg in data_messages(consumer.consume(1000, _POLL_S)):
+                partition, offset = msg.partition() or 0, msg.offset() or 0
+                kept[partition].append(msg)
+                if offset >= reported[partition] - 1:
+                    waiting.discard(partition)
+            for tp in consumer.position(starts):  # past transaction markers, too
+                if tp.offset >= reported[tp.partition]:
+                    waiting.discard(tp.partition)
+        for msg in data_messages(consumer.consume(10_000, 0)):  # the rest of those fetches
+            kept[msg.partition() or 0].append(msg)
+    finally:
+        consumer.unassign()
+    return [msg for partition in sorted(kept) for msg in kept[partition]]
 
 
 def last_value(consumer: Consumer, topic: str, key: bytes) -> bytes | None:

@@ -75,6 +75,7 @@ from tidemark.kafka import (
     ensure_topics,
     last_value,
     producer_config,
+    reader_config,
 )
 from tidemark.schema_registry import SchemaCache
 from tidemark.topics import (
@@ -115,9 +116,10 @@ class Coordinator:
         self._joined = False
         #: Kafka not answering: the loop waits and tries again, up to a deadline.
         self.outage = Outage("snapshot coordinator", kafka.outage_deadline_s)
-        #: Reads progress and change-topic tails; reassigned freely.
+        #: Reads progress and change-topic tails; reassigned freely, so it fetches without
+        #: a long poll (a fetch left waiting at a range's end would hold the next one back).
         self._probe = Consumer(
-            consumer_config(kafka, reader_group(pipeline, "snapshots-probe"), **settings)
+            reader_config(kafka, reader_group(pipeline, "snapshots-probe"), **settings)
         )
         self._channels = SignalChannels(config, self._admin, schemas)
         self._tables = TableChecks(config, connector, self._admin, self._probe, schemas)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import orjson
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
 from processor.errors import ChunkError, SnapshotRefusedError, SourceUnavailableError
@@ -46,9 +46,8 @@ from tidemark.config import Config
 from tidemark.errors import TidemarkError
 from tidemark.kafka import (
     ensure_topics,
-    exact_end_offsets,
+    newest_records,
     partition_counts,
-    read_range,
     record_topic_config,
 )
 from tidemark.partitioners import contradiction
@@ -348,13 +347,11 @@ class RecentEvent(NamedTuple):
 
 
 def recent_events(consumer: Consumer, topic: str, partitions: int) -> list[RecentEvent]:
-    """The newest change events (up to 50) of each partition of ``topic``, tombstones skipped."""
-    tps = [TopicPartition(topic, p) for p in range(partitions)]
-    ends = exact_end_offsets(consumer, tps)
+    """The newest change events (about 50) of each partition of ``topic``, tombstones
+    skipped."""
     out = []
-    for (_topic, partition), end in ends.items():
-        for msg in read_range(consumer, topic, partition, max(0, end - 50), end):
-            key, value = msg.key(), msg.value()
-            if key is not None and value is not None:
-                out.append(RecentEvent(partition, msg.timestamp()[1], key, value))
+    for msg in newest_records(consumer, topic, partitions, 50):
+        key, value = msg.key(), msg.value()
+        if key is not None and value is not None:
+            out.append(RecentEvent(msg.partition() or 0, msg.timestamp()[1], key, value))
     return out

@@ -16,6 +16,7 @@ from tidemark.kafka import (
     client_config,
     ensure_topics,
     exact_end_offsets,
+    newest_records,
     producer_config,
     read_range,
     reader_config,
@@ -68,3 +69,29 @@ def test_the_end_of_a_topic_written_all_the_time_is_found_while_it_is_written(
         writer.join(10)
         reader.join(10)
         consumer.close()
+
+
+def test_the_newest_records_of_each_partition_are_read_in_one_pass(stack: DevStack) -> None:
+    """``newest_records`` keeps each partition's last ``most`` records, in offset order,
+    read up to each partition's end (across a transaction's commit marker too)."""
+    kafka = stack.config.kafka
+    topic = f"newest-{uuid.uuid4().hex[:8]}"
+    ensure_topics(AdminClient(client_config(kafka)), {topic: 3})
+    producer = Producer(producer_config(kafka, **{"linger.ms": 5}))
+    for partition, count in ((0, 120), (1, 7)):  # partition 2 stays empty
+        for i in range(count):
+            producer.produce(topic, b"%d-%d" % (partition, i), b"k", partition)
+    assert producer.flush(30) == 0
+    transactional = Producer(producer_config(kafka, **{"transactional.id": topic}))
+    transactional.init_transactions(30)
+    transactional.begin_transaction()
+    transactional.produce(topic, b"1-7", b"k", 1)
+    transactional.commit_transaction(30)  # partition 1 ends with a commit marker
+    consumer = Consumer(reader_config(kafka, f"{topic}-reader"))
+    try:
+        read = newest_records(consumer, topic, 3, 50)
+    finally:
+        consumer.close()
+    values = [(msg.partition(), msg.value()) for msg in read]
+    expected = [(0, b"0-%d" % i) for i in range(70, 120)] + [(1, b"1-%d" % i) for i in range(8)]
+    assert values == expected
