@@ -1,8 +1,9 @@
 # One image for the stream processor (`tidemark process`, the default command)
 # and the Spark sink (`tidemark sink`); the Kubernetes manifests pick the command.
 # The build stage compiles the distribution (its C extensions, tidemark._jsonscan,
-# tidemark._avroread and tidemark._records, need gcc and the Python headers) into a wheel; the runtime stage
-# installs that wheel and ships no compiler.
+# tidemark._avroread, tidemark._records and processor.reconcile._chunk_rows, need gcc and
+# the Python headers) into a wheel; the runtime stage installs that wheel and ships no
+# compiler.
 FROM python:3.11-bookworm AS build
 WORKDIR /src
 COPY pyproject.toml setup.py README.md ./

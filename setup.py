@@ -1,8 +1,9 @@
 """The compiled part of the distribution; setuptools reads everything else from pyproject.toml.
 
-``tidemark._jsonscan`` (C, ``tidemark/_jsonscan.c``) and ``tidemark._avroread`` (C,
-``tidemark/_avroread.c``) are built by every ``pip install``, editable ones included: a C
-compiler and the Python headers are needed (``make setup`` installs them on Debian).
+The C extensions (``tidemark/_jsonscan.c``, ``tidemark/_avroread.c``, ``tidemark/_records.c``
+and ``processor/reconcile/_chunk_rows.c``) are built by every ``pip install``, editable ones
+included: a C compiler and the Python headers are needed (``make setup`` installs them on
+Debian).
 """
 
 from setuptools import Extension, setup
@@ -22,6 +23,11 @@ setup(
         Extension(
             "tidemark._records",
             ["tidemark/_records.c"],
+            extra_compile_args=["-Wall", "-Wextra", "-Werror"],
+        ),
+        Extension(
+            "processor.reconcile._chunk_rows",
+            ["processor/reconcile/_chunk_rows.c"],
             extra_compile_args=["-Wall", "-Wextra", "-Werror"],
         ),
     ]

@@ -44,6 +44,12 @@ class BatchState:
         self._cache[key] = value
         self.updates[key] = value
 
+    def maps(self) -> tuple[dict[bytes, bytes | None], dict[bytes, bytes | None]]:
+        """The values read and the values written, for a compiled loop that does what
+        :meth:`get` (of a key prefetched) and :meth:`put` do: it reads the first, and
+        writes both."""
+        return self._cache, self.updates
+
     def keys(
         self,
         prefix: bytes,

@@ -35,6 +35,7 @@ from processor.events.change import (
 from processor.events.chunk_tag import ChunkTag
 from processor.events.json_codec import JsonCodec, splice_event, tidemark_format
 from processor.events.visibility import PgSnapshot
+from processor.reconcile._chunk_rows import take_fresh_rows
 from processor.reconcile.envelopes import ENTRY, HIGH_WATER, HIGH_WATER_MARK, SEEN_STALE
 from processor.reconcile.versions import (
     CHANGE_ROW_AT,
@@ -78,6 +79,7 @@ _APPLIED = Action.APPLY.value.encode()
 #: ``source.connector`` codes of the scanner whose positions ``debezium`` orders.
 _ORDERED = frozenset({1, 2})
 _SNAPSHOT = b"snapshot"
+_PLACEHOLDERS = (TOAST_PLACEHOLDER_BYTES, TOAST_PLACEHOLDER_BASE64_BYTES)
 #: A chunk row's payload up to its ``before``, and between ``before`` and its row.
 _OPENING, _BETWEEN = b'{"before":', b',"after":'
 
@@ -179,7 +181,9 @@ def decide_chunk_rows(
     It takes rows of one chunk read in a PostgreSQL snapshot (a signal-table window's
     wait in the general path's window buffer), stops at the first it does not take (or
     at the next chunk's first row) and returns how many it took and how many of them it
-    dropped.
+    dropped. Rows of keys with no state entry (all of a table's first backfill) are
+    taken in C (:mod:`processor.reconcile._chunk_rows`), byte for byte as this loop takes
+    them; the loop takes each row the C loop stops at.
     """
     envelope = codec.chunk_envelope
     if envelope is None or not envelope.spliceable or not group:
@@ -190,7 +194,9 @@ def decide_chunk_rows(
     out_head = codec.output_head(envelope.schema) if envelope.schema is not None else b""
     out_tail = b"}" if out_head else b""
     block = tidemark_format(orjson.dumps(group[0].topic), _ENVELOPE)
+    opening = b"".join((out_head, _OPENING, b"null", _BETWEEN))  # a row's with no entry
     get, put, append = state.get, state.put, records.append
+    cache, updates = state.maps()
     # The rows of the first row's chunk (the next chunk's first row is the general path's,
     # and its keys would be read for nothing).
     chunk, stop = group[0].chunk, 1
@@ -200,10 +206,12 @@ def decide_chunk_rows(
     keys = _state_keys(codec, run)
     state.prefetch([ENTRY + k for k in keys])
     last_tag: ChunkTag | None = None
-    prefix = b""
+    prefix = rest_to_offset = closing = b""
     version = (0, 0)
     index, dropped = 0, 0
-    for msg, state_key in zip(run, keys, strict=False):
+    count = min(len(run), len(keys))
+    while index < count:
+        msg, state_key = run[index], keys[index]
         value, tag = msg.value, msg.chunk
         if value is None or tag is None or len(value) + len(msg.key or b"") > limit:
             break
@@ -212,6 +220,32 @@ def decide_chunk_rows(
                 break
             last_tag, version = tag, (0, tag.number)
             prefix = Entry(version, b"", envelope.txid, tag.number, tag.read_in).encode()
+            before_offset, after_offset = _around_offset(block, msg.partition, version, _SNAPSHOT)
+            rest_to_offset, closing = rest + before_offset, after_offset + out_tail
+        # Rows of keys without an entry, in C; the loop below takes the row it stops at.
+        taken = take_fresh_rows(
+            run,
+            keys,
+            index,
+            tag,
+            cache,
+            updates,
+            ENTRY,
+            prefix,
+            head,
+            tail,
+            limit,
+            _PLACEHOLDERS,
+            scan_object,
+            opening,
+            rest_to_offset,
+            closing,
+            output,
+            records,
+        )
+        if taken > index:
+            index = taken
+            continue
         if (
             len(value) <= at - after_at
             or not value.startswith(head)
@@ -243,6 +277,21 @@ def decide_chunk_rows(
         event = b"".join((out_head, _OPENING, before, _BETWEEN, row, rest, tidemark, out_tail))
         append((output, msg.partition, msg.key, event))
     return index, dropped
+
+
+def _around_offset(
+    block: bytes, partition: int, version: tuple[int, int], reason: bytes
+) -> tuple[bytes, bytes]:
+    """``block`` (a :func:`tidemark_format`: partition, offset, the version's two parts and
+    the reason, in that order) formatted for a row of ``partition`` at ``version``, as the
+    bytes before its offset and after it."""
+    parts = block.split(b"%d")
+    assert len(parts) == 5, block  # a topic's name holds no "%"
+    return (parts[0] + b"%d" + parts[1]) % partition, b"%d".join(parts[2:]) % (
+        version[0],
+        version[1],
+        reason,
+    )
 
 
 def decide_debezium(

@@ -157,7 +157,8 @@ def chunk_row(
 @st.composite
 def chunks(draw: st.DrawFn, style: str, number: int) -> list[RawMessage]:
     """The rows of one or two chunks, now and then one the fused path does not take (a
-    TOASTed or malformed row, a signal-table window's, a row in another style)."""
+    TOASTed or malformed row, one whose row is not JSON, a signal-table window's, a row in
+    another style)."""
     xmin = draw(st.integers(90, 111))
     seen_in: PgSnapshot | Window = PgSnapshot(xmin, xmin)
     if draw(st.integers(0, 5)) == 0:
@@ -174,6 +175,9 @@ def chunks(draw: st.DrawFn, style: str, number: int) -> list[RawMessage]:
             rows.append(chunk_row(key, number, seen_in, draw(st.sampled_from(STYLES[:2]))))
         elif kind == 3:
             rows.append(chunk_row(key, number + 1, seen_in, style))  # the next chunk's
+        elif kind == 4:  # in its envelope, but its row is not one JSON object
+            row = chunk_row(key, number, seen_in, style)
+            rows.append(row._replace(value=(row.value or b"").replace(b'"after":{', b'"after":{{')))
         else:
             rows.append(chunk_row(key, number, seen_in, style, draw(names)))
     offset = 100 * number
