@@ -1,7 +1,7 @@
 """The compiled part of the distribution; setuptools reads everything else from pyproject.toml.
 
 The C extensions (``tidemark/_jsonscan.c``, ``tidemark/_avroread.c``, ``tidemark/_records.c``
-and ``processor/reconcile/_chunk_rows.c``) are built by every ``pip install``, editable ones
+and ``processor/reconcile/_fused.c``) are built by every ``pip install``, editable ones
 included: a C compiler and the Python headers are needed (``make setup`` installs them on
 Debian).
 """
@@ -26,8 +26,10 @@ setup(
             extra_compile_args=["-Wall", "-Wextra", "-Werror"],
         ),
         Extension(
-            "processor.reconcile._chunk_rows",
-            ["processor/reconcile/_chunk_rows.c"],
+            "processor.reconcile._fused",
+            ["processor/reconcile/_fused.c"],
+            include_dirs=["tidemark"],  # jsonscan_api.h: the scanner's C interface
+            depends=["tidemark/jsonscan_api.h"],
             extra_compile_args=["-Wall", "-Wextra", "-Werror"],
         ),
     ]

@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "jsonscan_api.h"
+
 #define MAX_DEPTH 256
 
 typedef struct {
@@ -434,14 +436,12 @@ static int arguments(PyObject *const *args, Py_ssize_t nargs, const char *usage,
     return 0;
 }
 
-static PyObject *scan_change(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    cursor c;
-    const unsigned char *base;
-    if (arguments(args, nargs, "scan_change(buf: bytes, start: int, end: int)", &c, &base))
-        return NULL;
+/* scan_change's work on base[start:end]: 0 with *out filled, 1 declined. */
+static int scan_change_at(const unsigned char *base, Py_ssize_t start, Py_ssize_t end,
+                          jsonscan_change *out) {
+    cursor c = {base + start, base + end};
     skip_ws(&c);
-    if (c.p >= c.end || *c.p != '{') Py_RETURN_NONE;
+    if (c.p >= c.end || *c.p != '{') return 1;
     const unsigned char *open = c.p;
     c.p++;
     const unsigned char *before = NULL, *before_end = NULL, *after = NULL, *after_end = NULL;
@@ -449,69 +449,89 @@ static PyObject *scan_change(PyObject *self, PyObject *const *args, Py_ssize_t n
     source_info info;
     memset(&info, 0, sizeof info);
     skip_ws(&c);
-    if (c.p < c.end && *c.p == '}') Py_RETURN_NONE;
+    if (c.p < c.end && *c.p == '}') return 1;
     for (;;) {
         const unsigned char *name;
         Py_ssize_t len;
         skip_ws(&c);
-        if (member_name(&c, &name, &len) || c.p >= c.end) Py_RETURN_NONE;
+        if (member_name(&c, &name, &len) || c.p >= c.end) return 1;
         if (IS(name, len, "before") || IS(name, len, "after")) {
             int is_before = name[0] == 'b';
-            if (is_before ? before != NULL : after != NULL) Py_RETURN_NONE;
+            if (is_before ? before != NULL : after != NULL) return 1;
             const unsigned char *at = c.p;
             if (*c.p == 'n') {
-                if (literal(&c, "null", 4)) Py_RETURN_NONE;
+                if (literal(&c, "null", 4)) return 1;
             } else if (*c.p != '{' || scan_container(&c, 1, '}')) {
-                Py_RETURN_NONE;
+                return 1;
             }
             if (is_before) { before = at; before_end = c.p; }
             else { after = at; after_end = c.p; }
         } else if (IS(name, len, "op")) {
             const unsigned char *s;
             Py_ssize_t n;
-            if (op_seen++ || *c.p != '"' || plain_string(&c, &s, &n) || n != 1) Py_RETURN_NONE;
+            if (op_seen++ || *c.p != '"' || plain_string(&c, &s, &n) || n != 1) return 1;
             op = s[0];
-            if (op != 'c' && op != 'u' && op != 'd' && op != 'r') Py_RETURN_NONE;
+            if (op != 'c' && op != 'u' && op != 'd' && op != 'r') return 1;
         } else if (IS(name, len, "source")) {
-            if (source_seen++ || *c.p != '{' || scan_source(&c, &info)) Py_RETURN_NONE;
+            if (source_seen++ || *c.p != '{' || scan_source(&c, &info)) return 1;
         } else if (IS(name, len, "ts_ms")) {
-            if (ts_seen++ || *c.p == 'n' || scan_value(&c, 1)) Py_RETURN_NONE;
+            if (ts_seen++ || *c.p == 'n' || scan_value(&c, 1)) return 1;
         } else if (IS(name, len, "tidemark")) {
-            Py_RETURN_NONE; /* an event of ours again: the general path replaces it */
+            return 1; /* an event of ours again: the general path replaces it */
         } else if (scan_value(&c, 1)) {
-            Py_RETURN_NONE;
+            return 1;
         }
         int more = next_item(&c, '}');
-        if (more < 0) Py_RETURN_NONE;
+        if (more < 0) return 1;
         if (!more) break;
     }
     const unsigned char *close = c.p - 1;
     skip_ws(&c);
     if (c.p != c.end || before == NULL || after == NULL || !op_seen || !source_seen || !ts_seen)
-        Py_RETURN_NONE;
+        return 1;
     int after_row = *after == '{', before_row = *before == '{';
-    if ((op == 'd') == after_row) Py_RETURN_NONE; /* a delete has no after, the rest have one */
-    int64_t major, minor;
+    if ((op == 'd') == after_row) return 1; /* a delete has no after, the rest have one */
     if (info.seq_present) {
-        major = info.seq_a;
-        minor = info.seq_b;
+        out->major = info.seq_a;
+        out->minor = info.seq_b;
     } else if (info.lsn_present) {
-        major = minor = info.lsn;
+        out->major = out->minor = info.lsn;
     } else {
-        Py_RETURN_NONE; /* MySQL's binlog position, or none: the general path */
+        return 1; /* MySQL's binlog position, or none: the general path */
     }
-    int toast = after_row && (holds(after, after_end - after, PLACEHOLDER, sizeof PLACEHOLDER - 1) ||
-                              holds(after, after_end - after, PLACEHOLDER_BASE64,
-                                    sizeof PLACEHOLDER_BASE64 - 1));
-    PyObject *txid = info.txid_present ? PyLong_FromLongLong(info.txid) : Py_NewRef(Py_None);
+    out->toast = after_row &&
+                 (holds(after, after_end - after, PLACEHOLDER, sizeof PLACEHOLDER - 1) ||
+                  holds(after, after_end - after, PLACEHOLDER_BASE64, sizeof PLACEHOLDER_BASE64 - 1));
+    out->before = before - base;
+    out->before_end = before_end - base;
+    out->after = after - base;
+    out->after_end = after_end - base;
+    out->before_row = before_row;
+    out->op = op;
+    out->txid_present = info.txid_present;
+    out->txid = info.txid;
+    out->snapshot = info.snapshot;
+    out->connector = info.connector;
+    out->open = open - base;
+    out->close = close - base;
+    return 0;
+}
+
+static PyObject *scan_change(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    cursor c;
+    const unsigned char *base;
+    if (arguments(args, nargs, "scan_change(buf: bytes, start: int, end: int)", &c, &base))
+        return NULL;
+    jsonscan_change found;
+    if (scan_change_at(base, c.p - base, c.end - base, &found)) Py_RETURN_NONE;
+    PyObject *txid = found.txid_present ? PyLong_FromLongLong(found.txid) : Py_NewRef(Py_None);
     if (txid == NULL) return NULL;
     return Py_BuildValue(
-        "(nnnnOiLLNiiinn)",
-        (Py_ssize_t)(before - base), (Py_ssize_t)(before_end - base),
-        (Py_ssize_t)(after - base), (Py_ssize_t)(after_end - base),
-        before_row ? Py_True : Py_False, op, (long long)major, (long long)minor, txid,
-        info.snapshot, info.connector, toast, (Py_ssize_t)(open - base),
-        (Py_ssize_t)(close - base));
+        "(nnnnOiLLNiiinn)", found.before, found.before_end, found.after, found.after_end,
+        found.before_row ? Py_True : Py_False, found.op, (long long)found.major,
+        (long long)found.minor, txid, found.snapshot, found.connector, found.toast, found.open,
+        found.close);
 }
 
 /* The op and the after of a reconciled event's payload buf[start:end] (the processor's
@@ -575,30 +595,30 @@ static PyObject *scan_envelope(PyObject *self, PyObject *const *args, Py_ssize_t
                          (Py_ssize_t)(after - base), (Py_ssize_t)(after_end - base));
 }
 
+static int scan_object_at(const unsigned char *base, Py_ssize_t start, Py_ssize_t end) {
+    cursor c = {base + start, base + end};
+    skip_ws(&c);
+    if (c.p >= c.end || *c.p != '{' || scan_container(&c, 0, '}')) return 0;
+    skip_ws(&c);
+    return c.p == c.end;
+}
+
 static PyObject *scan_object(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     cursor c;
     const unsigned char *base;
     if (arguments(args, nargs, "scan_object(buf: bytes, start: int, end: int)", &c, &base))
         return NULL;
-    skip_ws(&c);
-    if (c.p >= c.end || *c.p != '{' || scan_container(&c, 0, '}')) Py_RETURN_FALSE;
-    skip_ws(&c);
-    if (c.p != c.end) Py_RETURN_FALSE;
-    Py_RETURN_TRUE;
+    return PyBool_FromLong(scan_object_at(base, c.p - base, c.end - base));
 }
 
 /* Whether buf[start:end] is exactly one JSON object with a member, none of its member
  * names escaped or named "schema" or "payload": a key without a JsonConverter envelope,
  * whatever orjson makes of its members. False declines. */
-static PyObject *scan_bare_key(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    cursor c;
-    const unsigned char *base;
-    if (arguments(args, nargs, "scan_bare_key(buf: bytes, start: int, end: int)", &c, &base))
-        return NULL;
+static int scan_bare_key_at(const unsigned char *base, Py_ssize_t start, Py_ssize_t end) {
+    cursor c = {base + start, base + end};
     skip_ws(&c);
-    if (c.p >= c.end || *c.p != '{') Py_RETURN_FALSE;
+    if (c.p >= c.end || *c.p != '{') return 0;
     c.p++;
     for (;;) {
         const unsigned char *name;
@@ -606,14 +626,22 @@ static PyObject *scan_bare_key(PyObject *self, PyObject *const *args, Py_ssize_t
         skip_ws(&c);
         if (member_name(&c, &name, &len) || IS(name, len, "schema") || IS(name, len, "payload") ||
             scan_value(&c, 1))
-            Py_RETURN_FALSE;
+            return 0;
         int more = next_item(&c, '}');
-        if (more < 0) Py_RETURN_FALSE;
+        if (more < 0) return 0;
         if (!more) break;
     }
     skip_ws(&c);
-    if (c.p != c.end) Py_RETURN_FALSE;
-    Py_RETURN_TRUE;
+    return c.p == c.end;
+}
+
+static PyObject *scan_bare_key(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    cursor c;
+    const unsigned char *base;
+    if (arguments(args, nargs, "scan_bare_key(buf: bytes, start: int, end: int)", &c, &base))
+        return NULL;
+    return PyBool_FromLong(scan_bare_key_at(base, c.p - base, c.end - base));
 }
 
 /* Whether buf[start:end] is exactly one JSON object whose members are names[i], in that
@@ -731,7 +759,17 @@ static struct PyModuleDef module = {
     methods, NULL, NULL, NULL, NULL,
 };
 
+static const jsonscan_api api = {scan_change_at, scan_object_at, scan_bare_key_at};
+
 PyMODINIT_FUNC PyInit__jsonscan(void) {
     init_plain();
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL) return NULL;
+    PyObject *capsule = PyCapsule_New((void *)&api, JSONSCAN_CAPSULE, NULL);
+    if (capsule == NULL || PyModule_AddObject(m, "CAPI", capsule) < 0) {
+        Py_XDECREF(capsule);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

@@ -35,7 +35,7 @@ from processor.events.change import (
 from processor.events.chunk_tag import ChunkTag
 from processor.events.json_codec import JsonCodec, splice_event, tidemark_format
 from processor.events.visibility import PgSnapshot
-from processor.reconcile._chunk_rows import take_fresh_rows
+from processor.reconcile._fused import take_changes, take_fresh_rows
 from processor.reconcile.envelopes import ENTRY, HIGH_WATER, HIGH_WATER_MARK, SEEN_STALE
 from processor.reconcile.versions import (
     CHANGE_ROW_AT,
@@ -106,11 +106,25 @@ def decide_debezium_upsert(
     prefix, head = _schema(codec)
     block = tidemark_format(orjson.dumps(group[0].topic) if group else b"", _ENVELOPE)
     get, put, append = state.get, state.put, records.append
+    cache, updates = state.maps()
+    parts = _block_parts(block)
     taken = dropped = 0
     last: bytes | None = None
     entry_keys = [ENTRY + k for k in _state_keys(codec, group)]
     state.prefetch(entry_keys)
-    for msg, entry_key in zip(group, entry_keys, strict=False):
+    count = len(entry_keys)
+    while taken < count:
+        # The common events in C; the loop below decides the one it leaves, or stops.
+        taken, more, last_at, stop = take_changes(
+            group, entry_keys, taken, cache, updates, prefix, head, limit, flushed, parts,
+            output, records,
+        )  # fmt: skip
+        dropped += more
+        if last_at >= 0:
+            last = group[last_at].value
+        if stop or taken == count:
+            break
+        msg, entry_key = group[taken], entry_keys[taken]
         key, value = msg.key, msg.value
         if value is None:
             taken += 1  # Debezium's tombstone after a delete: its delete event emitted both
@@ -182,7 +196,7 @@ def decide_chunk_rows(
     wait in the general path's window buffer), stops at the first it does not take (or
     at the next chunk's first row) and returns how many it took and how many of them it
     dropped. Rows of keys with no state entry (all of a table's first backfill) are
-    taken in C (:mod:`processor.reconcile._chunk_rows`), byte for byte as this loop takes
+    taken in C (:mod:`processor.reconcile._fused`), byte for byte as this loop takes
     them; the loop takes each row the C loop stops at.
     """
     envelope = codec.chunk_envelope
@@ -194,6 +208,7 @@ def decide_chunk_rows(
     out_head = codec.output_head(envelope.schema) if envelope.schema is not None else b""
     out_tail = b"}" if out_head else b""
     block = tidemark_format(orjson.dumps(group[0].topic), _ENVELOPE)
+    parts = _block_parts(block)
     opening = b"".join((out_head, _OPENING, b"null", _BETWEEN))  # a row's with no entry
     get, put, append = state.get, state.put, records.append
     cache, updates = state.maps()
@@ -220,7 +235,7 @@ def decide_chunk_rows(
                 break
             last_tag, version = tag, (0, tag.number)
             prefix = Entry(version, b"", envelope.txid, tag.number, tag.read_in).encode()
-            before_offset, after_offset = _around_offset(block, msg.partition, version, _SNAPSHOT)
+            before_offset, after_offset = _around_offset(parts, msg.partition, version, _SNAPSHOT)
             rest_to_offset, closing = rest + before_offset, after_offset + out_tail
         # Rows of keys without an entry, in C; the loop below takes the row it stops at.
         taken = take_fresh_rows(
@@ -236,7 +251,6 @@ def decide_chunk_rows(
             tail,
             limit,
             _PLACEHOLDERS,
-            scan_object,
             opening,
             rest_to_offset,
             closing,
@@ -279,18 +293,23 @@ def decide_chunk_rows(
     return index, dropped
 
 
+def _block_parts(block: bytes) -> tuple[bytes, bytes, bytes, bytes, bytes, bytes]:
+    """``block`` (a :func:`tidemark_format`: its partition, offset, the version's two parts
+    and its reason, in that order) as the six pieces around them."""
+    pieces = block.split(b"%d")
+    assert len(pieces) == 5, block  # a topic's name holds no "%"
+    reason_before, found, reason_after = pieces[4].partition(b"%b")
+    assert found and b"%" not in reason_after, block
+    return pieces[0], pieces[1], pieces[2], pieces[3], reason_before, reason_after
+
+
 def _around_offset(
-    block: bytes, partition: int, version: tuple[int, int], reason: bytes
+    parts: tuple[bytes, ...], partition: int, version: tuple[int, int], reason: bytes
 ) -> tuple[bytes, bytes]:
-    """``block`` (a :func:`tidemark_format`: partition, offset, the version's two parts and
-    the reason, in that order) formatted for a row of ``partition`` at ``version``, as the
-    bytes before its offset and after it."""
-    parts = block.split(b"%d")
-    assert len(parts) == 5, block  # a topic's name holds no "%"
-    return (parts[0] + b"%d" + parts[1]) % partition, b"%d".join(parts[2:]) % (
-        version[0],
-        version[1],
-        reason,
+    """The tidemark member of a row of ``partition`` at ``version`` (``parts``: from
+    :func:`_block_parts`), as the bytes before its offset and after it."""
+    return parts[0] + b"%d" % partition + parts[1], b"".join(
+        (parts[2], b"%d" % version[0], parts[3], b"%d" % version[1], parts[4], reason, parts[5])
     )
 
 

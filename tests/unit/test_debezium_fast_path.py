@@ -84,7 +84,9 @@ def events(draw: st.DrawFn, key: int) -> dict[str, Any]:
         "lsn": lsn * 8,
     }
     if draw(st.booleans()):
-        source["sequence"] = orjson.dumps([str(lsn * 8 - 4), str(lsn * 8)]).decode()
+        # PostgreSQL's [last commit, this event]: events of one transaction share the first
+        commit = lsn * 8 - 4 if draw(st.booleans()) else draw(st.integers(1, 5)) * 8
+        source["sequence"] = orjson.dumps([str(commit), str(lsn * 8)]).decode()
     if draw(st.booleans()):
         source["txId"] = draw(st.integers(90, 110))
     if draw(st.integers(0, 20)) == 0:

@@ -1,0 +1,42 @@
+"""Types of the compiled fused loops (``processor/reconcile/_fused.c``); see
+:mod:`processor.reconcile.debezium_fast_path`."""
+
+from typing import Any
+
+from tidemark.messages import RawMessage
+
+Record = tuple[str, int, bytes | None, bytes | None]
+
+def take_changes(
+    group: list[RawMessage],
+    entry_keys: list[bytes],
+    start: int,
+    cache: dict[bytes, bytes | None],
+    updates: dict[bytes, bytes | None],
+    prefix: bytes,
+    head: bytes,
+    limit: int,
+    flushed: int,
+    parts: tuple[bytes, bytes, bytes, bytes, bytes, bytes],
+    output: str,
+    records: list[Record],
+) -> tuple[int, int, int, int]: ...
+def take_fresh_rows(
+    run: list[RawMessage],
+    keys: list[bytes],
+    start: int,
+    tag: Any,
+    cache: dict[bytes, bytes | None],
+    updates: dict[bytes, bytes | None],
+    entry: bytes,
+    prefix: bytes,
+    head: bytes,
+    tail: bytes,
+    limit: int,
+    placeholders: tuple[bytes, ...],
+    opening: bytes,
+    rest: bytes,
+    closing: bytes,
+    output: str,
+    records: list[Record],
+) -> int: ...

@@ -1,0 +1,232 @@
+"""The compiled fused loops (``processor/reconcile/_fused.c``) on any input.
+
+What they decide is held to the general path by
+``test_debezium_fast_path.py::test_the_fast_path_decides_as_the_general_path``; here their
+arguments are arbitrary: they take an event only as the Python loop would, as its own
+bytes, and stop (never read outside a buffer, never crash) at anything else.
+"""
+
+from __future__ import annotations
+
+import os
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from processor.reconcile._fused import take_changes, take_fresh_rows
+from tidemark.json_scan import scan_change, scan_object
+from tidemark.messages import RawMessage
+
+SCALE = int(os.environ.get("TIDEMARK_FUZZ_SCALE", "1"))
+TAG = object()
+HEAD, TAIL = b'{"before":null,"after":', b',"op":"r"}'
+
+
+def call(
+    run: list[RawMessage], keys: list[bytes], cache: dict[bytes, bytes | None], limit: int = 1000
+) -> tuple[int, dict[bytes, bytes | None], list[tuple[str, int, bytes | None, bytes | None]]]:
+    updates: dict[bytes, bytes | None] = {}
+    records: list[tuple[str, int, bytes | None, bytes | None]] = []
+    taken = take_fresh_rows(
+        run, keys, 0, TAG, cache, updates, b"e", b"P", HEAD, TAIL, limit,
+        (b"__unavailable",), b"<", b">", b"!", "out", records,
+    )  # fmt: skip
+    return taken, updates, records
+
+
+def row(value: bytes | None, key: bytes | None = b"k", offset: int = 7) -> RawMessage:
+    return RawMessage("t", 0, offset, key, value, TAG)
+
+
+def test_a_row_in_its_envelope_goes_to_state_and_output_as_its_bytes() -> None:
+    run = [row(HEAD + b'{"id":1}' + TAIL), row(HEAD + b'{"id":2}' + TAIL, offset=8)]
+    taken, updates, records = call(run, [b"a", b"b"], {b"ea": None, b"eb": None})
+    assert taken == 2
+    assert updates == {b"ea": b'P{"id":1}', b"eb": b'P{"id":2}'}
+    assert records == [("out", 0, b"k", b'<{"id":1}>7!'), ("out", 0, b"k", b'<{"id":2}>8!')]
+
+
+@pytest.mark.parametrize(
+    "run, cache",
+    [
+        ([row(HEAD + b'{"id":1}' + TAIL)], {b"ea": b"stored"}),  # an entry: the Python loop's
+        ([row(HEAD + b'{"id":1}' + TAIL)], {}),  # not read yet
+        ([row(HEAD + b'{"id":1' + TAIL)], {b"ea": None}),  # not one object
+        ([row(HEAD + b'{"v":"__unavailable"}' + TAIL)], {b"ea": None}),  # a placeholder
+        ([row(HEAD + b'{"id":1}' + TAIL[:-1])], {b"ea": None}),  # out of its envelope
+        ([row(None)], {b"ea": None}),  # a tombstone
+        ([row(HEAD + b'{"id":1}' + TAIL)._replace(chunk=object())], {b"ea": None}),  # next chunk
+        ([row(HEAD + b'{"id":1}' + TAIL, offset=1 << 70)], {b"ea": None}),  # beyond 64 bits
+        ([row(HEAD + b"{}" + TAIL, key=b"k" * 1000)], {b"ea": None}),  # over the limit
+    ],
+)
+def test_a_row_it_cannot_take_stops_it_with_nothing_written(
+    run: list[RawMessage], cache: dict[bytes, bytes | None]
+) -> None:
+    assert call(run, [b"a"], dict(cache)) == (0, {}, [])
+
+
+def test_arguments_of_the_wrong_kind_are_refused() -> None:
+    with pytest.raises(TypeError):
+        take_fresh_rows([], [], 0)  # type: ignore[call-arg]
+    with pytest.raises(TypeError):
+        call("not a list", [], {})  # type: ignore[arg-type]
+
+
+items = st.one_of(
+    st.none(),
+    st.binary(max_size=40),
+    st.integers(),
+    st.builds(lambda body: HEAD + body + TAIL, st.binary(max_size=40)),
+    st.builds(lambda body: HEAD + body + TAIL, st.sampled_from([b"{}", b'{"a":[1,"x"]}'])),
+)
+
+
+@settings(max_examples=300 * SCALE)
+@given(
+    st.lists(
+        st.tuples(items, st.one_of(st.none(), st.binary(max_size=8)), st.integers(-5, 1 << 66)),
+        max_size=8,
+    ),
+    st.lists(st.one_of(st.binary(max_size=4), st.none()), max_size=8),
+    st.integers(0, 120),
+)
+def test_any_rows_are_taken_or_stopped_at_never_misread(
+    fields: list[tuple[object, bytes | None, int]], keys: list[bytes | None], limit: int
+) -> None:
+    run = [RawMessage("t", 0, offset, key, value, TAG) for value, key, offset in fields]  # type: ignore[arg-type]
+    cache: dict[bytes, bytes | None] = {b"e" + k: None for k in keys if k is not None}
+    taken, updates, records = call(run, keys, cache, limit)  # type: ignore[arg-type]
+    assert 0 <= taken <= min(len(run), len(keys))
+    assert len(records) == taken and len(updates) <= taken
+    for msg, record in zip(run, records, strict=False):
+        value = msg.value
+        assert isinstance(value, bytes) and value.startswith(HEAD) and value.endswith(TAIL)
+        body = value[len(HEAD) : -len(TAIL)]
+        assert scan_object(value, len(HEAD), len(value) - len(TAIL))
+        assert record == ("out", 0, msg.key, b"<" + body + b">%d!" % msg.offset)
+
+
+PARTS = (b"[", b"|", b"|", b",", b"|", b"]")
+
+
+def change(txid: int | None = 9, op: str = "u", lsn: int = 5) -> bytes:
+    after = None if op == "d" else {"id": 1, "v": "x"}
+    source = {"lsn": lsn, "txId": txid}
+    return orjson.dumps(
+        {"before": {"id": 1}, "after": after, "source": source, "op": op, "ts_ms": 1}
+    )
+
+
+def take(
+    group: list[RawMessage], cache: dict[bytes, bytes | None], flushed: int = 0
+) -> tuple[tuple[int, int, int, int], dict[bytes, bytes | None], list[object]]:
+    updates: dict[bytes, bytes | None] = {}
+    records: list[tuple[str, int, bytes | None, bytes | None]] = []
+    keys = [b"e" + (m.key or b"") for m in group]
+    taken = take_changes(
+        group, keys, 0, cache, updates, b"", b"", 1000, flushed, PARTS, "out", records
+    )
+    return taken, updates, records
+
+
+def test_a_change_of_a_key_without_an_entry_is_applied_with_its_before_replaced() -> None:
+    (index, dropped, last, stop), updates, records = take([row(change(), key=b"k")], {b"ek": None})
+    assert (index, dropped, last, stop) == (1, 0, 0, 0)
+    head = b"\x02" + (5).to_bytes(8, "big") * 2
+    assert updates == {b"ek": head + b"\x03" + (9).to_bytes(8, "big") + b'{"id":1,"v":"x"}'}
+    payload = change().replace(b'"before":{"id":1}', b'"before":null')[:-1]
+    assert records == [("out", 0, b"k", payload + b"[0|7|5,5|applied]")]
+
+
+def test_a_delete_emits_its_tombstone_and_keeps_no_row() -> None:
+    (index, _d, _l, _s), updates, records = take([row(change(None, "d"), key=b"k")], {b"ek": None})
+    assert index == 1 and updates == {b"ek": b"\x02" + (5).to_bytes(8, "big") * 2 + b"\x00"}
+    assert [r[3] is None for r in records] == [False, True]
+
+
+def test_an_older_change_is_dropped_and_an_equal_one_below_the_flushed_offset_too() -> None:
+    stored = b"\x02" + (5).to_bytes(8, "big") * 2 + b"\x01" + b'{"id":0}'
+    for lsn, flushed, outcome in ((4, 0, (1, 1, 0, 0)), (5, 8, (1, 1, 0, 0)), (5, 7, (1, 0, 0, 0))):
+        taken, updates, records = take([row(change(lsn=lsn), key=b"k")], {b"ek": stored}, flushed)
+        assert taken == outcome and updates == {}
+        assert len(records) == 1 - outcome[1]
+    _t, _u, records = take([row(change(lsn=5), key=b"k")], {b"ek": stored}, 7)
+    assert records[0][3].startswith(b'{"before":{"id":0}')  # type: ignore[index]
+
+
+def test_versions_order_by_their_first_part_then_their_second() -> None:
+    """PostgreSQL's ``[last commit, this event]``: one transaction's events share the first."""
+    stored = b"\x02" + (16).to_bytes(8, "big") + (200).to_bytes(8, "big") + b"\x01{}"
+    for first, second, dropped in (
+        ("16", "100", 1),
+        ("16", "300", 0),
+        ("8", "900", 1),
+        ("17", "1", 0),
+    ):
+        event = orjson.loads(change())
+        event["source"]["sequence"] = orjson.dumps([first, second]).decode()
+        taken, _updates, _records = take([row(orjson.dumps(event), key=b"k")], {b"ek": stored})
+        assert taken == (1, dropped, 0, 0), (first, second)
+
+
+@pytest.mark.parametrize(
+    "value, cache, outcome",
+    [
+        (change(), {}, (0, 0, -1, 0)),  # not read yet: the Python loop reads it
+        (change(), {b"ek": b"\x02" + bytes(16) + b"\x08" + bytes(8)}, (0, 0, -1, 0)),  # a chunk's
+        (change(), {b"ek": b"\x02" + bytes(16) + b"\x01\x00avro"}, (0, 0, -1, 1)),  # Avro row
+        (b"\x00avro", {b"ek": None}, (0, 0, -1, 1)),  # Avro: the general path
+        (
+            change().replace(b'"v":"x"', b'"v":"__debezium_unavailable_value"'),
+            {b"ek": None},
+            (0, 0, -1, 1),
+        ),
+        (change()[:-1], {b"ek": None}, (0, 0, -1, 1)),  # not JSON
+        (b"{" + b" " * 1000 + b"}", {b"ek": None}, (0, 0, -1, 1)),  # over the limit
+    ],
+)
+def test_an_event_it_does_not_decide_stops_it_with_nothing_written(
+    value: bytes, cache: dict[bytes, bytes | None], outcome: tuple[int, int, int, int]
+) -> None:
+    assert take([row(value, key=b"k")], dict(cache)) == (outcome, {}, [])
+
+
+def test_a_tombstone_is_taken_with_nothing_emitted() -> None:
+    assert take([row(None, key=b"k")], {}) == ((1, 0, -1, 0), {}, [])
+
+
+@settings(max_examples=300 * SCALE)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(items, st.builds(change, st.one_of(st.none(), st.integers(0, 1 << 62)))),
+            st.one_of(st.none(), st.binary(max_size=8)),
+            st.integers(-5, 1 << 66),
+        ),
+        max_size=8,
+    ),
+    st.lists(st.one_of(st.none(), st.binary(min_size=0, max_size=40)), max_size=8),
+    st.integers(-1, 1 << 64),
+)
+def test_any_changes_are_taken_or_stopped_at_never_misread(
+    fields: list[tuple[object, bytes | None, int]], stored: list[bytes | None], flushed: int
+) -> None:
+    run = [RawMessage("t", 0, offset, key, value, None) for value, key, offset in fields]  # type: ignore[arg-type]
+    keys = [b"e%d" % i for i in range(len(run))]
+    cache = dict(zip(keys, stored, strict=False))
+    records: list[tuple[str, int, bytes | None, bytes | None]] = []
+    try:
+        index, dropped, last, _stop = take_changes(
+            run, keys, 0, cache, {}, b"", b"", 500, flushed, PARTS, "out", records
+        )
+    except OverflowError:
+        assert flushed >= 1 << 63
+        return
+    assert 0 <= dropped <= index <= len(run) and -1 <= last < max(index, 1)
+    for record in records:
+        if record[3] is not None:  # a change event again, then its tidemark member
+            payload = record[3][: record[3].rindex(b"[")] + b"}"
+            assert scan_change(payload, 0, len(payload)) is not None
