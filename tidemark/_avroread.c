@@ -16,12 +16,14 @@
  * - An omit op stands for a record field the program's compiler was told to leave out:
  *   read() checks it as skip() does (so it ends, declines and fails where a read of it
  *   would) and puts nothing in the record.
- * - write_long() is the one writer here: Avro's encoding of a long, which the codecs'
- *   hot paths frame their outputs with.
+ * - write_long() and write_offset_position() are the writers here: Avro's encoding of a
+ *   long (and of an offset and a "major,minor" position), which the codecs' hot paths
+ *   frame their outputs with.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #define MAX_DEPTH 200
@@ -704,23 +706,53 @@ static PyObject *skip_datum(PyObject *self, PyObject *const *args, Py_ssize_t na
 
 /* -- writing a long ---------------------------------------------------------------------- */
 
-static PyObject *write_long(PyObject *self, PyObject *value) {
-    (void)self;
-    if (!PyLong_Check(value)) {
-        PyErr_SetString(PyExc_TypeError, "write_long(value: int)");
-        return NULL;
-    }
-    long long number = PyLong_AsLongLong(value); /* OverflowError beyond 64 bits */
-    if (number == -1 && PyErr_Occurred()) return NULL;
+/* Avro's encoding of a long at out (at most 10 bytes): its length. */
+static int encode_long(long long number, unsigned char *out) {
     uint64_t zigzag = ((uint64_t)number << 1) ^ (uint64_t)(number >> 63);
-    unsigned char out[10];
     int n = 0;
     while (zigzag > 0x7F) {
         out[n++] = (unsigned char)((zigzag & 0x7F) | 0x80);
         zigzag >>= 7;
     }
     out[n++] = (unsigned char)zigzag;
-    return PyBytes_FromStringAndSize((const char *)out, n);
+    return n;
+}
+
+/* A Python int within 64 bits; -1 with an error set (TypeError, OverflowError) if not. */
+static int long_of(PyObject *value, long long *number) {
+    if (!PyLong_Check(value)) {
+        PyErr_SetString(PyExc_TypeError, "an int");
+        return -1;
+    }
+    *number = PyLong_AsLongLong(value); /* OverflowError beyond 64 bits */
+    return *number == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+static PyObject *write_long(PyObject *self, PyObject *value) {
+    (void)self;
+    long long number;
+    if (long_of(value, &number)) return NULL;
+    unsigned char out[10];
+    return PyBytes_FromStringAndSize((const char *)out, encode_long(number, out));
+}
+
+/* write_long(offset), then the Avro string "major,minor" (its length, its digits). */
+static PyObject *write_offset_position(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    long long offset, major, minor;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "write_offset_position(offset, major, minor)");
+        return NULL;
+    }
+    if (long_of(args[0], &offset) || long_of(args[1], &major) || long_of(args[2], &minor))
+        return NULL;
+    char position[48];
+    int length = snprintf(position, sizeof position, "%lld,%lld", major, minor);
+    unsigned char out[10 + 10 + sizeof position];
+    int n = encode_long(offset, out);
+    n += encode_long(length, out + n);
+    memcpy(out + n, position, (size_t)length);
+    return PyBytes_FromStringAndSize((const char *)out, n + length);
 }
 
 static PyMethodDef methods[] = {
@@ -731,6 +763,8 @@ static PyMethodDef methods[] = {
      "declines or raises."},
     {"write_long", (PyCFunction)write_long, METH_O,
      "Avro's encoding of a long (zig-zag, then a varint); OverflowError beyond 64 bits."},
+    {"write_offset_position", (PyCFunction)(void (*)(void))write_offset_position, METH_FASTCALL,
+     "write_long(offset), then the Avro string \"major,minor\"; OverflowError beyond 64 bits."},
     {NULL, NULL, 0, NULL},
 };
 

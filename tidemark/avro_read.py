@@ -28,7 +28,9 @@ A program compiled with ``keep`` reads only the record fields it names: the othe
 declines and raises where the whole read does. The Debezium fast paths read the fields
 after ``after`` so (``processor.events.avro_codec.SCANNED``).
 
-:func:`write_long` is Avro's encoding of a ``long``, for the codecs' outputs.
+:func:`write_long` is Avro's encoding of a ``long``, for the codecs' outputs;
+:func:`write_offset_position` writes an offset and a ``"major,minor"`` string after it
+(the varying part of an output's ``tidemark`` record).
 
 :func:`skip` gives the offset where the compiled ``read`` would end, making no value, and
 ``None`` where it declines or raises; :func:`read_compiled` is the compiled ``read`` with
@@ -47,7 +49,7 @@ from typing import Any, Final
 import fastavro
 from fastavro.logical_readers import LOGICAL_READERS
 
-from tidemark._avroread import AvroReadError, Program, skip, write_long
+from tidemark._avroread import AvroReadError, Program, skip, write_long, write_offset_position
 from tidemark._avroread import read as read_program
 
 __all__ = [
@@ -60,6 +62,7 @@ __all__ = [
     "read_compiled",
     "skip",
     "write_long",
+    "write_offset_position",
 ]
 
 #: The kinds of op, numbered as ``tidemark/_avroread.c`` numbers them.

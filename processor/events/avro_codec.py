@@ -55,7 +55,16 @@ from processor.events.change import (
     snapshot_kind,
     source_version,
 )
-from tidemark.avro_read import Keep, Program, compile_schema, program_of, read, read_compiled, skip
+from tidemark.avro_read import (
+    Keep,
+    Program,
+    compile_schema,
+    program_of,
+    read,
+    read_compiled,
+    skip,
+    write_offset_position,
+)
 from tidemark.avro_wire import HEADER, MAGIC, at_end, read_avro, schema_id_of
 from tidemark.errors import InputError, UnknownSchemaError
 from tidemark.messages import RawMessage
@@ -108,7 +117,8 @@ class AvroCodec:
         self._cache = schemas
         self._layouts: dict[int, Layout] = {}
         self._rows: dict[int, Any] = {}
-        self._key_ids: dict[int, int] = {}
+        #: A key's header (its schema's id) to its output's (the id registered for the output).
+        self._key_headers: dict[bytes, bytes] = {}
         self._metadata: dict[tuple[str, int], bytes] = {}
         #: The ``tidemark`` block's last two fields (the envelope, the reason) by reason.
         self._reasons: dict[str, bytes] = {}
@@ -439,8 +449,7 @@ class AvroCodec:
         tail = self._reasons.get(reason)
         if tail is None:
             tail = self._reasons[reason] = avro_string(self.envelope) + avro_string(reason)
-        position = b"%d,%d" % version  # ASCII: its bytes are its UTF-8
-        return b"".join((head, avro_long(msg.offset), avro_long(len(position)), position, tail))
+        return b"".join((head, write_offset_position(msg.offset, version[0], version[1]), tail))
 
     def output_key(self, msg: RawMessage) -> bytes | None:
         """``msg``'s key, framed with the id of its schema registered for the output topic
@@ -448,16 +457,15 @@ class AvroCodec:
         key = msg.key
         if key is None or len(key) < HEADER.size or key[:1] != MAGIC:
             return key
-        schema_id = HEADER.unpack_from(key)[1]
-        output_id = self._key_ids.get(schema_id)
-        if output_id is None:
+        header = key[: HEADER.size]
+        output = self._key_headers.get(header)
+        if output is None:
             assert self._cache is not None
+            schema_id = HEADER.unpack_from(key)[1]
             document = self._cache.get(schema_id)[0]
             output_id = self._cache.register(self.output_topic + "-key", document)
-            self._key_ids[schema_id] = output_id
-        if output_id == schema_id:
-            return key
-        return HEADER.pack(0, output_id) + key[HEADER.size :]
+            output = self._key_headers[header] = HEADER.pack(0, output_id)
+        return key if output == header else output + key[HEADER.size :]
 
 
 def _write(parsed: Any, datum: Any) -> bytes:

@@ -43,6 +43,7 @@ from tidemark.avro_read import (
     compile_schema,
     program_of,
     read,
+    write_offset_position,
 )
 from tidemark.avro_read import LONG as LONG_KIND
 from tidemark.avro_wire import read_avro
@@ -777,8 +778,22 @@ def test_a_long_beyond_64_bits_is_not_written() -> None:
     for value in (2**63, -(2**63) - 1, 2**70):
         with pytest.raises(OverflowError):
             avro_long(value)
+        with pytest.raises(OverflowError):
+            write_offset_position(0, 1, value)
     with pytest.raises(TypeError):
         avro_long("1")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        write_offset_position(0, 1)  # type: ignore[call-arg]
+
+
+@given(LONG, LONG, LONG)
+def test_an_offset_and_a_position_are_written_as_a_long_and_a_string(
+    offset: int, major: int, minor: int
+) -> None:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, "long", offset)
+    fastavro.schemaless_writer(out, "string", f"{major},{minor}")
+    assert write_offset_position(offset, major, minor) == out.getvalue()
 
 
 # -- reads that keep some fields ---------------------------------------------------------
