@@ -194,9 +194,63 @@ static PyObject *unframe(PyObject *self, PyObject *const *args, Py_ssize_t nargs
     return out;
 }
 
+/* unframe's pairs as messages: cls (a tuple type of six items, tidemark.messages.RawMessage)
+ * of (topic, partition, offset, key, value, chunk) per pair; None if buf is not whole
+ * frames or not count pairs. */
+static PyObject *unframe_messages(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 7 || !PyType_Check(args[0]) || !PyBytes_Check(args[5]) ||
+        !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type) ||
+        ((PyTypeObject *)args[0])->tp_basicsize != PyTuple_Type.tp_basicsize) {
+        PyErr_SetString(PyExc_TypeError,
+                        "unframe_messages(cls, topic, partition, offset, chunk, buf: bytes, "
+                        "count: int)");
+        return NULL;
+    }
+    PyTypeObject *cls = (PyTypeObject *)args[0];
+    Py_ssize_t expected = PyLong_AsSsize_t(args[6]);
+    if (expected == -1 && PyErr_Occurred()) return NULL;
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(args[5]);
+    const unsigned char *end = p + PyBytes_GET_SIZE(args[5]);
+    Py_ssize_t count = 0;
+    for (const unsigned char *q = p; q < end; count++) {
+        if (end - q < 4) Py_RETURN_NONE;
+        uint32_t length = read_length(q);
+        if ((size_t)(end - q - 4) < length) Py_RETURN_NONE;
+        q += 4 + length;
+    }
+    if (count % 2 || count == 0 || count / 2 != expected) Py_RETURN_NONE;
+    PyObject *out = PyList_New(count / 2);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < count / 2; i++) {
+        PyObject *parts[2];
+        for (int j = 0; j < 2; j++) {
+            uint32_t length = read_length(p);
+            parts[j] = PyBytes_FromStringAndSize((const char *)p + 4, length);
+            p += 4 + length;
+        }
+        PyObject *msg = parts[0] && parts[1] ? cls->tp_alloc(cls, 6) : NULL;
+        if (msg == NULL) {
+            Py_XDECREF(parts[0]);
+            Py_XDECREF(parts[1]);
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyObject *fixed[4] = {args[1], args[2], args[3], args[4]};
+        for (int j = 0; j < 3; j++) PyTuple_SET_ITEM(msg, j, Py_NewRef(fixed[j]));
+        PyTuple_SET_ITEM(msg, 3, parts[0]);
+        PyTuple_SET_ITEM(msg, 4, parts[1]);
+        PyTuple_SET_ITEM(msg, 5, Py_NewRef(fixed[3]));
+        PyList_SET_ITEM(out, i, msg);
+    }
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"frame", (PyCFunction)(void (*)(void))frame, METH_FASTCALL,
      "pairs[start:stop] as one buffer of length-prefixed keys and values."},
+    {"unframe_messages", (PyCFunction)(void (*)(void))unframe_messages, METH_FASTCALL,
+     "unframe's pairs as messages of a tuple type, or None."},
     {"unframe", (PyCFunction)(void (*)(void))unframe, METH_FASTCALL,
      "A framed buffer's keys and values, flat, or None if it is not whole frames."},
     {"partitions", (PyCFunction)(void (*)(void))partitions, METH_FASTCALL,

@@ -4,16 +4,17 @@ A frame is a pair's key and value, each a big-endian 4-byte length and its bytes
 ``[len][key][len][value]``, then the next pair's. :func:`frame` joins ``pairs[start:stop]``
 into one buffer; :func:`unframe` gives a buffer's keys and values back, flat (``[key,
 value, key, value, ...]``), or ``None`` for bytes that are not whole frames (a length
-past the end, a key without its value). It never reads past the buffer, whatever its
-bytes: ``tests/unit/test_frames.py`` holds the two to a round trip with hypothesis and
-feeds :func:`unframe` random and truncated bytes.
+past the end, a key without its value); :func:`unframe_messages` gives each pair as a
+message (:class:`tidemark.messages.RawMessage`) with the pair as its key and value. They
+never read past the buffer, whatever its bytes: ``tests/unit/test_frames.py`` holds them
+to a round trip with hypothesis and feeds them random and truncated bytes.
 """
 
 from __future__ import annotations
 
-from tidemark._records import frame, unframe
+from tidemark._records import frame, unframe, unframe_messages
 
-__all__ = ["FRAMING", "frame", "unframe"]
+__all__ = ["FRAMING", "frame", "unframe", "unframe_messages"]
 
 #: The bytes a frame adds to its pair: two lengths.
 FRAMING = 8

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidemark.frames import FRAMING, frame, unframe
+from tidemark.frames import FRAMING, frame, unframe_messages
 from tidemark.messages import RawMessage
 
 ROWS_HEADER = "tidemark.rows"
@@ -82,12 +82,4 @@ def rows_of(
     decided as it is, and dead-lettered whole)."""
     if value is None or not count.isdigit() or len(count) > 9:
         return None
-    parts = unframe(value)
-    if parts is None or len(parts) != 2 * int(count) or not parts:
-        return None
-    make = tuple.__new__  # RawMessage(...) without the named tuple's Python-level __new__
-    keys, values = parts[::2], parts[1::2]
-    return [
-        make(RawMessage, (topic, partition, offset, k, v, chunk))
-        for k, v in zip(keys, values, strict=True)
-    ]
+    return unframe_messages(RawMessage, topic, partition, offset, chunk, value, int(count))

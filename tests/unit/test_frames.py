@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidemark.frames import FRAMING, frame, unframe
+from tidemark.frames import FRAMING, frame, unframe, unframe_messages
+from tidemark.messages import RawMessage
 
 SCALE = int(os.environ.get("TIDEMARK_FUZZ_SCALE", "1"))
 
@@ -68,3 +69,36 @@ def test_frame_refuses_what_is_not_pairs_of_bytes() -> None:
         frame([(b"k", b"v")], 0, 2)
     with pytest.raises(TypeError):
         unframe("text")  # type: ignore[arg-type]
+
+
+@settings(max_examples=300 * SCALE)
+@given(pairs, st.data())
+def test_frames_as_messages_are_unframes_pairs(
+    framed: list[tuple[bytes, bytes]], data: st.DataObject
+) -> None:
+    """:func:`unframe_messages` gives what :func:`unframe` gives, as messages, when the
+    buffer holds exactly ``count`` pairs (and at least one), else ``None``; on any bytes."""
+    buf = bytearray(frame(framed, 0, len(framed)))
+    if buf and data.draw(st.booleans()):
+        buf[data.draw(st.integers(0, len(buf) - 1))] = data.draw(st.integers(0, 255))
+    buf = buf[: data.draw(st.integers(0, len(buf)))] if data.draw(st.booleans()) else buf
+    count = data.draw(st.sampled_from([len(framed), len(framed) + 1, max(0, len(framed) - 1)]))
+    tag = object()
+    parts = unframe(bytes(buf))
+    expected = None
+    if parts and len(parts) == 2 * count:
+        pairs_read = zip(parts[::2], parts[1::2], strict=True)
+        expected = [RawMessage("t", 2, 9, k, v, tag) for k, v in pairs_read]
+    found = unframe_messages(RawMessage, "t", 2, 9, tag, bytes(buf), count)
+    assert found == expected
+    assert found is None or all(type(msg) is RawMessage and msg.chunk is tag for msg in found)
+
+
+def test_frames_as_messages_refuse_a_type_that_is_not_a_plain_tuple() -> None:
+    class Wider(tuple):  # type: ignore[type-arg]
+        """A tuple with a __dict__: larger than a tuple."""
+
+    for cls in (list, dict, Wider):
+        with pytest.raises(TypeError):
+            buf = frame([(b"k", b"v")], 0, 1)
+            unframe_messages(cls, "t", 0, 0, None, buf, 1)  # type: ignore[type-var]
