@@ -26,6 +26,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "avro_long.h"
+
 #define MAX_DEPTH 200
 #define ZERO_SIZE_CAP 4096
 
@@ -706,18 +708,6 @@ static PyObject *skip_datum(PyObject *self, PyObject *const *args, Py_ssize_t na
 
 /* -- writing a long ---------------------------------------------------------------------- */
 
-/* Avro's encoding of a long at out (at most 10 bytes): its length. */
-static int encode_long(long long number, unsigned char *out) {
-    uint64_t zigzag = ((uint64_t)number << 1) ^ (uint64_t)(number >> 63);
-    int n = 0;
-    while (zigzag > 0x7F) {
-        out[n++] = (unsigned char)((zigzag & 0x7F) | 0x80);
-        zigzag >>= 7;
-    }
-    out[n++] = (unsigned char)zigzag;
-    return n;
-}
-
 /* A Python int within 64 bits; -1 with an error set (TypeError, OverflowError) if not. */
 static int long_of(PyObject *value, long long *number) {
     if (!PyLong_Check(value)) {
@@ -733,7 +723,7 @@ static PyObject *write_long(PyObject *self, PyObject *value) {
     long long number;
     if (long_of(value, &number)) return NULL;
     unsigned char out[10];
-    return PyBytes_FromStringAndSize((const char *)out, encode_long(number, out));
+    return PyBytes_FromStringAndSize((const char *)out, avro_encode_long(number, out));
 }
 
 /* write_long(offset), then the Avro string "major,minor" (its length, its digits). */
@@ -749,8 +739,8 @@ static PyObject *write_offset_position(PyObject *self, PyObject *const *args, Py
     char position[48];
     int length = snprintf(position, sizeof position, "%lld,%lld", major, minor);
     unsigned char out[10 + 10 + sizeof position];
-    int n = encode_long(offset, out);
-    n += encode_long(length, out + n);
+    int n = avro_encode_long(offset, out);
+    n += avro_encode_long(length, out + n);
     memcpy(out + n, position, (size_t)length);
     return PyBytes_FromStringAndSize((const char *)out, n + length);
 }

@@ -442,14 +442,30 @@ class AvroCodec:
 
     def tidemark_block(self, msg: RawMessage, version: Version, reason: str) -> bytes:
         """The output's ``tidemark`` field (its union branch, then the record)."""
-        head = self._metadata.get((msg.topic, msg.partition))
+        head = self.block_head(msg.topic, msg.partition)
+        return b"".join(
+            (
+                head,
+                write_offset_position(msg.offset, version[0], version[1]),
+                self.block_tail(reason),
+            )
+        )
+
+    def block_head(self, topic: str, partition: int) -> bytes:
+        """:meth:`tidemark_block` up to its offset, for a message of ``topic[partition]``."""
+        head = self._metadata.get((topic, partition))
         if head is None:
-            head = b"\x02" + avro_string(msg.topic) + avro_long(msg.partition)
-            self._metadata[(msg.topic, msg.partition)] = head
+            head = self._metadata[(topic, partition)] = (
+                b"\x02" + avro_string(topic) + avro_long(partition)
+            )
+        return head
+
+    def block_tail(self, reason: str) -> bytes:
+        """:meth:`tidemark_block` after its position, for ``reason``."""
         tail = self._reasons.get(reason)
         if tail is None:
             tail = self._reasons[reason] = avro_string(self.envelope) + avro_string(reason)
-        return b"".join((head, write_offset_position(msg.offset, version[0], version[1]), tail))
+        return tail
 
     def output_key(self, msg: RawMessage) -> bytes | None:
         """``msg``'s key, framed with the id of its schema registered for the output topic
@@ -458,14 +474,20 @@ class AvroCodec:
         if key is None or len(key) < HEADER.size or key[:1] != MAGIC:
             return key
         header = key[: HEADER.size]
+        output = self.output_key_header(header)
+        return key if output == header else output + key[HEADER.size :]
+
+    def output_key_header(self, header: bytes) -> bytes:
+        """The header of the output key of a key with ``header`` (its schema's id): the id
+        of that schema registered for the output topic."""
         output = self._key_headers.get(header)
         if output is None:
             assert self._cache is not None
-            schema_id = HEADER.unpack_from(key)[1]
+            schema_id = HEADER.unpack_from(header)[1]
             document = self._cache.get(schema_id)[0]
             output_id = self._cache.register(self.output_topic + "-key", document)
             output = self._key_headers[header] = HEADER.pack(0, output_id)
-        return key if output == header else output + key[HEADER.size :]
+        return output
 
 
 def _write(parsed: Any, datum: Any) -> bytes:

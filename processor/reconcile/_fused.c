@@ -6,6 +6,10 @@
  * its txId and its after; its output is its own payload with before in place of its
  * before (tidemark.json_scan finds the spans).
  *
+ * take_avro_changes: the same for Debezium Avro events, whose scans (AvroCodec.scan) the
+ * Python loop made: the entry's row is the input's own row bytes, the output the output
+ * schema's header, the retraction, the input's bytes from after on and the tidemark record.
+ *
  * take_fresh_rows: a backfill's chunk rows of keys that have no state entry yet (a
  * table's first backfill is all of them). Such a row is applied whatever it holds.
  *
@@ -20,6 +24,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "avro_long.h"
 #include "jsonscan_api.h"
 
 static const jsonscan_api *scanner;
@@ -270,6 +275,220 @@ static PyObject *take_changes(PyObject *self, PyObject *const *args, Py_ssize_t 
     return Py_BuildValue("(nnni)", i, dropped, last, halt);
 }
 
+/* The judgement of a change of (major, minor) against a key's entry ``stored`` (a bytes of
+ * processor/reconcile/versions.py's layout, or None): 1 newer, 0 equal, -1 older, with the
+ * entry's row (or NULL) at *previous; 2 when the entry is not a change's (the Python
+ * loop decides it). */
+static int judged(PyObject *stored, int64_t major, int64_t minor, const char **previous,
+                  Py_ssize_t *previous_len) {
+    *previous = NULL;
+    *previous_len = 0;
+    if (stored == Py_None) return 1;
+    if (!PyBytes_Check(stored)) return 2;
+    const unsigned char *entry = (const unsigned char *)PyBytes_AS_STRING(stored);
+    Py_ssize_t entry_len = PyBytes_GET_SIZE(stored);
+    if (entry_len < HEAD_SIZE || entry[HEAD_SIZE - 1] > (PRESENT | TXID_FLAG)) return 2;
+    int flags = entry[HEAD_SIZE - 1];
+    Py_ssize_t row_at = HEAD_SIZE + ((flags & TXID_FLAG) ? TXID_SIZE : 0);
+    if (entry_len < row_at) return 2;
+    int64_t stored_major = get_be64(entry + 1), stored_minor = get_be64(entry + 9);
+    if (flags & PRESENT) {
+        *previous = (const char *)entry + row_at;
+        *previous_len = entry_len - row_at;
+    }
+    if (major != stored_major) return major > stored_major ? 1 : -1;
+    if (minor != stored_minor) return minor > stored_minor ? 1 : -1;
+    return 0;
+}
+
+/* A change's entry: its version, its transaction id if any, its row (NULL: deleted). */
+static PyObject *change_entry(int64_t major, int64_t minor, int txid_present, int64_t txid,
+                              const char *head, Py_ssize_t head_len, const char *row,
+                              Py_ssize_t row_len) {
+    Py_ssize_t at = HEAD_SIZE + (txid_present ? TXID_SIZE : 0);
+    int present = row != NULL;
+    PyObject *entry = PyBytes_FromStringAndSize(NULL, at + (present ? head_len + row_len : 0));
+    if (entry == NULL) return NULL;
+    unsigned char *e = (unsigned char *)PyBytes_AS_STRING(entry);
+    e[0] = ENTRY_FORMAT;
+    put_be64(e + 1, major);
+    put_be64(e + 9, minor);
+    e[HEAD_SIZE - 1] = (unsigned char)((present ? PRESENT : 0) | (txid_present ? TXID_FLAG : 0));
+    if (txid_present) put_be64(e + HEAD_SIZE, txid);
+    if (present) {
+        memcpy(e + at, head, (size_t)head_len);
+        memcpy(e + at + head_len, row, (size_t)row_len);
+    }
+    return entry;
+}
+
+/* ------------------------------------------------------------------------------------
+ * take_avro_changes */
+
+enum {
+    A_GROUP, A_KEYS, A_START, A_SCANS, A_BASE, A_LAYOUT, A_OUT_HEADER, A_NULL, A_ROW,
+    A_CACHE, A_UPDATES, A_FLUSHED, A_BLOCK_HEAD, A_APPLIED, A_REPLAYED, A_KEY_IN, A_KEY_OUT,
+    A_OUTPUT, A_RECORDS, A_COUNT
+};
+
+static const char AVRO_USAGE[] =
+    "take_avro_changes(group: list[RawMessage], entry_keys: list[bytes], start: int, "
+    "scans: list[AvroScan | None], base: int, layout: Layout, out_header: bytes, "
+    "null_byte: bytes, row_byte: bytes, cache: dict, updates: dict, flushed: int, "
+    "block_head: bytes, applied: bytes, replayed: bytes, key_in: bytes, key_out: bytes, "
+    "output: str, records: list)";
+
+static PyObject *take_avro_changes(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != A_COUNT || !PyList_Check(args[A_GROUP]) || !PyList_Check(args[A_KEYS]) ||
+        !PyList_Check(args[A_SCANS]) || !PyDict_Check(args[A_CACHE]) ||
+        !PyDict_Check(args[A_UPDATES]) || !PyUnicode_Check(args[A_OUTPUT]) ||
+        !PyList_Check(args[A_RECORDS])) {
+        PyErr_SetString(PyExc_TypeError, AVRO_USAGE);
+        return NULL;
+    }
+    const int byte_args[] = {A_OUT_HEADER, A_NULL, A_ROW, A_BLOCK_HEAD, A_APPLIED, A_REPLAYED,
+                             A_KEY_IN, A_KEY_OUT};
+    for (size_t k = 0; k < sizeof byte_args / sizeof byte_args[0]; k++) {
+        if (!PyBytes_Check(args[byte_args[k]])) {
+            PyErr_SetString(PyExc_TypeError, AVRO_USAGE);
+            return NULL;
+        }
+    }
+    PyObject *group = args[A_GROUP], *keys = args[A_KEYS], *scans = args[A_SCANS];
+    PyObject *layout = args[A_LAYOUT], *cache = args[A_CACHE], *updates = args[A_UPDATES];
+    PyObject *output = args[A_OUTPUT], *records = args[A_RECORDS];
+    PyObject *key_in = args[A_KEY_IN], *key_out = args[A_KEY_OUT];
+    Py_ssize_t start = PyLong_AsSsize_t(args[A_START]), base = PyLong_AsSsize_t(args[A_BASE]);
+    long long flushed = PyLong_AsLongLong(args[A_FLUSHED]);
+    if (PyErr_Occurred()) return NULL;
+    if (PyBytes_GET_SIZE(key_in) != 5 || PyBytes_GET_SIZE(key_out) != 5 ||
+        PyBytes_GET_SIZE(args[A_OUT_HEADER]) != 5) {
+        PyErr_SetString(PyExc_ValueError, "key and output headers are 5 bytes");
+        return NULL;
+    }
+    const char *out_header = PyBytes_AS_STRING(args[A_OUT_HEADER]);
+    const char *null_byte = PyBytes_AS_STRING(args[A_NULL]);
+    const char *row_byte = PyBytes_AS_STRING(args[A_ROW]);
+    const char *block_head = PyBytes_AS_STRING(args[A_BLOCK_HEAD]);
+    Py_ssize_t null_len = PyBytes_GET_SIZE(args[A_NULL]), row_byte_len = PyBytes_GET_SIZE(args[A_ROW]);
+    Py_ssize_t block_head_len = PyBytes_GET_SIZE(args[A_BLOCK_HEAD]);
+    int same_key = memcmp(PyBytes_AS_STRING(key_in), PyBytes_AS_STRING(key_out), 5) == 0;
+    Py_ssize_t stop = PyList_GET_SIZE(group);
+    if (PyList_GET_SIZE(keys) < stop) stop = PyList_GET_SIZE(keys);
+    if (base + PyList_GET_SIZE(scans) < stop) stop = base + PyList_GET_SIZE(scans);
+    if (start < base) start = base;
+
+    Py_ssize_t i = start, dropped = 0, last = -1;
+    int halt = 0; /* 1: the Python loop stops at group[i]; 0: it decides group[i] */
+    for (; i < stop; i++) {
+        halt = 0;
+        PyObject *msg = PyList_GET_ITEM(group, i), *scan = PyList_GET_ITEM(scans, i - base);
+        if (!PyTuple_Check(msg) || PyTuple_GET_SIZE(msg) < 5) break;
+        PyObject *partition = PyTuple_GET_ITEM(msg, 1), *offset_obj = PyTuple_GET_ITEM(msg, 2);
+        PyObject *key = PyTuple_GET_ITEM(msg, 3), *value = PyTuple_GET_ITEM(msg, 4);
+        PyObject *entry_key = PyList_GET_ITEM(keys, i);
+        if (value == Py_None && scan == Py_None) continue; /* a tombstone */
+        if (!PyBytes_Check(value) || !PyBytes_Check(entry_key) || !PyLong_Check(offset_obj) ||
+            !PyTuple_Check(scan) || PyTuple_GET_SIZE(scan) < 7 || PyTuple_GET_ITEM(scan, 0) != layout)
+            break;
+        PyObject *version = PyTuple_GET_ITEM(scan, 5), *txid_obj = PyTuple_GET_ITEM(scan, 6);
+        PyObject *op = PyTuple_GET_ITEM(scan, 4);
+        if (!PyTuple_Check(version) || PyTuple_GET_SIZE(version) != 2 || !PyUnicode_Check(op) ||
+            (txid_obj != Py_None && !PyLong_Check(txid_obj)))
+            break;
+        Py_ssize_t after_at = PyLong_AsSsize_t(PyTuple_GET_ITEM(scan, 1));
+        Py_ssize_t rest_at = PyLong_AsSsize_t(PyTuple_GET_ITEM(scan, 2));
+        long long offset = PyLong_AsLongLong(offset_obj);
+        long long major = PyLong_AsLongLong(PyTuple_GET_ITEM(version, 0));
+        long long minor = PyLong_AsLongLong(PyTuple_GET_ITEM(version, 1));
+        long long txid = txid_obj == Py_None ? 0 : PyLong_AsLongLong(txid_obj);
+        if (PyErr_Occurred()) {
+            PyErr_Clear(); /* the Python loop's */
+            break;
+        }
+        const char *raw = PyBytes_AS_STRING(value);
+        Py_ssize_t size = PyBytes_GET_SIZE(value);
+        if (size < 5 || after_at < 5 || after_at + row_byte_len > rest_at || rest_at > size) break;
+        /* the output key: the key's own header replaced by the output's */
+        PyObject *out_key = key;
+        int framed = PyBytes_Check(key) && PyBytes_GET_SIZE(key) >= 5 && PyBytes_AS_STRING(key)[0] == 0;
+        if (framed && memcmp(PyBytes_AS_STRING(key), PyBytes_AS_STRING(key_in), 5) != 0) break;
+        if (key != Py_None && !PyBytes_Check(key)) break;
+        PyObject *stored = PyDict_GetItemWithError(cache, entry_key);
+        if (stored == NULL) {
+            if (PyErr_Occurred()) return NULL;
+            break; /* not read yet */
+        }
+        const char *previous;
+        Py_ssize_t previous_len;
+        int order = judged(stored, major, minor, &previous, &previous_len);
+        if (order == 2) break;
+        if (previous != NULL && (previous_len < 5 || memcmp(previous, raw, 5) != 0)) {
+            halt = 1; /* a row of another schema or format: the general path converts it */
+            break;
+        }
+        last = i;
+        if (order < 0 || (order == 0 && offset < flushed)) {
+            dropped++;
+            continue;
+        }
+        int deleted = PyUnicode_GET_LENGTH(op) == 1 && PyUnicode_READ_CHAR(op, 0) == 'd';
+        if (order > 0) {
+            const char *row = deleted ? NULL : raw + after_at + row_byte_len;
+            PyObject *entry = change_entry(major, minor, txid_obj != Py_None, txid, raw, 5, row,
+                                           rest_at - after_at - row_byte_len);
+            if (entry == NULL) return NULL;
+            int failed = put_state(cache, updates, entry_key, entry);
+            Py_DECREF(entry);
+            if (failed) return NULL;
+        }
+        PyObject *tail = args[order > 0 ? A_APPLIED : A_REPLAYED];
+        char position[48];
+        int position_len = snprintf(position, sizeof position, "%lld,%lld", major, minor);
+        unsigned char numbers[20];
+        int numbers_len = avro_encode_long(offset, numbers);
+        numbers_len += avro_encode_long(position_len, numbers + numbers_len);
+        Py_ssize_t retraction_len = previous == NULL ? null_len : row_byte_len + previous_len - 5;
+        PyObject *event = PyBytes_FromStringAndSize(
+            NULL, 5 + retraction_len + (size - after_at) + block_head_len + numbers_len +
+                      position_len + PyBytes_GET_SIZE(tail));
+        if (event == NULL) return NULL;
+        writer w = {PyBytes_AS_STRING(event)};
+        write_bytes(&w, out_header, 5);
+        if (previous == NULL) {
+            write_bytes(&w, null_byte, null_len);
+        } else {
+            write_bytes(&w, row_byte, row_byte_len);
+            write_bytes(&w, previous + 5, previous_len - 5);
+        }
+        write_bytes(&w, raw + after_at, size - after_at);
+        write_bytes(&w, block_head, block_head_len);
+        write_bytes(&w, numbers, numbers_len);
+        write_bytes(&w, position, position_len);
+        write_bytes(&w, PyBytes_AS_STRING(tail), PyBytes_GET_SIZE(tail));
+        PyObject *new_key = NULL;
+        if (framed && !same_key) {
+            new_key = joined(PyBytes_AS_STRING(key_out), 5, PyBytes_AS_STRING(key) + 5,
+                             PyBytes_GET_SIZE(key) - 5);
+            if (new_key == NULL) {
+                Py_DECREF(event);
+                return NULL;
+            }
+            out_key = new_key;
+        }
+        int failed = append_record(records, output, partition, out_key, event);
+        Py_DECREF(event);
+        if (failed || (deleted && append_record(records, output, partition, out_key, Py_None))) {
+            Py_XDECREF(new_key);
+            return NULL;
+        }
+        Py_XDECREF(new_key);
+    }
+    if (i >= stop) halt = 0;
+    return Py_BuildValue("(nnni)", i, dropped, last, halt);
+}
+
 /* ------------------------------------------------------------------------------------
  * take_fresh_rows */
 
@@ -399,6 +618,8 @@ static PyMethodDef methods[] = {
      "Decide a change topic's events from group[start] on under debezium-upsert: (the index "
      "of the first not decided, how many were dropped, the index of the last change taken "
      "or -1, whether the Python loop stops there)."},
+    {"take_avro_changes", (PyCFunction)(void (*)(void))take_avro_changes, METH_FASTCALL,
+     "As take_changes, for Debezium Avro events and their scans from group[base] on."},
     {"take_fresh_rows", (PyCFunction)(void (*)(void))take_fresh_rows, METH_FASTCALL,
      "Decide the chunk rows from run[start] on whose keys have no state entry; the index of "
      "the first row not taken."},

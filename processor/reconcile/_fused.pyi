@@ -21,6 +21,27 @@ def take_changes(
     output: str,
     records: list[Record],
 ) -> tuple[int, int, int, int]: ...
+def take_avro_changes(
+    group: list[RawMessage],
+    entry_keys: list[bytes],
+    start: int,
+    scans: list[Any],
+    base: int,
+    layout: Any,
+    out_header: bytes,
+    null_byte: bytes,
+    row_byte: bytes,
+    cache: dict[bytes, bytes | None],
+    updates: dict[bytes, bytes | None],
+    flushed: int,
+    block_head: bytes,
+    applied: bytes,
+    replayed: bytes,
+    key_in: bytes,
+    key_out: bytes,
+    output: str,
+    records: list[Record],
+) -> tuple[int, int, int, int]: ...
 def take_fresh_rows(
     run: list[RawMessage],
     keys: list[bytes],

@@ -22,18 +22,21 @@ path: the same outputs, state and positions, byte for byte.
 
 from __future__ import annotations
 
-from processor.events.avro_codec import AvroCodec
+from processor.events.avro_codec import AvroCodec, AvroScan
 from processor.events.change import ORDERED_CONNECTORS, Snapshot
+from processor.reconcile._fused import take_avro_changes
 from processor.reconcile.debezium_fast_path import HighWater, Record, judge
 from processor.reconcile.envelopes import ENTRY
 from processor.reconcile.versions import Action, Entry
 from state.batch import BatchState
-from tidemark.avro_wire import HEADER
+from tidemark.avro_wire import HEADER, MAGIC
 from tidemark.messages import RawMessage
 
 _APPLY, _DROP, _REEMIT = Action.APPLY, Action.DROP, Action.REEMIT
 _APPLIED, _REPLAYED = Action.APPLY.value, Action.REEMIT.value
 _NONE = Snapshot.NONE
+#: A key header no framed key has (the group's keys are not Avro).
+_NO_KEY = b"\xff" * 5
 
 
 def decide_debezium_upsert(
@@ -49,21 +52,51 @@ def decide_debezium_upsert(
 
     As :func:`processor.reconcile.debezium_fast_path.decide_debezium_upsert`: returns how
     many messages were taken, how many of them were dropped, and the fields after
-    ``after`` of the last change taken (its ``source``, the source position).
+    ``after`` of the last change taken (its ``source``, the source position). The
+    messages are scanned ahead here, and the common ones decided in C
+    (:func:`processor.reconcile._fused.take_avro_changes`); the loop below decides each
+    one it leaves.
     """
     get, put, append = state.get, state.put, records.append
+    cache, updates = state.maps()
     taken = dropped = 0
     last: tuple[bytes, int] | None = None  # the last change taken: its value, its rest
     entry_keys = [ENTRY + k for k in state_keys(codec, group)]
     state.prefetch(entry_keys)
-    for msg, entry_key in zip(group, entry_keys, strict=False):
-        key, value = msg.key, msg.value
-        if value is None:
+    count = len(entry_keys)
+    scans: list[AvroScan | None] = []
+    base = 0
+    block_head = codec.block_head(group[0].topic, group[0].partition) if group else b""
+    applied, replayed = codec.block_tail(_APPLIED), codec.block_tail(_REPLAYED)
+    key_in = next((m.key[:5] for m in group if m.key and m.key[:1] == MAGIC), _NO_KEY)
+    key_out = codec.output_key_header(key_in) if key_in is not _NO_KEY else key_in
+    while taken < count:
+        if taken >= base + len(scans):
+            base, scans = taken, _scans(codec, group, taken, count, limit)
+            if not scans:
+                break
+        layout = next((s[0] for s in scans[taken - base :] if s is not None), None)
+        if layout is not None:
+            taken, more, last_at, stop = take_avro_changes(
+                group, entry_keys, taken, scans, base, layout,
+                HEADER.pack(0, layout.output_id), layout.null_byte, layout.row_byte,
+                cache, updates, flushed, block_head, applied, replayed, key_in, key_out,
+                output, records,
+            )  # fmt: skip
+            dropped += more
+            if last_at >= 0:
+                found, value = scans[last_at - base], group[last_at].value
+                assert found is not None and value is not None
+                last = value, found[2]
+            if stop or taken == count or taken >= base + len(scans):
+                if stop:
+                    break
+                continue
+        msg, entry_key, scan = group[taken], entry_keys[taken], scans[taken - base]
+        value = msg.value
+        if value is None or scan is None:
             taken += 1  # Debezium's tombstone after a delete: its delete event emitted both
             continue
-        scan = codec.scan(value) if len(value) + len(key or b"") <= limit else None
-        if scan is None:
-            break
         layout, after_at, rest_at, _before, op, version, txid, _snapshot, _connector = scan
         action, previous = judge(get(entry_key), version, txid)
         header = value[:5]
@@ -96,6 +129,26 @@ def decide_debezium_upsert(
         if deleted:
             append((output, msg.partition, out_key, None))
     return taken, dropped, None if last is None else codec.rest(*last)
+
+
+def _scans(
+    codec: AvroCodec, group: list[RawMessage], start: int, stop: int, limit: int
+) -> list[AvroScan | None]:
+    """The scans of ``group[start:stop]``'s leading messages that take this path (``None``
+    for a tombstone), up to the first that does not."""
+    scans: list[AvroScan | None] = []
+    scan = codec.scan
+    for index in range(start, stop):
+        msg = group[index]
+        value = msg.value
+        if value is None:
+            scans.append(None)
+            continue
+        found = scan(value) if len(value) + len(msg.key or b"") <= limit else None
+        if found is None:
+            break
+        scans.append(found)
+    return scans
 
 
 def decide_debezium(

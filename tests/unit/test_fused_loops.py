@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor.reconcile._fused import take_changes, take_fresh_rows
+from processor.reconcile._fused import take_avro_changes, take_changes, take_fresh_rows
 from tidemark.json_scan import scan_change, scan_object
 from tidemark.messages import RawMessage
 
@@ -230,3 +230,107 @@ def test_any_changes_are_taken_or_stopped_at_never_misread(
         if record[3] is not None:  # a change event again, then its tidemark member
             payload = record[3][: record[3].rindex(b"[")] + b"}"
             assert scan_change(payload, 0, len(payload)) is not None
+
+
+LAYOUT = object()
+AVRO_HEADER, KEY_IN, KEY_OUT = (
+    b"\x00\x00\x00\x00\x07",
+    b"\x00\x00\x00\x00\x01",
+    b"\x00\x00\x00\x00\x09",
+)
+
+
+def avro_take(
+    values: list[tuple[bytes | None, tuple[object, ...] | None]],
+    cache: dict[bytes, bytes | None],
+    key: bytes | None = KEY_IN + b"\x02",
+) -> tuple[tuple[int, int, int, int], dict[bytes, bytes | None], list[object]]:
+    group = [RawMessage("t", 0, 7, key, value, None) for value, _scan in values]
+    scans = [scan for _value, scan in values]
+    updates: dict[bytes, bytes | None] = {}
+    records: list[tuple[str, int, bytes | None, bytes | None]] = []
+    result = take_avro_changes(
+        group, [b"ek"] * len(group), 0, scans, 0, LAYOUT, b"\x00\x00\x00\x00\x08", b"\x00",
+        b"\x02", cache, updates, 0, b"<", b"A>", b"R>", KEY_IN, KEY_OUT, "out", records,
+    )  # fmt: skip
+    return result, updates, records
+
+
+def avro_change(op: str = "u", txid: int | None = 3) -> tuple[bytes, tuple[object, ...]]:
+    """An event: header, before (null), after (row branch + row), the rest; and its scan."""
+    value = AVRO_HEADER + b"\x00" + (b"\x00" if op == "d" else b"\x02ROW") + b"REST"
+    after_at = 6
+    rest_at = 7 if op == "d" else 10
+    return value, (LAYOUT, after_at, rest_at, False, op, (5, 6), txid, None, "postgresql")
+
+
+def test_an_avro_change_goes_to_state_and_output_as_its_bytes() -> None:
+    value, scan = avro_change()
+    (index, dropped, last, stop), updates, records = avro_take([(value, scan)], {b"ek": None})
+    assert (index, dropped, last, stop) == (1, 0, 0, 0)
+    version = (5).to_bytes(8, "big") + (6).to_bytes(8, "big")
+    assert updates == {
+        b"ek": b"\x02" + version + b"\x03" + (3).to_bytes(8, "big") + AVRO_HEADER + b"ROW"
+    }
+    # the output key's header is the output schema's; the block: offset 7, "5,6" (3 bytes)
+    assert records == [
+        ("out", 0, KEY_OUT + b"\x02", b"\x00\x00\x00\x00\x08\x00\x02ROWREST<\x0e\x065,6A>")
+    ]
+
+
+def test_an_avro_delete_keeps_no_row_and_emits_its_tombstone() -> None:
+    value, scan = avro_change("d", None)
+    stored = b"\x02" + bytes(16) + b"\x01" + AVRO_HEADER + b"OLD"
+    _result, updates, records = avro_take([(value, scan)], {b"ek": stored})
+    assert updates == {b"ek": b"\x02" + (5).to_bytes(8, "big") + (6).to_bytes(8, "big") + b"\x00"}
+    assert records[0][3].startswith(b"\x00\x00\x00\x00\x08\x02OLD\x00")  # type: ignore[index]
+    assert records[1][3] is None  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "cache, key, outcome",
+    [
+        ({}, KEY_IN + b"\x02", (0, 0, -1, 0)),  # not read yet
+        (
+            {b"ek": b"\x02" + bytes(16) + b"\x01JSON"},
+            KEY_IN + b"\x02",
+            (0, 0, -1, 1),
+        ),  # another format
+        ({b"ek": None}, b"\x00\x00\x00\x00\x05\x02", (0, 0, -1, 0)),  # another key schema
+    ],
+)
+def test_an_avro_change_it_does_not_decide_stops_it_with_nothing_written(
+    cache: dict[bytes, bytes | None], key: bytes, outcome: tuple[int, int, int, int]
+) -> None:
+    assert avro_take([avro_change()], cache, key) == (outcome, {}, [])
+
+
+@settings(max_examples=200 * SCALE)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.binary(max_size=30)),
+            st.one_of(
+                st.none(),
+                st.tuples(
+                    st.sampled_from([LAYOUT, object()]),
+                    st.integers(-3, 40),
+                    st.integers(-3, 40),
+                    st.booleans(),
+                    st.sampled_from(["c", "u", "d", "r", "dd", ""]),
+                    st.tuples(st.integers(-(1 << 63), (1 << 63) - 1), st.integers(0, 9)),
+                    st.one_of(st.none(), st.integers(0, 1 << 62)),
+                ),
+            ),
+        ),
+        max_size=6,
+    ),
+    st.one_of(st.none(), st.binary(max_size=40)),
+)
+def test_any_avro_scans_are_taken_or_stopped_at_never_misread(
+    values: list[tuple[bytes | None, tuple[object, ...] | None]], stored: bytes | None
+) -> None:
+    (index, dropped, _last, _stop), _updates, records = avro_take(values, {b"ek": stored})
+    assert 0 <= dropped <= index <= len(values)
+    for record in records:
+        assert record[3] is None or record[3][:5] == b"\x00\x00\x00\x00\x08"  # type: ignore[index]
