@@ -162,6 +162,18 @@ static PyObject *frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) 
     return out;
 }
 
+/* How many frames (keys and values) p[0:end - p] holds; -1 if it is not whole frames. */
+static Py_ssize_t count_frames(const unsigned char *p, const unsigned char *end) {
+    Py_ssize_t count = 0;
+    for (; p < end; count++) {
+        if (end - p < 4) return -1;
+        uint32_t length = read_length(p);
+        if ((size_t)(end - p - 4) < length) return -1;
+        p += 4 + length;
+    }
+    return count;
+}
+
 /* frame's pairs, flat: [key, value, key, value, ...]; None if buf is not whole frames. */
 static PyObject *unframe(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
@@ -170,15 +182,8 @@ static PyObject *unframe(PyObject *self, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     }
     const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(args[0]);
-    const unsigned char *end = p + PyBytes_GET_SIZE(args[0]);
-    Py_ssize_t count = 0;
-    for (const unsigned char *q = p; q < end; count++) {
-        if (end - q < 4) Py_RETURN_NONE;
-        uint32_t length = read_length(q);
-        if ((size_t)(end - q - 4) < length) Py_RETURN_NONE;
-        q += 4 + length;
-    }
-    if (count % 2) Py_RETURN_NONE;
+    Py_ssize_t count = count_frames(p, p + PyBytes_GET_SIZE(args[0]));
+    if (count < 0 || count % 2) Py_RETURN_NONE;
     PyObject *out = PyList_New(count);
     if (out == NULL) return NULL;
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -211,15 +216,8 @@ static PyObject *unframe_messages(PyObject *self, PyObject *const *args, Py_ssiz
     Py_ssize_t expected = PyLong_AsSsize_t(args[6]);
     if (expected == -1 && PyErr_Occurred()) return NULL;
     const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(args[5]);
-    const unsigned char *end = p + PyBytes_GET_SIZE(args[5]);
-    Py_ssize_t count = 0;
-    for (const unsigned char *q = p; q < end; count++) {
-        if (end - q < 4) Py_RETURN_NONE;
-        uint32_t length = read_length(q);
-        if ((size_t)(end - q - 4) < length) Py_RETURN_NONE;
-        q += 4 + length;
-    }
-    if (count % 2 || count == 0 || count / 2 != expected) Py_RETURN_NONE;
+    Py_ssize_t count = count_frames(p, p + PyBytes_GET_SIZE(args[5]));
+    if (count <= 0 || count % 2 || count / 2 != expected) Py_RETURN_NONE;
     PyObject *out = PyList_New(count / 2);
     if (out == NULL) return NULL;
     for (Py_ssize_t i = 0; i < count / 2; i++) {
