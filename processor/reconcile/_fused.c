@@ -144,7 +144,11 @@ static PyObject *take_changes(PyObject *self, PyObject *const *args, Py_ssize_t 
 
     Py_ssize_t i = start, dropped = 0, last = -1;
     int halt = 0; /* 1: the Python loop stops at group[i]; 0: it decides group[i] */
+    /* The entry read, held while its row is read: the loop's own write of the key's new
+     * entry would otherwise free it under the pointer. */
+    PyObject *held = NULL;
     for (; i < stop; i++) {
+        Py_CLEAR(held);
         PyObject *msg = PyList_GET_ITEM(group, i);
         if (!PyTuple_Check(msg) || PyTuple_GET_SIZE(msg) < 5) break;
         PyObject *partition = PyTuple_GET_ITEM(msg, 1), *offset_obj = PyTuple_GET_ITEM(msg, 2);
@@ -179,9 +183,10 @@ static PyObject *take_changes(PyObject *self, PyObject *const *args, Py_ssize_t 
         halt = 0;
         PyObject *stored = PyDict_GetItemWithError(cache, entry_key);
         if (stored == NULL) {
-            if (PyErr_Occurred()) return NULL;
+            if (PyErr_Occurred()) goto fail;
             break; /* not read yet */
         }
+        held = Py_NewRef(stored);
         int order; /* the change's version against the entry's: 1 newer, 0 equal, -1 older */
         const char *previous = NULL;
         Py_ssize_t previous_len = 0;
@@ -219,7 +224,7 @@ static PyObject *take_changes(PyObject *self, PyObject *const *args, Py_ssize_t 
             Py_ssize_t row_len = deleted ? 0 : after_len;
             Py_ssize_t at = HEAD_SIZE + (scan.txid_present ? TXID_SIZE : 0);
             PyObject *entry = PyBytes_FromStringAndSize(NULL, at + row_len);
-            if (entry == NULL) return NULL;
+            if (entry == NULL) goto fail;
             unsigned char *e = (unsigned char *)PyBytes_AS_STRING(entry);
             e[0] = ENTRY_FORMAT;
             put_be64(e + 1, scan.major);
@@ -230,7 +235,7 @@ static PyObject *take_changes(PyObject *self, PyObject *const *args, Py_ssize_t 
             memcpy(e + at, after, (size_t)row_len);
             int failed = put_state(cache, updates, entry_key, entry);
             Py_DECREF(entry);
-            if (failed) return NULL;
+            if (failed) goto fail;
         }
         const char *reason = order > 0 ? APPLIED : REPLAYED;
         Py_ssize_t reason_len = order > 0 ? (Py_ssize_t)sizeof APPLIED - 1
@@ -252,7 +257,7 @@ static PyObject *take_changes(PyObject *self, PyObject *const *args, Py_ssize_t 
         for (int k = 0; k < 6; k++) size_out += part_len[k];
         for (int k = 0; k < 4; k++) size_out += numbers_len[k];
         PyObject *event = PyBytes_FromStringAndSize(NULL, size_out);
-        if (event == NULL) return NULL;
+        if (event == NULL) goto fail;
         writer w = {PyBytes_AS_STRING(event)};
         write_bytes(&w, head, head_len);
         write_bytes(&w, raw + scan.open, scan.before - scan.open);
@@ -269,10 +274,14 @@ static PyObject *take_changes(PyObject *self, PyObject *const *args, Py_ssize_t 
         int failed = append_record(records, output, partition, key, event);
         Py_DECREF(event);
         if (failed || (deleted && append_record(records, output, partition, key, Py_None)))
-            return NULL;
+            goto fail;
     }
+    Py_CLEAR(held);
     if (i >= stop) halt = 0;
     return Py_BuildValue("(nnni)", i, dropped, last, halt);
+fail:
+    Py_XDECREF(held);
+    return NULL;
 }
 
 /* The judgement of a change of (major, minor) against a key's entry ``stored`` (a bytes of
@@ -381,7 +390,11 @@ static PyObject *take_avro_changes(PyObject *self, PyObject *const *args, Py_ssi
 
     Py_ssize_t i = start, dropped = 0, last = -1;
     int halt = 0; /* 1: the Python loop stops at group[i]; 0: it decides group[i] */
+    /* The entry read, held while its row is read: the loop's own write of the key's new
+     * entry would otherwise free it under the pointer. */
+    PyObject *held = NULL;
     for (; i < stop; i++) {
+        Py_CLEAR(held);
         halt = 0;
         PyObject *msg = PyList_GET_ITEM(group, i), *scan = PyList_GET_ITEM(scans, i - base);
         if (!PyTuple_Check(msg) || PyTuple_GET_SIZE(msg) < 5) break;
@@ -417,9 +430,10 @@ static PyObject *take_avro_changes(PyObject *self, PyObject *const *args, Py_ssi
         if (key != Py_None && !PyBytes_Check(key)) break;
         PyObject *stored = PyDict_GetItemWithError(cache, entry_key);
         if (stored == NULL) {
-            if (PyErr_Occurred()) return NULL;
+            if (PyErr_Occurred()) goto fail;
             break; /* not read yet */
         }
+        held = Py_NewRef(stored);
         const char *previous;
         Py_ssize_t previous_len;
         int order = judged(stored, major, minor, &previous, &previous_len);
@@ -438,10 +452,10 @@ static PyObject *take_avro_changes(PyObject *self, PyObject *const *args, Py_ssi
             const char *row = deleted ? NULL : raw + after_at + row_byte_len;
             PyObject *entry = change_entry(major, minor, txid_obj != Py_None, txid, raw, 5, row,
                                            rest_at - after_at - row_byte_len);
-            if (entry == NULL) return NULL;
+            if (entry == NULL) goto fail;
             int failed = put_state(cache, updates, entry_key, entry);
             Py_DECREF(entry);
-            if (failed) return NULL;
+            if (failed) goto fail;
         }
         PyObject *tail = args[order > 0 ? A_APPLIED : A_REPLAYED];
         char position[48];
@@ -453,7 +467,7 @@ static PyObject *take_avro_changes(PyObject *self, PyObject *const *args, Py_ssi
         PyObject *event = PyBytes_FromStringAndSize(
             NULL, 5 + retraction_len + (size - after_at) + block_head_len + numbers_len +
                       position_len + PyBytes_GET_SIZE(tail));
-        if (event == NULL) return NULL;
+        if (event == NULL) goto fail;
         writer w = {PyBytes_AS_STRING(event)};
         write_bytes(&w, out_header, 5);
         if (previous == NULL) {
@@ -473,7 +487,7 @@ static PyObject *take_avro_changes(PyObject *self, PyObject *const *args, Py_ssi
                              PyBytes_GET_SIZE(key) - 5);
             if (new_key == NULL) {
                 Py_DECREF(event);
-                return NULL;
+                goto fail;
             }
             out_key = new_key;
         }
@@ -481,12 +495,16 @@ static PyObject *take_avro_changes(PyObject *self, PyObject *const *args, Py_ssi
         Py_DECREF(event);
         if (failed || (deleted && append_record(records, output, partition, out_key, Py_None))) {
             Py_XDECREF(new_key);
-            return NULL;
+            goto fail;
         }
         Py_XDECREF(new_key);
     }
+    Py_CLEAR(held);
     if (i >= stop) halt = 0;
     return Py_BuildValue("(nnni)", i, dropped, last, halt);
+fail:
+    Py_XDECREF(held);
+    return NULL;
 }
 
 /* ------------------------------------------------------------------------------------

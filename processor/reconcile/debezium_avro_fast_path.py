@@ -68,8 +68,7 @@ def decide_debezium_upsert(
     base = 0
     block_head = codec.block_head(group[0].topic, group[0].partition) if group else b""
     applied, replayed = codec.block_tail(_APPLIED), codec.block_tail(_REPLAYED)
-    key_in = next((m.key[:5] for m in group if m.key and m.key[:1] == MAGIC), _NO_KEY)
-    key_out = codec.output_key_header(key_in) if key_in is not _NO_KEY else key_in
+    key_in = key_out = b""  # the output header of the keys the C loop takes: once it runs
     while taken < count:
         if taken >= base + len(scans):
             base, scans = taken, _scans(codec, group, taken, count, limit)
@@ -77,6 +76,12 @@ def decide_debezium_upsert(
                 break
         layout = next((s[0] for s in scans[taken - base :] if s is not None), None)
         if layout is not None:
+            if not key_in:
+                # A key of a schema the codec has met (state_keys read it), as output_key
+                # would register it for the first change it emits.
+                framed = (m.key for m in group[:count] if _framed(m.key))
+                key_in = next((key[:5] for key in framed if key is not None), _NO_KEY)
+                key_out = key_in if key_in is _NO_KEY else codec.output_key_header(key_in)
             taken, more, last_at, stop = take_avro_changes(
                 group, entry_keys, taken, scans, base, layout,
                 HEADER.pack(0, layout.output_id), layout.null_byte, layout.row_byte,
@@ -129,6 +134,11 @@ def decide_debezium_upsert(
         if deleted:
             append((output, msg.partition, out_key, None))
     return taken, dropped, None if last is None else codec.rest(*last)
+
+
+def _framed(key: bytes | None) -> bool:
+    """Whether ``key`` is in Avro's wire format (:meth:`AvroCodec.output_key` reframes it)."""
+    return key is not None and len(key) >= 5 and key[:1] == MAGIC
 
 
 def _scans(

@@ -365,3 +365,13 @@ def test_a_chunk_row_older_than_a_pending_change_asks_again() -> None:
     assert outcomes[0] == outcomes[1]
     assert outcomes[0]["read_again"] == {TP: {b'{"id":1}': {"id": 1}}}
     assert [orjson.loads(r[2] or b"") for r in outcomes[0]["records"]] == [{"id": 0}]
+
+
+def test_an_avro_message_of_a_schema_never_registered_is_a_dead_letter() -> None:
+    """The Avro loop once took its output key header from any key of the group, before
+    deciding anything, and a key of a schema id the registry does not know raised (found
+    by the property above)."""
+    unknown = b"\x00\x00\x00\x00\x63\x02"
+    msg = RawMessage(TP[0], TP[1], 0, unknown, unknown, None)
+    batch = make_reconciler().decide({TP: [msg]}, {TP: MemoryPartitionStore()})
+    assert [e.message.offset for e in batch.dead_letters] == [0]

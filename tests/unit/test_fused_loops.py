@@ -9,6 +9,8 @@ bytes, and stop (never read outside a buffer, never crash) at anything else.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import orjson
 import pytest
@@ -334,3 +336,43 @@ def test_any_avro_scans_are_taken_or_stopped_at_never_misread(
     assert 0 <= dropped <= index <= len(values)
     for record in records:
         assert record[3] is None or record[3][:5] == b"\x00\x00\x00\x00\x08"  # type: ignore[index]
+
+
+#: Run under PYTHONMALLOC=debug, which fills freed memory with 0xDD: a row read from an
+#: entry after the loop's own write of the key freed it would come out as that.
+_REPLACED_ENTRY = """
+import sys
+from processor.reconcile._fused import take_avro_changes, take_changes
+from tests.unit.test_fused_loops import (
+    KEY_IN, KEY_OUT, LAYOUT, PARTS, avro_change, change, row
+)
+old = b'{"id":1,"doc":"' + b"x" * 5000 + b'"}'
+cache = {b"ek": b"\\x02" + bytes(16) + b"\\x01" + old}  # only the dict holds it
+records = []
+take_changes([row(change(), key=b"k")], [b"ek"], 0, cache, {}, b"", b"", 10**6, 0, PARTS,
+             "out", records)
+assert records[0][3].startswith(b'{"before":' + old), records[0][3][:40]
+value, scan = avro_change()
+cache = {b"ek": b"\\x02" + bytes(16) + b"\\x01" + value[:5] + b"R" * 5000}
+records = []
+take_avro_changes([row(value)], [b"ek"], 0, [scan], 0, LAYOUT, b"\\x00" * 4 + b"\\x08",
+                  b"\\x00", b"\\x02", cache, {}, 0, b"<", b"A>", b"R>", KEY_IN, KEY_OUT,
+                  "out", records)
+assert records[0][3][5:5006] == b"\\x02" + b"R" * 5000, records[0][3][:40]
+"""
+
+
+def test_an_entry_the_loop_replaces_is_read_before_it_is_freed() -> None:
+    """The loops read the stored row (the output's ``before``) of an entry that their own
+    write of the key's new entry releases; with only the state map holding it, the write
+    freed it under the pointer, and large rows came out as garbage (seen in CI as outputs
+    that were not JSON)."""
+    done = subprocess.run(
+        [sys.executable, "-c", _REPLACED_ENTRY],
+        env={**os.environ, "PYTHONMALLOC": "debug"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
