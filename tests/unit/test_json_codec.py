@@ -297,6 +297,8 @@ def test_a_key_the_scanner_takes_decodes_to_the_same_bytes(
         decoded is not None
         and ordinary
         and all(abs(v) < 2**63 for v in payload.values() if type(v) is int)
+        # the scanner declines doubles beyond 1e300 (tidemark/json_scan.py)
+        and all(abs(v) < 1e300 for v in payload.values() if type(v) is float)
     ):
         assert taken == decoded  # not declined
 
