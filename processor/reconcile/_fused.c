@@ -91,6 +91,53 @@ static int append_record(PyObject *records, PyObject *output, PyObject *partitio
     return failed;
 }
 
+/* The judgement of a change of (major, minor) against a key's entry ``stored`` (a bytes of
+ * processor/reconcile/versions.py's layout, or None): 1 newer, 0 equal, -1 older, with the
+ * entry's row (or NULL) at *previous; 2 when the entry is not a change's (the Python
+ * loop decides it). */
+static int judged(PyObject *stored, int64_t major, int64_t minor, const char **previous,
+                  Py_ssize_t *previous_len) {
+    *previous = NULL;
+    *previous_len = 0;
+    if (stored == Py_None) return 1;
+    if (!PyBytes_Check(stored)) return 2;
+    const unsigned char *entry = (const unsigned char *)PyBytes_AS_STRING(stored);
+    Py_ssize_t entry_len = PyBytes_GET_SIZE(stored);
+    if (entry_len < HEAD_SIZE || entry[HEAD_SIZE - 1] > (PRESENT | TXID_FLAG)) return 2;
+    int flags = entry[HEAD_SIZE - 1];
+    Py_ssize_t row_at = HEAD_SIZE + ((flags & TXID_FLAG) ? TXID_SIZE : 0);
+    if (entry_len < row_at) return 2;
+    int64_t stored_major = get_be64(entry + 1), stored_minor = get_be64(entry + 9);
+    if (flags & PRESENT) {
+        *previous = (const char *)entry + row_at;
+        *previous_len = entry_len - row_at;
+    }
+    if (major != stored_major) return major > stored_major ? 1 : -1;
+    if (minor != stored_minor) return minor > stored_minor ? 1 : -1;
+    return 0;
+}
+
+/* A change's entry: its version, its transaction id if any, its row (NULL: deleted). */
+static PyObject *change_entry(int64_t major, int64_t minor, int txid_present, int64_t txid,
+                              const char *head, Py_ssize_t head_len, const char *row,
+                              Py_ssize_t row_len) {
+    Py_ssize_t at = HEAD_SIZE + (txid_present ? TXID_SIZE : 0);
+    int present = row != NULL;
+    PyObject *entry = PyBytes_FromStringAndSize(NULL, at + (present ? head_len + row_len : 0));
+    if (entry == NULL) return NULL;
+    unsigned char *e = (unsigned char *)PyBytes_AS_STRING(entry);
+    e[0] = ENTRY_FORMAT;
+    put_be64(e + 1, major);
+    put_be64(e + 9, minor);
+    e[HEAD_SIZE - 1] = (unsigned char)((present ? PRESENT : 0) | (txid_present ? TXID_FLAG : 0));
+    if (txid_present) put_be64(e + HEAD_SIZE, txid);
+    if (present) {
+        memcpy(e + at, head, (size_t)head_len);
+        memcpy(e + at + head_len, row, (size_t)row_len);
+    }
+    return entry;
+}
+
 /* ------------------------------------------------------------------------------------
  * take_changes */
 
@@ -187,28 +234,10 @@ static PyObject *take_changes(PyObject *self, PyObject *const *args, Py_ssize_t 
             break; /* not read yet */
         }
         held = Py_NewRef(stored);
-        int order; /* the change's version against the entry's: 1 newer, 0 equal, -1 older */
-        const char *previous = NULL;
-        Py_ssize_t previous_len = 0;
-        if (stored == Py_None) {
-            order = 1;
-        } else {
-            if (!PyBytes_Check(stored)) break;
-            const unsigned char *entry = (const unsigned char *)PyBytes_AS_STRING(stored);
-            Py_ssize_t entry_len = PyBytes_GET_SIZE(stored);
-            if (entry_len < HEAD_SIZE || entry[HEAD_SIZE - 1] > (PRESENT | TXID_FLAG)) break;
-            int flags = entry[HEAD_SIZE - 1];
-            Py_ssize_t row_at = HEAD_SIZE + ((flags & TXID_FLAG) ? TXID_SIZE : 0);
-            if (entry_len < row_at) break;
-            int64_t major = get_be64(entry + 1), minor = get_be64(entry + 9);
-            order = scan.major != major ? (scan.major > major ? 1 : -1)
-                    : scan.minor != minor ? (scan.minor > minor ? 1 : -1)
-                                          : 0;
-            if (flags & PRESENT) {
-                previous = (const char *)entry + row_at;
-                previous_len = entry_len - row_at;
-            }
-        }
+        const char *previous;
+        Py_ssize_t previous_len;
+        int order = judged(stored, scan.major, scan.minor, &previous, &previous_len);
+        if (order == 2) break;
         halt = 1;
         if (previous != NULL && previous_len > 0 && previous[0] == 0) break; /* an Avro row */
         halt = 0;
@@ -221,18 +250,9 @@ static PyObject *take_changes(PyObject *self, PyObject *const *args, Py_ssize_t 
         const char *after = raw + scan.after;
         Py_ssize_t after_len = scan.after_end - scan.after;
         if (order > 0) {
-            Py_ssize_t row_len = deleted ? 0 : after_len;
-            Py_ssize_t at = HEAD_SIZE + (scan.txid_present ? TXID_SIZE : 0);
-            PyObject *entry = PyBytes_FromStringAndSize(NULL, at + row_len);
+            PyObject *entry = change_entry(scan.major, scan.minor, scan.txid_present, scan.txid,
+                                           "", 0, deleted ? NULL : after, after_len);
             if (entry == NULL) goto fail;
-            unsigned char *e = (unsigned char *)PyBytes_AS_STRING(entry);
-            e[0] = ENTRY_FORMAT;
-            put_be64(e + 1, scan.major);
-            put_be64(e + 9, scan.minor);
-            e[HEAD_SIZE - 1] = (unsigned char)((deleted ? 0 : PRESENT) |
-                                               (scan.txid_present ? TXID_FLAG : 0));
-            if (scan.txid_present) put_be64(e + HEAD_SIZE, scan.txid);
-            memcpy(e + at, after, (size_t)row_len);
             int failed = put_state(cache, updates, entry_key, entry);
             Py_DECREF(entry);
             if (failed) goto fail;
@@ -282,53 +302,6 @@ static PyObject *take_changes(PyObject *self, PyObject *const *args, Py_ssize_t 
 fail:
     Py_XDECREF(held);
     return NULL;
-}
-
-/* The judgement of a change of (major, minor) against a key's entry ``stored`` (a bytes of
- * processor/reconcile/versions.py's layout, or None): 1 newer, 0 equal, -1 older, with the
- * entry's row (or NULL) at *previous; 2 when the entry is not a change's (the Python
- * loop decides it). */
-static int judged(PyObject *stored, int64_t major, int64_t minor, const char **previous,
-                  Py_ssize_t *previous_len) {
-    *previous = NULL;
-    *previous_len = 0;
-    if (stored == Py_None) return 1;
-    if (!PyBytes_Check(stored)) return 2;
-    const unsigned char *entry = (const unsigned char *)PyBytes_AS_STRING(stored);
-    Py_ssize_t entry_len = PyBytes_GET_SIZE(stored);
-    if (entry_len < HEAD_SIZE || entry[HEAD_SIZE - 1] > (PRESENT | TXID_FLAG)) return 2;
-    int flags = entry[HEAD_SIZE - 1];
-    Py_ssize_t row_at = HEAD_SIZE + ((flags & TXID_FLAG) ? TXID_SIZE : 0);
-    if (entry_len < row_at) return 2;
-    int64_t stored_major = get_be64(entry + 1), stored_minor = get_be64(entry + 9);
-    if (flags & PRESENT) {
-        *previous = (const char *)entry + row_at;
-        *previous_len = entry_len - row_at;
-    }
-    if (major != stored_major) return major > stored_major ? 1 : -1;
-    if (minor != stored_minor) return minor > stored_minor ? 1 : -1;
-    return 0;
-}
-
-/* A change's entry: its version, its transaction id if any, its row (NULL: deleted). */
-static PyObject *change_entry(int64_t major, int64_t minor, int txid_present, int64_t txid,
-                              const char *head, Py_ssize_t head_len, const char *row,
-                              Py_ssize_t row_len) {
-    Py_ssize_t at = HEAD_SIZE + (txid_present ? TXID_SIZE : 0);
-    int present = row != NULL;
-    PyObject *entry = PyBytes_FromStringAndSize(NULL, at + (present ? head_len + row_len : 0));
-    if (entry == NULL) return NULL;
-    unsigned char *e = (unsigned char *)PyBytes_AS_STRING(entry);
-    e[0] = ENTRY_FORMAT;
-    put_be64(e + 1, major);
-    put_be64(e + 9, minor);
-    e[HEAD_SIZE - 1] = (unsigned char)((present ? PRESENT : 0) | (txid_present ? TXID_FLAG : 0));
-    if (txid_present) put_be64(e + HEAD_SIZE, txid);
-    if (present) {
-        memcpy(e + at, head, (size_t)head_len);
-        memcpy(e + at + head_len, row, (size_t)row_len);
-    }
-    return entry;
 }
 
 /* ------------------------------------------------------------------------------------
