@@ -64,12 +64,19 @@ reader process apart), and the CPU-seconds each process used (``/proc/<pid>/stat
 as ``cpu_us_per_row`` per process and their sum: for Debezium the JVM and the broker
 (Tansu) from the signal to the last ``r`` event; for Tidemark the processor (data
 plane and coordinator), its reader processes (from their start, which the backfill
-causes) and the broker, from the signal until the backfill is committed. Prints a table and writes
-``bench/results/backfill.json`` (``backfill-<part>.json`` with ``--only``).
+causes) and the broker, from the signal until the backfill is committed.
+
+Every program runs ``--repeat`` times (3), in rounds (each program once a round, so
+that drift of the machine hits all alike); each keeps its median run by rows/s, with
+every run's rows/s beside it (``rows_per_s_runs``). The two signal-table variants, in no
+target and several minutes a run, run in the first round only. Each run of Debezium and
+of Tidemark is a new one (its own slot, topics and offsets; its own pipeline) that reads
+the whole table. Prints a table and writes ``bench/results/backfill.json``
+(``backfill-<part>.json`` with ``--only``).
 
     python bench/backfill.py [--rows N] [--writes-per-s W] [--only copy|debezium|tidemark]
         [--debezium-chunk-sizes 1024,4096,16384,65536] [--debezium-producer batched|defaults]
-        [--debezium-poll-interval-ms 100] [--no-write]
+        [--debezium-poll-interval-ms 100] [--repeat 3] [--no-write]
 """
 
 from __future__ import annotations
@@ -220,6 +227,8 @@ def run_copy(config: Config, table: str, rows: int) -> dict[str, Any]:
 
 
 PARTS = ("copy", "debezium", "tidemark")
+#: Variants in no target of the benchmark's, at several minutes a run: one round only.
+FIRST_ROUND_ONLY = ("tidemark-backfill-signal-table", "tidemark-backfill-signal-table-2-readers")
 #: Debezium's default ``incremental.snapshot.chunk.size``.
 DEFAULT_CHUNK_SIZE = 1024
 #: The chunk sizes of the Debezium runs: its default, then larger ones.
@@ -418,13 +427,14 @@ def run_debezium(
     chunk_size: int,
     poll_interval_ms: int = DEFAULT_POLL_INTERVAL_MS,
     producer: str = "batched",
+    run: int = 1,
 ) -> dict[str, Any]:
     """Debezium's incremental snapshot of ``table`` by the peer (Debezium Server's Kafka sink
     in one Java file), at ``chunk_size``, with a slot, publication, signal table, offsets
-    and topic prefix of its own: it reads the whole table."""
+    and topic prefix of its own (``run`` tells the rounds apart): it reads the whole table."""
     config = stack.config
-    ident = f"dbzpeer_c{chunk_size}"  # slot, publication, topic prefix, process name
-    signal = f"{PEER_SCHEMA}.signal_c{chunk_size}"
+    ident = f"dbzpeer_c{chunk_size}_r{run}"  # slot, publication, topic prefix, process name
+    signal = f"{PEER_SCHEMA}.signal_c{chunk_size}_r{run}"
     topic = f"{ident}.public.{table}"
     admin = AdminClient(client_config(config.kafka))
     props = peer_properties(
@@ -543,10 +553,12 @@ def run_tidemark(
     writes_per_s: float,
     program: str,
     snapshot: SnapshotConfig,
+    run: int = 1,
 ) -> dict[str, Any]:
-    """One backfill of ``table`` by a processor of a pipeline of its own (fresh state)."""
+    """One backfill of ``table`` by a processor of a pipeline of its own (fresh state; ``run``
+    tells the rounds apart)."""
     prefix = stack.config.source.topic_prefix
-    pipeline = program.replace("tidemark-backfill", "benchbf")
+    pipeline = program.replace("tidemark-backfill", "benchbf") + f"-r{run}"
     config = dataclasses.replace(
         stack.config,
         processor=ProcessorConfig(
@@ -606,6 +618,18 @@ def run_tidemark(
         }
     finally:
         stack.stop_process(pipeline)
+        drop_pipeline_topics(config)
+
+
+def drop_pipeline_topics(config: Config) -> None:
+    """The topics of the run's own pipeline (its backfill topic, changelogs, positions...):
+    the broker keeps every topic in memory, and each round's pipeline is a new one."""
+    admin = AdminClient(client_config(config.kafka))
+    head = config.processor.pipeline + "."
+    mine = [t for t in admin.list_topics(timeout=10).topics if t.startswith(head)]
+    for future in admin.delete_topics(mine).values() if mine else ():
+        with contextlib.suppress(Exception):
+            future.result(30)
 
 
 def wait_ready(config: Config, partitions: int) -> None:
@@ -700,11 +724,18 @@ def main() -> None:
         default="batched",
         help="the Debezium peer's producer settings (default: %(default)s; see PEER_PRODUCERS)",
     )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="rounds (the median run of each program is kept; the signal-table variants, "
+        "in no target and minutes a run, run in the first round only)",
+    )
     parser.add_argument("--no-write", action="store_true", help="print the figures only")
     args = parser.parse_args()
     parts = [args.only] if args.only else list(PARTS)
     run_dir = Path(tempfile.mkdtemp(prefix="bench-backfill-"))
-    results: list[dict[str, Any]] = []
+    runs: list[dict[str, Any]] = []
     try:
         classpath = compile_peer(run_dir) if "debezium" in parts else ""
         stack = DevStack(run_dir, Config())
@@ -714,43 +745,52 @@ def main() -> None:
                 ["bench_tm"] if {"copy", "tidemark"} & set(parts) else []
             )
             create_tables(stack.config, tables, args.rows)
-            if "copy" in parts:
-                results.append(run_copy(stack.config, "bench_tm", args.rows))
-            if "debezium" in parts:
-                for size in args.debezium_chunk_sizes:
-                    results.append(
-                        run_debezium(
-                            stack,
-                            classpath,
-                            "bench_dbz",
-                            args.rows,
-                            args.writes_per_s,
-                            size,
-                            args.debezium_poll_interval_ms,
-                            args.debezium_producer,
+            variants = {
+                "tidemark-backfill": SnapshotConfig(),
+                "tidemark-backfill-2-readers": SnapshotConfig(readers=2),
+                "tidemark-backfill-signal-table": SnapshotConfig(watermarks="signal-table"),
+                "tidemark-backfill-signal-table-2-readers": SnapshotConfig(
+                    watermarks="signal-table", readers=2
+                ),
+            }
+            # Rounds, not one program's runs back to back: drift of the machine hits all alike.
+            for run in range(1, args.repeat + 1):
+                if "copy" in parts:
+                    runs.append(run_copy(stack.config, "bench_tm", args.rows))
+                if "debezium" in parts:
+                    for size in args.debezium_chunk_sizes:
+                        runs.append(
+                            run_debezium(
+                                stack,
+                                classpath,
+                                "bench_dbz",
+                                args.rows,
+                                args.writes_per_s,
+                                size,
+                                args.debezium_poll_interval_ms,
+                                args.debezium_producer,
+                                run,
+                            )
                         )
-                    )
-            if "tidemark" in parts:
-                variants = {
-                    "tidemark-backfill": SnapshotConfig(),
-                    "tidemark-backfill-2-readers": SnapshotConfig(readers=2),
-                    "tidemark-backfill-signal-table": SnapshotConfig(watermarks="signal-table"),
-                    "tidemark-backfill-signal-table-2-readers": SnapshotConfig(
-                        watermarks="signal-table", readers=2
-                    ),
-                }
-                for program, snapshot in variants.items():
-                    results.append(
-                        run_tidemark(
-                            stack, "bench_tm", args.rows, args.writes_per_s, program, snapshot
-                        )
-                    )
+                if "tidemark" in parts:
+                    for program, snapshot in variants.items():
+                        if run == 1 or program not in FIRST_ROUND_ONLY:
+                            runs.append(
+                                run_tidemark(
+                                    stack,
+                                    "bench_tm",
+                                    args.rows,
+                                    args.writes_per_s,
+                                    program,
+                                    snapshot,
+                                    run,
+                                )
+                            )
         finally:
             stack.down()
     finally:
         subprocess.run(["rm", "-rf", str(run_dir)], check=False)
-    for result in results:
-        result["rows_per_s"] = round(result["rows"] / result["seconds"])
+    results = medians(runs)
     best = best_larger_chunk(results)
     print(
         f"{'program':<42}{'rows':>10}{'seconds':>10}{'rows/s':>12}{'peak RSS MB':>14}"
@@ -787,8 +827,25 @@ def main() -> None:
             script="bench/backfill.py",
             rows=args.rows,
             writes_per_s=args.writes_per_s,
+            rounds=args.repeat,
             debezium_best_larger_chunk_size=best,
         )
+
+
+def medians(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per program (and Debezium chunk size), its median run by rows/s, in the order of the
+    first round, with every run's rows/s beside it (``rows_per_s_runs``, ascending)."""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for run in runs:
+        run["rows_per_s"] = round(run["rows"] / run["seconds"])
+        groups.setdefault((run["program"], run.get("chunk_size", 0)), []).append(run)
+    results = []
+    for group in groups.values():
+        ranked = sorted(group, key=lambda r: r["rows_per_s"])
+        median = dict(ranked[len(ranked) // 2])
+        median["rows_per_s_runs"] = [r["rows_per_s"] for r in ranked]
+        results.append(median)
+    return results
 
 
 def best_larger_chunk(results: list[dict[str, Any]]) -> int | None:

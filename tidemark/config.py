@@ -173,7 +173,8 @@ class ProcessorConfig:
     web_port: int = 6066
     #: Failed API authentications a client may make in a minute; more are answered 429.
     api_auth_failures_per_minute: int = 20
-    #: Most messages taken from Kafka per data-plane batch.
+    #: Most records taken from Kafka per data-plane batch (a backfill record holds up to
+    #: 16 rows: :data:`processor.events.chunk_records.ROWS_PER_RECORD`).
     batch_size: int = 5000
     batch_timeout_ms: int = 100
 
