@@ -98,11 +98,12 @@ def named_ends(sink: Sink, timeout: float = 60) -> dict[str, dict[int, int]]:
     return targets
 
 
-def drain(sink: Sink, timeout: float = 60) -> None:
-    """Merge every table to the current ends of its topic (:func:`named_ends`)."""
+def drain(sink: Sink, timeout: float = 60) -> dict[str, dict[int, int]]:
+    """Merge every table to the current ends of its topic (:func:`named_ends`): those ends."""
     targets = named_ends(sink, timeout)
     while sink.run_batch(targets):
         pass
+    return targets
 
 
 def execute(config: Config, *statements: str) -> None:
@@ -176,7 +177,11 @@ def test_soft_deletes_mark_rows_and_a_reinsert_revives_them(
     )
     wait_caught_up(config)
     sink = Sink(config, create_session(config))
-    drain(sink)
+    targets = drain(sink)
+    # Once (two CI runs in many) the table was not there: say what the drain saw.
+    assert spark.catalog.tableExists("soft.public.iso_sink_soft"), (
+        f"drained to {targets}; stopped {sink.stopped}, retrying {sink.retrying}"
+    )
     # created and deleted within one batch: the table never had it
     assert sorted(r["id"] for r in spark.table("soft.public.iso_sink_soft").collect()) == [
         1,
