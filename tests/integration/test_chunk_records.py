@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from processor.events.chunk_records import records, rows_header
+from processor.events.chunk_records import ROWS_PER_RECORD, records, rows_header
 from processor.events.chunk_tag import ChunkTag
 from processor.events.visibility import PgSnapshot
 from processor.snapshot.reader_pool import PRODUCER_SETTINGS
@@ -80,13 +80,16 @@ def test_framed_rows_are_each_decided_and_a_broken_record_is_one_dead_letter(
     processor = Processor(stack, config, "framed-processor").start()
     try:
         wait_for("the backfill topic", lambda: processor_lag(config).get(backfill) == 0)
-        framed = records([row(k) for k in range(1, 8)], [0] * 7)  # 4 rows, then 3
-        broken = records([row(8), row(9)], [0, 0])[0][2]
+        count = ROWS_PER_RECORD + 3  # a full record, then one of 3 rows
+        framed = records([row(k) for k in range(1, count + 1)], [0] * count)
+        assert [rows for _, rows, _ in framed] == [ROWS_PER_RECORD, 3]
+        broken = records([row(count + 1), row(count + 2)], [0, 0])[0][2]
+        unframed = row(count + 3)
         sent = [
             (framed[0][2], None, [*tag, rows_header(framed[0][1])]),
             (broken, None, [*tag, rows_header(3)]),  # it frames 2 rows
             (framed[1][2], None, [*tag, rows_header(framed[1][1])]),
-            (row(10)[1], row(10)[0], tag),  # one row, unframed
+            (unframed[1], unframed[0], tag),  # one row, unframed
         ]
         for value, key, headers in sent:
             producer.produce(backfill, value, key, 0, acks.on_delivery, headers=headers)
@@ -96,7 +99,7 @@ def test_framed_rows_are_each_decided_and_a_broken_record_is_one_dead_letter(
     finally:
         processor.stop()
     last = {e.key["id"]: e.after["name"] for e in reconciled(config, TABLE) if e.after}
-    assert last == {k: f"row {k}" for k in (1, 2, 3, 4, 5, 6, 7, 10)}
+    assert last == {k: f"row {k}" for k in [*range(1, count + 1), count + 3]}
     letters = read_topic(config, dead_letter_topic("framed"))
     assert [(r.value, r.headers["tidemark.source.offset"]) for r in letters] == [(broken, b"1")]
 
