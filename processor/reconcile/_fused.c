@@ -91,6 +91,16 @@ static int append_record(PyObject *records, PyObject *output, PyObject *partitio
     return failed;
 }
 
+/* A change's output record (``event``, whose reference this takes) and, for a delete, the
+ * tombstone after it, as the Python loops append them; -1 on failure. */
+static int append_change(PyObject *records, PyObject *output, PyObject *partition, PyObject *key,
+                         PyObject *event, int deleted) {
+    int failed = append_record(records, output, partition, key, event);
+    Py_DECREF(event);
+    if (failed || (deleted && append_record(records, output, partition, key, Py_None))) return -1;
+    return 0;
+}
+
 /* The judgement of a change of (major, minor) against a key's entry ``stored`` (a bytes of
  * processor/reconcile/versions.py's layout, or None): 1 newer, 0 equal, -1 older, with the
  * entry's row (or NULL) at *previous; 2 when the entry is not a change's (the Python
@@ -291,10 +301,7 @@ static PyObject *take_changes(PyObject *self, PyObject *const *args, Py_ssize_t 
         write_bytes(&w, reason, reason_len);
         write_bytes(&w, part[5], part_len[5]);
         if (head_len) write_bytes(&w, "}", 1);
-        int failed = append_record(records, output, partition, key, event);
-        Py_DECREF(event);
-        if (failed || (deleted && append_record(records, output, partition, key, Py_None)))
-            goto fail;
+        if (append_change(records, output, partition, key, event, deleted)) goto fail;
     }
     Py_CLEAR(held);
     if (i >= stop) halt = 0;
@@ -464,13 +471,9 @@ static PyObject *take_avro_changes(PyObject *self, PyObject *const *args, Py_ssi
             }
             out_key = new_key;
         }
-        int failed = append_record(records, output, partition, out_key, event);
-        Py_DECREF(event);
-        if (failed || (deleted && append_record(records, output, partition, out_key, Py_None))) {
-            Py_XDECREF(new_key);
-            goto fail;
-        }
+        int failed = append_change(records, output, partition, out_key, event, deleted);
         Py_XDECREF(new_key);
+        if (failed) goto fail;
     }
     Py_CLEAR(held);
     if (i >= stop) halt = 0;
