@@ -33,7 +33,13 @@ from spark_sink.job import Sink
 from spark_sink.maintain import maintain
 from spark_sink.session import create_session
 from spark_sink.writer import OFFSETS_PROPERTY, parse_offsets
-from tests.integration.processes import Processor, SinkProcess, pipeline_config, wait_for
+from tests.integration.processes import (
+    Processor,
+    SinkProcess,
+    pipeline_config,
+    reconciled,
+    wait_for,
+)
 from tidemark.cli.demo import compare_table
 from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
@@ -176,9 +182,14 @@ def test_soft_deletes_mark_rows_and_a_reinsert_revives_them(
         "DELETE FROM iso_sink_soft WHERE id = 6",
     )
     wait_caught_up(config)
+    # In three CI runs the table was missing after the drain; in the last, the drain had
+    # found its reconciled topic empty (ends 0): wait_caught_up had returned before the
+    # table's first events reached it. The sink is what this tests.
+    wait_for(
+        "the reconciled inserts and delete", lambda: len(reconciled(config, "iso_sink_soft")) >= 7
+    )
     sink = Sink(config, create_session(config))
     targets = drain(sink)
-    # Once (two CI runs in many) the table was not there: say what the drain saw.
     assert spark.catalog.tableExists("soft.public.iso_sink_soft"), (
         f"drained to {targets}; stopped {sink.stopped}, retrying {sink.retrying}"
     )
