@@ -1,7 +1,7 @@
 # One image for the stream processor (`tidemark process`, the default command)
 # and the Spark sink (`tidemark sink`); the Kubernetes manifests pick the command.
-# The build stage compiles the distribution (its C extensions, tidemark._jsonscan,
-# tidemark._avroread, tidemark._records and processor.reconcile._fused, need gcc and
+# The build stage compiles the distribution (its C extensions, tidemark.core._jsonscan,
+# tidemark.core._avroread, tidemark.core._records and processor.reconcile._fused, need gcc and
 # the Python headers) into a wheel; the runtime stage installs that wheel and ships no
 # compiler.
 FROM python:3.11-bookworm AS build

@@ -27,7 +27,7 @@ system-deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
-$(VENV)/.installed: pyproject.toml setup.py tidemark/_jsonscan.c tidemark/_avroread.c
+$(VENV)/.installed: pyproject.toml setup.py tidemark/core/_jsonscan.c tidemark/core/_avroread.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'

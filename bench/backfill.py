@@ -108,20 +108,20 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 from psycopg import sql  # noqa: E402
 
 from processor.snapshot.client import read_state, send_signal  # noqa: E402
-from tidemark.binaries import find_java, java_home  # noqa: E402
-from tidemark.cli.devstack.procs import pid_alive, wait_for  # noqa: E402
-from tidemark.cli.devstack.stack import DevStack  # noqa: E402
 from tidemark.cli.verify import source_lsn, wait_debezium  # noqa: E402
-from tidemark.config import Config, ProcessorConfig, SnapshotConfig, dump_config  # noqa: E402
-from tidemark.kafka import (  # noqa: E402
+from tidemark.core.binaries import find_java, java_home  # noqa: E402
+from tidemark.core.config import Config, ProcessorConfig, SnapshotConfig, dump_config  # noqa: E402
+from tidemark.core.kafka import (  # noqa: E402
     client_config,
     data_messages,
     ensure_topics,
     exact_end_offsets,
     record_topic_config,
 )
-from tidemark.ports import free_port  # noqa: E402
-from tidemark.topics import backfill_topic, change_topic, dataplane_group  # noqa: E402
+from tidemark.core.ports import free_port  # noqa: E402
+from tidemark.core.topics import backfill_topic, change_topic, dataplane_group  # noqa: E402
+from tidemark.devstack.procs import pid_alive, wait_for  # noqa: E402
+from tidemark.devstack.stack import DevStack  # noqa: E402
 
 COLUMNS = (
     "id bigint PRIMARY KEY, customer text, status text, amount numeric(12,2), "

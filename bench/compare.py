@@ -88,10 +88,10 @@ def main() -> None:
     programs = args.programs.split(",")
     inputs = {p: args.input or INPUTS[p] for p in programs}
 
-    from tidemark.cli.devstack import broker
-    from tidemark.cli.devstack.procs import stop_pid
-    from tidemark.cli.devstack.registry import make_server
-    from tidemark.schema_registry import HttpRegistry
+    from tidemark.core.schema_registry import HttpRegistry
+    from tidemark.devstack import broker
+    from tidemark.devstack.procs import stop_pid
+    from tidemark.devstack.registry import make_server
 
     run_dir = Path(tempfile.mkdtemp(prefix="tidemark-compare-"))
     pid, port = broker.start_broker(run_dir)

@@ -90,13 +90,13 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from spark_sink.status import StatusBoard  # noqa: E402
 from tests.integration.browser import CHROMEDRIVER, CHROMIUM  # noqa: E402
 from tests.integration.browser import FLAGS as BROWSER_FLAGS  # noqa: E402
-from tidemark.cli.devstack.procs import pid_alive  # noqa: E402
-from tidemark.cli.devstack.stack import DevStack  # noqa: E402
 from tidemark.cli.verify import source_lsn, wait_debezium  # noqa: E402
-from tidemark.config import TOKEN_ENV, Config, dump_config  # noqa: E402
-from tidemark.kafka import client_config, producer_config  # noqa: E402
-from tidemark.partitioners import LIBRDKAFKA  # noqa: E402
-from tidemark.ports import free_port  # noqa: E402
+from tidemark.core.config import TOKEN_ENV, Config, dump_config  # noqa: E402
+from tidemark.core.kafka import client_config, producer_config  # noqa: E402
+from tidemark.core.partitioners import LIBRDKAFKA  # noqa: E402
+from tidemark.core.ports import free_port  # noqa: E402
+from tidemark.devstack.procs import pid_alive  # noqa: E402
+from tidemark.devstack.stack import DevStack  # noqa: E402
 
 PIPELINE = "consolebench"
 TABLE = "iso_consolebench_t{:03d}"

@@ -189,7 +189,7 @@ def load(bootstrap: str, topic: str, events: int, keys: int, fmt: str, ids: dict
     from confluent_kafka.admin import AdminClient
 
     from processor.events.change import TOAST_PLACEHOLDER
-    from tidemark.kafka import ensure_topics
+    from tidemark.core.kafka import ensure_topics
 
     ensure_topics(AdminClient({"bootstrap.servers": bootstrap}), {topic: PARTITIONS})
     producer = Producer(
@@ -279,8 +279,8 @@ def plain_loop(bootstrap: str, topic: str, events: int, registry: str) -> dict[s
     import orjson
     from confluent_kafka import Consumer, Producer
 
-    from tidemark.avro_read import read
-    from tidemark.schema_registry import HttpRegistry, SchemaCache
+    from tidemark.core.avro_read import read
+    from tidemark.core.schema_registry import HttpRegistry, SchemaCache
 
     schemas = SchemaCache(HttpRegistry(registry))
     row = fastavro.parse_schema(ROW_SCHEMA, {})
@@ -373,7 +373,7 @@ def tidemark(
     from processor import metrics
     from processor.dataplane.loop import DataPlane
     from state.rocksdb import RocksDBBackend
-    from tidemark.config import load_config
+    from tidemark.core.config import load_config
 
     state_dir = tempfile.mkdtemp(prefix="bench-tidemark-")
     pipeline = f"bench{os.getpid()}"
@@ -516,10 +516,10 @@ def main() -> None:
         child(args.child, args.bootstrap, args.topic, args.events, args.registry)
         return
 
-    from tidemark.cli.devstack import broker
-    from tidemark.cli.devstack.procs import stop_pid
-    from tidemark.cli.devstack.registry import make_server
-    from tidemark.schema_registry import HttpRegistry
+    from tidemark.core.schema_registry import HttpRegistry
+    from tidemark.devstack import broker
+    from tidemark.devstack.procs import stop_pid
+    from tidemark.devstack.registry import make_server
 
     run_dir = Path(tempfile.mkdtemp(prefix="tidemark-bench-"))
     pid, port = broker.start_broker(run_dir)

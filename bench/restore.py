@@ -38,7 +38,7 @@ def fill(bootstrap: str, topic: str, keys: int, versions: int) -> int:
 
     from processor.reconcile.envelopes import ENTRY
     from processor.reconcile.versions import Entry
-    from tidemark.kafka import ensure_topics
+    from tidemark.core.kafka import ensure_topics
 
     ensure_topics(AdminClient({"bootstrap.servers": bootstrap}), {topic: PARTITIONS})
     producer = Producer(
@@ -77,8 +77,8 @@ def restore(bootstrap: str, topic: str, state_dir: Path) -> dict[str, Any]:
     """Restore every partition of ``topic`` into new stores, as a newly assigned instance does."""
     from state.changelog import Restorer
     from state.rocksdb import RocksDBBackend
-    from tidemark.config import KafkaConfig
-    from tidemark.kafka import consumer_config
+    from tidemark.core.config import KafkaConfig
+    from tidemark.core.kafka import consumer_config
 
     backend = RocksDBBackend(state_dir)
     stores = {(topic, p): backend.open("bench.public.items", p) for p in range(PARTITIONS)}
@@ -103,9 +103,9 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=1_000_000)
     args = parser.parse_args()
 
-    from tidemark.cli.devstack import broker
-    from tidemark.cli.devstack.procs import stop_pid
-    from tidemark.topics import changelog_topic
+    from tidemark.core.topics import changelog_topic
+    from tidemark.devstack import broker
+    from tidemark.devstack.procs import stop_pid
 
     run_dir = Path(tempfile.mkdtemp(prefix="tidemark-bench-restore-"))
     pid, port = broker.start_broker(run_dir)

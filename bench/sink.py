@@ -89,13 +89,13 @@ from spark_sink.reader import plan, sample  # noqa: E402
 from spark_sink.schema import Spec, union  # noqa: E402
 from spark_sink.session import create_session  # noqa: E402
 from spark_sink.writer import DELETED, OFFSET, OFFSETS_PROPERTY, TIME, Table  # noqa: E402
-from tidemark.cli.devstack.procs import pid_alive  # noqa: E402
-from tidemark.cli.devstack.stack import DevStack  # noqa: E402
 from tidemark.cli.verify import wait_caught_up  # noqa: E402
-from tidemark.config import Config, ProcessorConfig, SinkConfig  # noqa: E402
-from tidemark.kafka import client_config, ensure_topics, exact_end_offsets  # noqa: E402
-from tidemark.ports import free_port  # noqa: E402
-from tidemark.topics import output_topic  # noqa: E402
+from tidemark.core.config import Config, ProcessorConfig, SinkConfig  # noqa: E402
+from tidemark.core.kafka import client_config, ensure_topics, exact_end_offsets  # noqa: E402
+from tidemark.core.ports import free_port  # noqa: E402
+from tidemark.core.topics import output_topic  # noqa: E402
+from tidemark.devstack.procs import pid_alive  # noqa: E402
+from tidemark.devstack.stack import DevStack  # noqa: E402
 
 PREFIX = "bench"
 TOPIC = output_topic(PREFIX, f"{PREFIX}.public.items")

@@ -51,8 +51,8 @@ from processor.snapshot.connector import Connector
 from processor.snapshot.coordinator import Coordinator
 from processor.snapshot.filters import refused_filters
 from processor.snapshot.signals import ExecuteSnapshot, json_object, parse_signal
-from tidemark.config import Config
-from tidemark.errors import TidemarkError
+from tidemark.core.config import Config
+from tidemark.core.errors import TidemarkError
 
 #: The parameters of ``GET .../dead-letters``.
 DEAD_LETTER_PARAMS = {"table", "kind", "limit", "whole"}

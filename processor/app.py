@@ -39,10 +39,10 @@ from processor.snapshot.postgres.connector import PostgresConnector
 from processor.web.guard import FailureLimit, Tokens, guard
 from processor.web.sessions import Sessions
 from state.rocksdb import RocksDBBackend
-from tidemark.config import Config
-from tidemark.errors import TidemarkError
-from tidemark.kafka_aio import aiokafka_settings
-from tidemark.ports import claim_port
+from tidemark.core.config import Config
+from tidemark.core.errors import TidemarkError
+from tidemark.core.kafka_aio import aiokafka_settings
+from tidemark.core.ports import claim_port
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ class ReportService(Service):
 
 
 def faust_credentials(properties: Mapping[str, str]) -> CredentialsT | None:
-    """Faust's credentials for ``kafka.client_properties`` (:mod:`tidemark.kafka_aio`)."""
+    """Faust's credentials for ``kafka.client_properties`` (:mod:`tidemark.core.kafka_aio`)."""
     settings = aiokafka_settings(properties)
     protocol, context = settings["security_protocol"], settings.get("ssl_context")
     if protocol == "PLAINTEXT":

@@ -1,12 +1,12 @@
-"""Every error the processor raises on purpose, under :class:`tidemark.errors.TidemarkError`.
+"""Every error the processor raises on purpose, under :class:`tidemark.core.errors.TidemarkError`.
 
-Errors of one message (:class:`tidemark.errors.InputError`) are the ground's:
+Errors of one message (:class:`tidemark.core.errors.InputError`) are the ground's:
 the sink decodes with the same wire helpers and raises them too.
 """
 
 from __future__ import annotations
 
-from tidemark.errors import TidemarkError
+from tidemark.core.errors import TidemarkError
 
 
 class ProcessorError(TidemarkError):

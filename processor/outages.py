@@ -23,7 +23,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from processor import metrics
 from processor.errors import WriterFailedError
-from tidemark.errors import DeliveryError, TopicError
+from tidemark.core.errors import DeliveryError, TopicError
 
 log = logging.getLogger(__name__)
 

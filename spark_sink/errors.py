@@ -9,7 +9,7 @@ the driver re-plans the batch, stops the table or tries the batch again
 
 from __future__ import annotations
 
-from tidemark.errors import TidemarkError
+from tidemark.core.errors import TidemarkError
 
 #: Markers that carry an executor's verdict through Spark's exception text to the driver.
 DRIFT_MARKER = "tidemark-schema-drift"

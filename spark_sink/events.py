@@ -4,7 +4,7 @@ The decoding is the processor's: JSON through its envelope splitter (a repeated
 schema is parsed once), Avro in the Confluent wire format through its registry
 cache and Avro reader. Runs in Spark executors. A JSON payload, bare or in the
 envelope of the schema the splitter knows, is first read by the compiled scanner
-(:func:`~tidemark.json_scan.scan_envelope`): taken, only its ``after`` is parsed;
+(:func:`~tidemark.core.json_scan.scan_envelope`): taken, only its ``after`` is parsed;
 declined, the splitter parses it all and decides, errors included.
 
 A batch is planned on the driver from a sample of its events' schemas
@@ -36,12 +36,12 @@ from spark_sink.schema import (
     specs_from_values,
     widens,
 )
-from tidemark.avro_wire import HEADER, MAGIC, read_avro, schema_id_of
-from tidemark.errors import InputError, UnknownSchemaError
-from tidemark.json_envelope import SCHEMA_HEAD, EnvelopeSplitter
-from tidemark.json_scan import scan_envelope
-from tidemark.messages import RawMessage
-from tidemark.schema_registry import SchemaCache
+from tidemark.core.avro_wire import HEADER, MAGIC, read_avro, schema_id_of
+from tidemark.core.errors import InputError, UnknownSchemaError
+from tidemark.core.json_envelope import SCHEMA_HEAD, EnvelopeSplitter
+from tidemark.core.json_scan import scan_envelope
+from tidemark.core.messages import RawMessage
+from tidemark.core.schema_registry import SchemaCache
 
 #: A decoded event: ``(deleted, key or row, the row's columns or None when schemaless)``.
 Decoded = tuple[bool, dict[str, Any], list[Column] | None]

@@ -64,9 +64,9 @@ from spark_sink.schema import Spec, evolve, union
 from spark_sink.session import create_session, stop_session
 from spark_sink.status import StatusBoard
 from spark_sink.writer import DELETED, OFFSET, TIME, Table, commit_conflict, quote
-from tidemark.config import Config
-from tidemark.failpoints import Failpoint
-from tidemark.kafka import client_config
+from tidemark.core.config import Config
+from tidemark.core.failpoints import Failpoint
+from tidemark.core.kafka import client_config
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -27,7 +27,7 @@ from spark_sink.job import Sink
 from spark_sink.reader import sink_topics
 from spark_sink.session import create_session, stop_session
 from spark_sink.writer import Table, commit_conflict
-from tidemark.config import Config
+from tidemark.core.config import Config
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -22,13 +22,13 @@ from pyspark.sql.types import StructType, _make_type_verifier
 from spark_sink.errors import SchemaError, TableRetry, TableStop
 from spark_sink.events import Decoded, EventDecoder, RowBuilder, specs_of
 from spark_sink.schema import Spec
-from tidemark.config import Config, KafkaConfig
-from tidemark.errors import InputError
-from tidemark.failpoints import Failpoint
-from tidemark.kafka import FETCH_QUEUE_BACKOFF, client_config, exact_end_offsets
-from tidemark.messages import RawMessage
-from tidemark.schema_registry import SchemaCache, configured_schemas
-from tidemark.topics import reader_group
+from tidemark.core.config import Config, KafkaConfig
+from tidemark.core.errors import InputError
+from tidemark.core.failpoints import Failpoint
+from tidemark.core.kafka import FETCH_QUEUE_BACKOFF, client_config, exact_end_offsets
+from tidemark.core.messages import RawMessage
+from tidemark.core.schema_registry import SchemaCache, configured_schemas
+from tidemark.core.topics import reader_group
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from tidemark.binaries import java_home
-from tidemark.config import Config, SinkConfig
-from tidemark.errors import ConfigError
+from tidemark.core.binaries import java_home
+from tidemark.core.config import Config, SinkConfig
+from tidemark.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

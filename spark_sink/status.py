@@ -24,10 +24,10 @@ import orjson
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 
-from tidemark.config import Config
-from tidemark.errors import TidemarkError
-from tidemark.kafka import client_config, ensure_topics, producer_config
-from tidemark.topics import sink_status_topic
+from tidemark.core.config import Config
+from tidemark.core.errors import TidemarkError
+from tidemark.core.kafka import client_config, ensure_topics, producer_config
+from tidemark.core.topics import sink_status_topic
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, TopicPartition
 
 from state.store import Checkpoint, PartitionStore
-from tidemark.kafka import data_messages, exact_end_offsets
+from tidemark.core.kafka import data_messages, exact_end_offsets
 
 log = logging.getLogger(__name__)
 

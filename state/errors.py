@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tidemark.errors import TidemarkError
+from tidemark.core.errors import TidemarkError
 
 
 class StateError(TidemarkError):

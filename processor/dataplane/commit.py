@@ -57,11 +57,11 @@ from processor.reconcile.batch import Batch, Reconciler, TopicPartitionKey
 from processor.reconcile.batch_reads import READS_KEY
 from processor.snapshot.signals import read_again_signals
 from state.store import Checkpoint, PartitionStore
-from tidemark.config import Config
-from tidemark.errors import InputError
-from tidemark.failpoints import Failpoint
-from tidemark.kafka import consumer_config, produce_waiting
-from tidemark.topics import dead_letter_topic, positions_topic, reader_group, signal_topic
+from tidemark.core.config import Config
+from tidemark.core.errors import InputError
+from tidemark.core.failpoints import Failpoint
+from tidemark.core.kafka import consumer_config, produce_waiting
+from tidemark.core.topics import dead_letter_topic, positions_topic, reader_group, signal_topic
 
 log = logging.getLogger(__name__)
 

@@ -36,10 +36,10 @@ from processor.pipeline.offsets import ABANDONED_WRITE_SECONDS, complete_write
 from processor.reconcile.batch import Batch, Reconciler, TopicPartitionKey
 from processor.tuning import keep_freed_memory, tune_garbage_collector
 from state.store import StateBackend
-from tidemark.config import Config
-from tidemark.failpoints import Failpoint
-from tidemark.group_repair import RebalanceWatch, repair_stuck
-from tidemark.kafka import (
+from tidemark.core.config import Config
+from tidemark.core.failpoints import Failpoint
+from tidemark.core.group_repair import RebalanceWatch, repair_stuck
+from tidemark.core.kafka import (
     RebalanceErrors,
     client_config,
     consumer_config,
@@ -48,9 +48,9 @@ from tidemark.kafka import (
     partition_counts,
     record_topic_config,
 )
-from tidemark.messages import RawMessage
-from tidemark.schema_registry import configured_schemas
-from tidemark.topics import backfill_prefix, backfill_topic, dataplane_group
+from tidemark.core.messages import RawMessage
+from tidemark.core.schema_registry import configured_schemas
+from tidemark.core.topics import backfill_prefix, backfill_topic, dataplane_group
 
 log = logging.getLogger(__name__)
 

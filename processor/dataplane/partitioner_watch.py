@@ -18,8 +18,8 @@ from collections import deque
 from collections.abc import Callable, Mapping
 
 from processor import metrics
-from tidemark.messages import RawMessage
-from tidemark.partitioners import Partitioner, fitting, partition_of
+from tidemark.core.messages import RawMessage
+from tidemark.core.partitioners import Partitioner, fitting, partition_of
 
 log = logging.getLogger(__name__)
 

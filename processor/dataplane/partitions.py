@@ -23,9 +23,14 @@ from processor.dataplane.writers import PartitionWriter
 from processor.reconcile.batch import Reconciler, TopicPartitionKey
 from state.changelog import Restorer
 from state.store import PartitionStore, StateBackend
-from tidemark.config import Config
-from tidemark.kafka import consumer_config, ensure_topics, partition_counts, record_topic_config
-from tidemark.topics import backfill_topic, backfilled_topic, reader_group
+from tidemark.core.config import Config
+from tidemark.core.kafka import (
+    consumer_config,
+    ensure_topics,
+    partition_counts,
+    record_topic_config,
+)
+from tidemark.core.topics import backfill_topic, backfilled_topic, reader_group
 
 log = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from confluent_kafka import Consumer, TopicPartition
 from processor.reconcile.batch import TopicPartitionKey
 from processor.reconcile.batch_reads import READS_KEY, BatchReads, Span
 from state.store import PartitionStore
-from tidemark.messages import RawMessage
-from tidemark.topics import backfill_topic
+from tidemark.core.messages import RawMessage
+from tidemark.core.topics import backfill_topic
 
 log = logging.getLogger(__name__)
 

@@ -27,14 +27,14 @@ from confluent_kafka import KafkaException, Producer
 
 from processor.errors import WriterFailedError
 from processor.reconcile.batch import TopicPartitionKey
-from tidemark.config import Config
-from tidemark.kafka import (
+from tidemark.core.config import Config
+from tidemark.core.kafka import (
     FAILURES_ONLY,
     TRANSACTION_TIMEOUT,
     Acknowledgements,
     producer_config,
 )
-from tidemark.topics import transactional_id
+from tidemark.core.topics import transactional_id
 
 
 class PartitionWriter:

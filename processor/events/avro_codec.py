@@ -1,7 +1,7 @@
 """Debezium Avro in the Confluent wire format in, reconciled Avro out.
 
 A message is ``0x00``, a big-endian 4-byte schema id, then the Avro body.
-Schemas come from the registry through a :class:`~tidemark.schema_registry.SchemaCache`
+Schemas come from the registry through a :class:`~tidemark.core.schema_registry.SchemaCache`
 (each id fetched and parsed once). The output schema is the input's envelope
 with a ``tidemark`` field added last (an ``upsert`` row is wrapped in an
 envelope); it is registered under ``<output topic>-value`` (the key schema under
@@ -55,7 +55,7 @@ from processor.events.change import (
     snapshot_kind,
     source_version,
 )
-from tidemark.avro_read import (
+from tidemark.core.avro_read import (
     Keep,
     Program,
     compile_schema,
@@ -65,10 +65,10 @@ from tidemark.avro_read import (
     skip,
     write_offset_position,
 )
-from tidemark.avro_wire import HEADER, MAGIC, at_end, read_avro, schema_id_of
-from tidemark.errors import InputError, UnknownSchemaError
-from tidemark.messages import RawMessage
-from tidemark.schema_registry import SchemaCache
+from tidemark.core.avro_wire import HEADER, MAGIC, at_end, read_avro, schema_id_of
+from tidemark.core.errors import InputError, UnknownSchemaError
+from tidemark.core.messages import RawMessage
+from tidemark.core.schema_registry import SchemaCache
 
 #: What reading a row from state into a schema, or writing it in one, raises when the row
 #: does not fit: its schema is gone from the registry, or cannot be resolved into the

@@ -15,7 +15,7 @@ from typing import Any
 
 import fastavro
 
-from tidemark.avro_read import write_long
+from tidemark.core.avro_read import write_long
 
 TIDEMARK_RECORD: dict[str, Any] = {
     "type": "record",

@@ -15,9 +15,9 @@ import orjson
 
 from processor.errors import PositionError
 from processor.events.visibility import Window
-from tidemark.errors import InputError
-from tidemark.json_scan import sequence_version
-from tidemark.messages import RawMessage
+from tidemark.core.errors import InputError
+from tidemark.core.json_scan import sequence_version
+from tidemark.core.messages import RawMessage
 
 Version = tuple[int, int]
 Row = dict[str, Any]
@@ -90,7 +90,7 @@ class Change:
     #: ``after`` exactly as the input holds it (JSON text), when it could be taken
     #: from the message without serializing it again.
     raw_after: bytes | None = None
-    #: For a JSON Debezium event the compiled scanner took (:mod:`tidemark.json_scan`):
+    #: For a JSON Debezium event the compiled scanner took (:mod:`tidemark.core.json_scan`):
     #: the message's value and the scan of its payload, so the output is spliced from
     #: the input's bytes (:func:`processor.events.json_codec.splice_event`).
     raw: bytes | None = None

@@ -3,7 +3,7 @@
 A chunk row is the Debezium event of its key (the key and value bytes
 :class:`~processor.snapshot.chunk_events.TableShape` makes), but rows do not travel one
 to a Kafka record. The rows of a chunk that go to one partition (the partition the
-change topic's partitioner gives their keys) are framed (:mod:`tidemark.frames`) up to
+change topic's partitioner gives their keys) are framed (:mod:`tidemark.core.frames`) up to
 :data:`ROWS_PER_RECORD` to a record, in key order, with the chunk's tag
 (:mod:`processor.events.chunk_tag`) and a ``tidemark.rows`` header that counts them. The
 producer's and the consumer's calls, librdkafka's bookkeeping of each message and the
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tidemark.frames import FRAMING, frame, unframe_messages
-from tidemark.messages import RawMessage
+from tidemark.core.frames import FRAMING, frame, unframe_messages
+from tidemark.core.messages import RawMessage
 
 ROWS_HEADER = "tidemark.rows"
 #: At most this many rows to a record: a data plane batch of ``processor.batch_size``

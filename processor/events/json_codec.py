@@ -28,9 +28,9 @@ from processor.events.change import (
     flat_change,
     flat_delete,
 )
-from tidemark.errors import InputError
-from tidemark.json_envelope import PAYLOAD_HEAD, SCHEMA_HEAD, EnvelopeSplitter
-from tidemark.json_scan import (
+from tidemark.core.errors import InputError
+from tidemark.core.json_envelope import PAYLOAD_HEAD, SCHEMA_HEAD, EnvelopeSplitter
+from tidemark.core.json_scan import (
     AFTER,
     AFTER_END,
     BEFORE,
@@ -43,7 +43,7 @@ from tidemark.json_scan import (
     scan_change,
     scan_key,
 )
-from tidemark.messages import RawMessage
+from tidemark.core.messages import RawMessage
 
 TIDEMARK_FIELD: dict[str, Any] = {
     "type": "struct",
@@ -91,7 +91,7 @@ class ChunkEnvelope:
     theirs be decoded by parsing the row alone: the bytes between are one JSON
     value (or the message is decoded in full), so the event is the learned one
     with that ``after``. Where the event can be written by splicing (it has a
-    ``ts_ms`` and no ``tidemark`` member, as :mod:`tidemark.json_scan` requires), each
+    ``ts_ms`` and no ``tidemark`` member, as :mod:`tidemark.core.json_scan` requires), each
     row's output is its own bytes with the emitted rows in place
     (:func:`splice_event`), as for a change the scanner took.
     """
@@ -137,7 +137,7 @@ class ChunkEnvelope:
 
     def scan(self, value: bytes) -> Scan:
         """Where the parts of ``value``, a row in this envelope, are (as
-        :func:`~tidemark.json_scan.scan_change` says; the spans :func:`splice_event` uses)."""
+        :func:`~tidemark.core.json_scan.scan_change` says; the spans :func:`splice_event` uses)."""
         at = self.payload_at
         row_at, row_end = len(self.head), len(value) - len(self.tail)
         close = len(value) - (2 if self.schema is not None else 1)
@@ -231,7 +231,7 @@ class JsonCodec:
         """:meth:`decode_key`'s answer for a Debezium key the scanner takes, found without
         decoding it: a bare key with a member, or a key in the envelope of the key schema
         :meth:`decode_key` checked last, holding its columns in its order and of its types
-        (:func:`~tidemark.json_scan.scan_key`). ``None``: :meth:`decode_key` decides."""
+        (:func:`~tidemark.core.json_scan.scan_key`). ``None``: :meth:`decode_key` decides."""
         if scan_bare_key(key, 0, len(key)):
             return key
         prefix = self._keys.prefix
@@ -455,7 +455,7 @@ def _key_columns(schema: dict[str, Any], msg: RawMessage) -> list[_KeyColumn]:
     return columns
 
 
-#: The scanner's kind of a key column's value (:func:`~tidemark.json_scan.scan_key`), by the
+#: The scanner's kind of a key column's value (:func:`~tidemark.core.json_scan.scan_key`), by the
 #: JSON types the column allows.
 _SCAN_KINDS: dict[tuple[type, ...], bytes] = {
     (int,): b"i",
@@ -467,7 +467,7 @@ _SCAN_KINDS: dict[tuple[type, ...], bytes] = {
 
 
 def _key_spec(columns: list[_KeyColumn]) -> tuple[tuple[bytes, ...], bytes]:
-    """The names and kinds :func:`~tidemark.json_scan.scan_key` checks a key by (none, so that
+    """The names and kinds :func:`~tidemark.core.json_scan.scan_key` checks a key by (none, so that
     no key is taken, for columns named twice)."""
     names = tuple(name.encode() for name, _optional, _kind, _allowed in columns)
     kinds = b"".join(

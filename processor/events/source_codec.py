@@ -13,10 +13,10 @@ import orjson
 from processor.events.avro_codec import UNREADABLE_ROW, AvroCodec
 from processor.events.change import Change, Emit, Row
 from processor.events.json_codec import JsonCodec
-from tidemark.avro_wire import MAGIC
-from tidemark.errors import InputError
-from tidemark.messages import RawMessage
-from tidemark.schema_registry import SchemaCache
+from tidemark.core.avro_wire import MAGIC
+from tidemark.core.errors import InputError
+from tidemark.core.messages import RawMessage
+from tidemark.core.schema_registry import SchemaCache
 
 
 class SourceCodec:

@@ -26,8 +26,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processor.errors import ProcessorError
-from tidemark.config import Config
-from tidemark.kafka import (
+from tidemark.core.config import Config
+from tidemark.core.kafka import (
     client_config,
     consumer_config,
     data_messages,
@@ -37,7 +37,7 @@ from tidemark.kafka import (
     read_range,
     reader_config,
 )
-from tidemark.topics import control_topic, reader_group
+from tidemark.core.topics import control_topic, reader_group
 
 LIFECYCLE = b"lifecycle"
 OFFSETS_WRITE = b"offsets-write"

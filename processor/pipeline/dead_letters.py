@@ -24,9 +24,9 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
-from tidemark.config import Config
-from tidemark.kafka import client_config, read_newest
-from tidemark.topics import dead_letter_topic, reader_group
+from tidemark.core.config import Config
+from tidemark.core.kafka import client_config, read_newest
+from tidemark.core.topics import dead_letter_topic, reader_group
 
 #: Bytes of a key or value shown in a preview.
 PREVIEW_BYTES = 512
@@ -127,7 +127,7 @@ def read_dead_letters(config: Config, query: Query) -> dict[str, Any]:
                 "group.id": reader_group(config.processor.pipeline, "dead-letters"),
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
-                "fetch.wait.max.ms": 10,  # as tidemark.kafka.reader_config: no long poll
+                "fetch.wait.max.ms": 10,  # as tidemark.core.kafka.reader_config: no long poll
             },
         )
     )

@@ -23,15 +23,15 @@ import orjson
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
-from tidemark.config import Config
-from tidemark.kafka import (
+from tidemark.core.config import Config
+from tidemark.core.kafka import (
     Acknowledgements,
     client_config,
     ensure_topics,
     newest_by_key,
     producer_config,
 )
-from tidemark.topics import instances_topic, reader_group
+from tidemark.core.topics import instances_topic, reader_group
 
 REPORT_EVERY_S = 5.0
 #: A report older than this is of an instance that stopped without saying so.

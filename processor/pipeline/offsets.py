@@ -44,10 +44,10 @@ from processor.errors import InvalidOffsetsError, PipelineActiveError
 from processor.pipeline.control_topic import OFFSETS_WRITE, ControlView, read_control, write_control
 from processor.pipeline.offsets_schema import VERSION, validate
 from processor.snapshot.client import read_state
-from tidemark.config import Config
-from tidemark.errors import TidemarkError
-from tidemark.failpoints import Failpoint
-from tidemark.kafka import (
+from tidemark.core.config import Config
+from tidemark.core.errors import TidemarkError
+from tidemark.core.failpoints import Failpoint
+from tidemark.core.kafka import (
     Acknowledgements,
     client_config,
     data_messages,
@@ -57,7 +57,7 @@ from tidemark.kafka import (
     read_range,
     reader_config,
 )
-from tidemark.topics import (
+from tidemark.core.topics import (
     backfill_topic,
     backfilled_topic,
     changelog_topic,

@@ -16,7 +16,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 
 from processor.errors import InvalidOffsetsError
-from tidemark.config import ENVELOPE_NAMES
+from tidemark.core.config import ENVELOPE_NAMES
 
 VERSION = 1
 

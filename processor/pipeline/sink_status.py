@@ -11,9 +11,9 @@ from typing import Any
 
 import orjson
 
-from tidemark.config import Config
-from tidemark.kafka import newest_by_key
-from tidemark.topics import reader_group, sink_status_topic
+from tidemark.core.config import Config
+from tidemark.core.kafka import newest_by_key
+from tidemark.core.topics import reader_group, sink_status_topic
 
 #: The newest records a reader looks at for each table's last status.
 SCANNED = 20_000

@@ -4,7 +4,7 @@
  * take_changes: a change topic's events. A change's decision against a key whose entry
  * holds a change's row (or none) is a version compare; its state entry is its version,
  * its txId and its after; its output is its own payload with before in place of its
- * before (tidemark.json_scan finds the spans).
+ * before (tidemark.core.json_scan finds the spans).
  *
  * take_avro_changes: the same for Debezium Avro events, whose scans (AvroCodec.scan) the
  * Python loop made: the entry's row is the input's own row bytes, the output the output

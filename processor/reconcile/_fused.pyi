@@ -3,7 +3,7 @@
 
 from typing import Any
 
-from tidemark.messages import RawMessage
+from tidemark.core.messages import RawMessage
 
 Record = tuple[str, int, bytes | None, bytes | None]
 

@@ -54,12 +54,12 @@ from processor.reconcile.upsert_fast_path import decide_flat
 from processor.reconcile.window_buffer import Reached, WindowBuffers
 from state.batch import BatchState
 from state.store import PartitionStore
-from tidemark.avro_wire import MAGIC
-from tidemark.config import Config
-from tidemark.errors import InputError
-from tidemark.messages import RawMessage
-from tidemark.schema_registry import SchemaCache
-from tidemark.topics import backfill_topic, backfilled_topic, changelog_topic, output_topic
+from tidemark.core.avro_wire import MAGIC
+from tidemark.core.config import Config
+from tidemark.core.errors import InputError
+from tidemark.core.messages import RawMessage
+from tidemark.core.schema_registry import SchemaCache
+from tidemark.core.topics import backfill_topic, backfilled_topic, changelog_topic, output_topic
 
 #: Keys of ended snapshot groups deleted per partition and batch (debezium envelope).
 SEEN_PAGE = 10_000

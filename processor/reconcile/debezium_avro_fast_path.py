@@ -29,8 +29,8 @@ from processor.reconcile.debezium_fast_path import HighWater, Record, judge
 from processor.reconcile.envelopes import ENTRY
 from processor.reconcile.versions import Action, Entry
 from state.batch import BatchState
-from tidemark.avro_wire import HEADER, MAGIC
-from tidemark.messages import RawMessage
+from tidemark.core.avro_wire import HEADER, MAGIC
+from tidemark.core.messages import RawMessage
 
 _APPLY, _DROP, _REEMIT = Action.APPLY, Action.DROP, Action.REEMIT
 _APPLIED, _REPLAYED = Action.APPLY.value, Action.REEMIT.value

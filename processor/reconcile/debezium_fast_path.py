@@ -7,7 +7,7 @@ parsing them.
 :func:`processor.reconcile.envelopes.debezium` (the high-water mark), each fused with
 :class:`processor.events.json_codec.JsonCodec`'s decoding and encoding for the message
 they see most: a change event whose payload the compiled scanner
-(:mod:`tidemark.json_scan`) takes, bare or inside the envelope of the schema the codec
+(:mod:`tidemark.core.json_scan`) takes, bare or inside the envelope of the schema the codec
 already knows, with no unchanged-TOAST placeholder (and, for ``debezium``, outside a
 snapshot). Such a message costs one validating pass, a state read and a few byte
 operations: its rows go to state and to the output as the input's own bytes, the output
@@ -48,9 +48,9 @@ from processor.reconcile.versions import (
     decide_row,
 )
 from state.batch import BatchState
-from tidemark.avro_wire import MAGIC
-from tidemark.errors import InputError
-from tidemark.json_scan import (
+from tidemark.core.avro_wire import MAGIC
+from tidemark.core.errors import InputError
+from tidemark.core.json_scan import (
     AFTER,
     AFTER_END,
     BEFORE,
@@ -67,7 +67,7 @@ from tidemark.json_scan import (
     scan_change,
     scan_object,
 )
-from tidemark.messages import RawMessage
+from tidemark.core.messages import RawMessage
 
 Record = tuple[str, int, bytes | None, bytes | None]
 

@@ -28,8 +28,8 @@ from processor.reconcile.envelopes import ENTRY
 from processor.reconcile.upsert_fast_path import judge
 from processor.reconcile.versions import Action, Entry
 from state.batch import BatchState
-from tidemark.avro_wire import HEADER
-from tidemark.messages import RawMessage
+from tidemark.core.avro_wire import HEADER
+from tidemark.core.messages import RawMessage
 
 _APPLY, _REEMIT = Action.APPLY, Action.REEMIT
 _APPLIED, _REPLAYED = _APPLY.value, _REEMIT.value

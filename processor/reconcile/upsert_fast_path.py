@@ -26,8 +26,8 @@ from processor.events.json_codec import JsonCodec
 from processor.reconcile.envelopes import ENTRY
 from processor.reconcile.versions import CHANGE_ROW_AT, HEAD, PRESENT_FLAG, Action, Entry, decide
 from state.batch import BatchState
-from tidemark.avro_wire import MAGIC
-from tidemark.messages import RawMessage
+from tidemark.core.avro_wire import MAGIC
+from tidemark.core.messages import RawMessage
 
 Record = tuple[str, int, bytes | None, bytes | None]
 

@@ -38,8 +38,8 @@ from processor.events.visibility import Window
 from processor.reconcile.envelopes import WINDOW_BUFFER, WINDOW_DUE, WINDOW_INDEXED
 from state.batch import BatchState
 from state.store import PartitionStore
-from tidemark.messages import RawMessage
-from tidemark.topics import backfill_topic
+from tidemark.core.messages import RawMessage
+from tidemark.core.topics import backfill_topic
 
 TopicPartitionKey = tuple[str, int]
 #: How far an input partition's state reflects its input: the next offset it has not seen.

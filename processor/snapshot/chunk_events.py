@@ -37,11 +37,11 @@ from processor.snapshot.encoding_check import (
     json_fields,
     value_disagreements,
 )
-from tidemark.avro_read import read
-from tidemark.avro_wire import HEADER, MAGIC
-from tidemark.debezium_settings import ValueSettings
-from tidemark.json_envelope import PAYLOAD_HEAD, SCHEMA_HEAD
-from tidemark.schema_registry import SchemaCache
+from tidemark.core.avro_read import read
+from tidemark.core.avro_wire import HEADER, MAGIC
+from tidemark.core.debezium_settings import ValueSettings
+from tidemark.core.json_envelope import PAYLOAD_HEAD, SCHEMA_HEAD
+from tidemark.core.schema_registry import SchemaCache
 
 #: Source fields of an incremental snapshot's READ event that are not the table's.
 _READ_SOURCE = {

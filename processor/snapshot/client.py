@@ -20,8 +20,8 @@ from processor.errors import FilterError, ProcessorError
 from processor.snapshot.filters import check_filter
 from processor.snapshot.progress import PROGRESS_KEY, SnapshotState
 from processor.snapshot.signals import ExecuteSnapshot, parse_signal
-from tidemark.config import Config
-from tidemark.kafka import (
+from tidemark.core.config import Config
+from tidemark.core.kafka import (
     client_config,
     ensure_topics,
     last_value,
@@ -30,7 +30,7 @@ from tidemark.kafka import (
     read_newest,
     reader_config,
 )
-from tidemark.topics import notification_topic, progress_topic, reader_group, signal_topic
+from tidemark.core.topics import notification_topic, progress_topic, reader_group, signal_topic
 
 
 def send_signal(config: Config, kind: str, data: dict[str, Any], signal_id: str = "") -> str:

@@ -64,9 +64,9 @@ from processor.snapshot.reader_pool import ChunkJob, ChunkWorkers
 from processor.snapshot.signal_channels import SignalChannels
 from processor.snapshot.signals import ExecuteSnapshot, PauseSnapshot, Signal
 from processor.snapshot.tables import TableChecks
-from tidemark.config import Config
-from tidemark.group_repair import RebalanceWatch, repair_stuck
-from tidemark.kafka import (
+from tidemark.core.config import Config
+from tidemark.core.group_repair import RebalanceWatch, repair_stuck
+from tidemark.core.kafka import (
     TRANSACTION_TIMEOUT,
     RebalanceErrors,
     client_config,
@@ -77,8 +77,8 @@ from tidemark.kafka import (
     producer_config,
     reader_config,
 )
-from tidemark.schema_registry import SchemaCache
-from tidemark.topics import (
+from tidemark.core.schema_registry import SchemaCache
+from tidemark.core.topics import (
     coordinator_transactional_id,
     notification_topic,
     progress_topic,

@@ -1,6 +1,6 @@
 """Whether a table's change events were encoded under the settings Tidemark backfills with.
 
-Chunk rows are encoded under ``source.debezium`` (:mod:`tidemark.debezium_settings`).
+Chunk rows are encoded under ``source.debezium`` (:mod:`tidemark.core.debezium_settings`).
 If the connector runs with other settings, its events and the backfilled rows of one
 column would differ in type, silently. So before a table's first row, every column
 whose Connect schema a setting decides is compared with one of the table's events:
@@ -21,7 +21,7 @@ from typing import Any
 
 from processor.events.change import FLAT_PREFIX
 from processor.snapshot.connect_values import Column
-from tidemark.debezium_settings import ValueSettings
+from tidemark.core.debezium_settings import ValueSettings
 
 #: Avro's types as Connect's (Confluent's ``AvroData``).
 _AVRO_TYPES = {

@@ -43,10 +43,10 @@ from processor.snapshot.connect_values import Column
 from processor.snapshot.connector import Connector
 from processor.snapshot.watermarks import SignalTableWatermarks
 from processor.tuning import keep_freed_memory, tune_garbage_collector
-from tidemark.config import Config
-from tidemark.errors import DeliveryError, TidemarkError, TopicError
-from tidemark.failpoints import Failpoint
-from tidemark.kafka import (
+from tidemark.core.config import Config
+from tidemark.core.errors import DeliveryError, TidemarkError, TopicError
+from tidemark.core.failpoints import Failpoint
+from tidemark.core.kafka import (
     FAILURES_ONLY,
     Acknowledgements,
     consumer_config,
@@ -54,9 +54,9 @@ from tidemark.kafka import (
     produce_waiting,
     producer_config,
 )
-from tidemark.partitioners import partitions_of
-from tidemark.schema_registry import configured_schemas
-from tidemark.topics import backfilled_topic, reader_group
+from tidemark.core.partitioners import partitions_of
+from tidemark.core.schema_registry import configured_schemas
+from tidemark.core.topics import backfilled_topic, reader_group
 
 log = logging.getLogger(__name__)
 

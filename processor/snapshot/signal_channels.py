@@ -27,12 +27,12 @@ from processor.errors import SignalError
 from processor.events.change import Change
 from processor.events.source_codec import SourceCodec
 from processor.snapshot.signals import WINDOW_TYPES, Signal, parse_signal
-from tidemark.config import Config
-from tidemark.errors import InputError
-from tidemark.kafka import consumer_config, data_messages, exact_end_offsets, partition_counts
-from tidemark.messages import RawMessage
-from tidemark.schema_registry import SchemaCache
-from tidemark.topics import change_topic, reader_group, signal_topic
+from tidemark.core.config import Config
+from tidemark.core.errors import InputError
+from tidemark.core.kafka import consumer_config, data_messages, exact_end_offsets, partition_counts
+from tidemark.core.messages import RawMessage
+from tidemark.core.schema_registry import SchemaCache
+from tidemark.core.topics import change_topic, reader_group, signal_topic
 
 log = logging.getLogger(__name__)
 

@@ -41,18 +41,18 @@ from processor.snapshot.chunk_reader import ChunkReader, TableInfo
 from processor.snapshot.connector import Connector
 from processor.snapshot.progress import TableProgress
 from processor.snapshot.template_event import template_event
-from tidemark.avro_wire import MAGIC
-from tidemark.config import Config
-from tidemark.errors import TidemarkError
-from tidemark.kafka import (
+from tidemark.core.avro_wire import MAGIC
+from tidemark.core.config import Config
+from tidemark.core.errors import TidemarkError
+from tidemark.core.kafka import (
     ensure_topics,
     newest_records,
     partition_counts,
     record_topic_config,
 )
-from tidemark.partitioners import contradiction
-from tidemark.schema_registry import SchemaCache
-from tidemark.topics import backfill_topic, change_topic
+from tidemark.core.partitioners import contradiction
+from tidemark.core.schema_registry import SchemaCache
+from tidemark.core.topics import backfill_topic, change_topic
 
 log = logging.getLogger(__name__)
 #: Other tables' topics searched for an event to build a quiet table's from.

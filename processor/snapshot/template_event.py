@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from processor.errors import ShapeError
-from tidemark.avro_wire import MAGIC
+from tidemark.core.avro_wire import MAGIC
 
 
 def template_event(

@@ -40,12 +40,12 @@ from processor.events.change import Change
 from processor.events.source_codec import SourceCodec
 from processor.events.visibility import PgSnapshot, Window
 from processor.snapshot.signals import CLOSE, OPEN
-from tidemark.config import Config
-from tidemark.errors import InputError
-from tidemark.kafka import exact_end_offsets, read_range
-from tidemark.messages import RawMessage
-from tidemark.schema_registry import SchemaCache
-from tidemark.topics import change_topic
+from tidemark.core.config import Config
+from tidemark.core.errors import InputError
+from tidemark.core.kafka import exact_end_offsets, read_range
+from tidemark.core.messages import RawMessage
+from tidemark.core.schema_registry import SchemaCache
+from tidemark.core.topics import change_topic
 
 
 class WatermarkWriter(ABC):

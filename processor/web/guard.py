@@ -41,8 +41,8 @@ from aiohttp import web
 
 from processor import metrics
 from processor.web.sessions import COOKIE, CSRF_HEADER, SESSION_PATH, Sessions
-from tidemark.config import TOKEN_ENV, VIEWER_TOKEN_ENV
-from tidemark.errors import ConfigError
+from tidemark.core.config import TOKEN_ENV, VIEWER_TOKEN_ENV
+from tidemark.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

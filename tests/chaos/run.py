@@ -57,13 +57,13 @@ from tests.integration.processes import (
 from tests.integration.test_recovery import other_instance
 from tests.oracle import Verdict, check_topic, digest
 from tidemark.cli.demo import compare_table
-from tidemark.cli.devstack.procs import exit_code, pid_alive
-from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
-from tidemark.config import Config, DevConfig, ProcessorConfig, SinkConfig
-from tidemark.group_repair import pipeline_groups, repair_group
-from tidemark.kafka import Acknowledgements, produce_waiting, producer_config
-from tidemark.ports import free_port
+from tidemark.core.config import Config, DevConfig, ProcessorConfig, SinkConfig
+from tidemark.core.group_repair import pipeline_groups, repair_group
+from tidemark.core.kafka import Acknowledgements, produce_waiting, producer_config
+from tidemark.core.ports import free_port
+from tidemark.devstack.procs import exit_code, pid_alive
+from tidemark.devstack.stack import DevStack
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -86,7 +86,7 @@ KINDS = {
 ENVELOPES = {"public.iso_chaos_b": "debezium"}
 #: Tables a backfill may run on: incremental snapshots need ``debezium-upsert``.
 BACKFILLED = [t for t in TABLES if f"public.{t}" not in ENVELOPES]
-#: Points of the commit protocol a failpoint kills an instance at (``tidemark.failpoints``).
+#: Points of the commit protocol a failpoint kills an instance at (``tidemark.core.failpoints``).
 POINTS = ("batch-decided", "outputs-acked", "after-flush", "window-release")
 POISON = [
     b"{not json",

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from tidemark.config import Config
+from tidemark.core.config import Config
 
 #: ``(table, key columns)``: integer keys, and one composite (integer, text) key.
 TABLES = {"iso_chaos_a": ("id",), "iso_chaos_b": ("id",), "iso_chaos_c": ("a", "b")}

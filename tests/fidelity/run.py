@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from tests.integration.test_chunk_events import compare_under_settings
-from tidemark.cli.devstack.stack import DevStack
-from tidemark.config import Config, DevConfig, ProcessorConfig
-from tidemark.debezium_settings import CHOICES
-from tidemark.ports import free_port
-from tidemark.schema_registry import HttpRegistry, SchemaCache
+from tidemark.core.config import Config, DevConfig, ProcessorConfig
+from tidemark.core.debezium_settings import CHOICES
+from tidemark.core.ports import free_port
+from tidemark.core.schema_registry import HttpRegistry, SchemaCache
+from tidemark.devstack.stack import DevStack
 
 FORMATS = ("json", "json-schemaless", "avro")
 VALUES = [(setting, value) for setting, choices in CHOICES.items() for value in choices[1:]] + [

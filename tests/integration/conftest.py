@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tests.integration.processes import Processor
-from tidemark.cli.devstack.stack import DevStack
-from tidemark.config import Config, ProcessorConfig, SinkConfig
-from tidemark.ports import free_port
+from tidemark.core.config import Config, ProcessorConfig, SinkConfig
+from tidemark.core.ports import free_port
+from tidemark.devstack.stack import DevStack
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

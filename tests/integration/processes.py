@@ -31,13 +31,13 @@ import psycopg
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from processor.events.chunk_records import ROWS_HEADER, rows_of
-from tidemark.cli.devstack.procs import pid_alive
-from tidemark.cli.devstack.stack import DevStack
-from tidemark.config import Config, dump_config
-from tidemark.kafka import client_config, exact_end_offsets
-from tidemark.partitioners import Partitioner
-from tidemark.ports import free_port
-from tidemark.schema_registry import HttpRegistry
+from tidemark.core.config import Config, dump_config
+from tidemark.core.kafka import client_config, exact_end_offsets
+from tidemark.core.partitioners import Partitioner
+from tidemark.core.ports import free_port
+from tidemark.core.schema_registry import HttpRegistry
+from tidemark.devstack.procs import pid_alive
+from tidemark.devstack.stack import DevStack
 
 
 def without_table(config: Config, table: str) -> Config:

@@ -33,11 +33,11 @@ from tests.integration.test_snapshots import (
     source_rows,
     uncaptured_table,
 )
-from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
-from tidemark.config import TOKEN_ENV, VIEWER_TOKEN_ENV, Config
-from tidemark.kafka import producer_config
-from tidemark.topics import backfill_topic, notification_topic, output_topic
+from tidemark.core.config import TOKEN_ENV, VIEWER_TOKEN_ENV, Config
+from tidemark.core.kafka import producer_config
+from tidemark.core.topics import backfill_topic, notification_topic, output_topic
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

@@ -23,9 +23,9 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from processor.openapi import OPENAPI
 from tests.integration.processes import Processor, final_rows, pipeline_config, reconciled
 from tests.integration.test_api import TOKEN, call
-from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
-from tidemark.config import TOKEN_ENV, Config
+from tidemark.core.config import TOKEN_ENV, Config
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

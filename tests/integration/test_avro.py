@@ -41,12 +41,12 @@ from tests.integration.processes import (
 from tests.integration.test_chunk_events import SETTINGS, compare_under_settings
 from tests.integration.test_flattened import backfill_flattened
 from tidemark.cli.demo import compare_table
-from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
-from tidemark.config import Config, DevConfig, ProcessorConfig
-from tidemark.kafka import client_config
-from tidemark.ports import free_port
-from tidemark.schema_registry import HttpRegistry, SchemaCache
+from tidemark.core.config import Config, DevConfig, ProcessorConfig
+from tidemark.core.kafka import client_config
+from tidemark.core.ports import free_port
+from tidemark.core.schema_registry import HttpRegistry, SchemaCache
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tests.chaos.run import KINDS, run_chaos, schedule
-from tidemark.cli.devstack.stack import DevStack
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

@@ -26,13 +26,13 @@ from processor.snapshot.postgres.reader import PostgresChunkReader
 from processor.snapshot.postgres.values import column
 from processor.snapshot.template_event import template_event
 from tests.integration.processes import Debezium, decoder, read_topic, records_if_any, wait_for
-from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import source_lsn, wait_debezium
-from tidemark.config import Config
-from tidemark.debezium_settings import ValueSettings
-from tidemark.json_envelope import PAYLOAD_HEAD, SCHEMA_HEAD
-from tidemark.partitioners import partition_of
-from tidemark.schema_registry import SchemaCache
+from tidemark.core.config import Config
+from tidemark.core.debezium_settings import ValueSettings
+from tidemark.core.json_envelope import PAYLOAD_HEAD, SCHEMA_HEAD
+from tidemark.core.partitioners import partition_of
+from tidemark.core.schema_registry import SchemaCache
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

@@ -29,18 +29,18 @@ from tests.integration.processes import (
     reconciled,
     wait_for,
 )
-from tidemark.cli.devstack.procs import pid_alive
-from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import processor_lag
-from tidemark.errors import TopicError
-from tidemark.kafka import (
+from tidemark.core.errors import TopicError
+from tidemark.core.kafka import (
     Acknowledgements,
     client_config,
     ensure_topics,
     partition_count,
     producer_config,
 )
-from tidemark.topics import backfill_topic, dead_letter_topic
+from tidemark.core.topics import backfill_topic, dead_letter_topic
+from tidemark.devstack.procs import pid_alive
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

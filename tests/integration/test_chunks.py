@@ -13,7 +13,7 @@ import pytest
 from processor.errors import ChunkError, FilterError
 from processor.snapshot.chunk_reader import TableInfo
 from processor.snapshot.postgres.reader import PostgresChunkReader
-from tidemark.cli.devstack.stack import DevStack
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

@@ -31,11 +31,11 @@ from state.batch import BatchState
 from state.memory import MemoryPartitionStore
 from tests.integration.processes import Processor, pipeline_config, read_topic, reconciled, wait_for
 from tests.oracle import strip_resent
-from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import processor_lag
-from tidemark.errors import DeliveryError
-from tidemark.kafka import Acknowledgements, client_config, consumer_config, ensure_topics
-from tidemark.topics import backfill_topic
+from tidemark.core.errors import DeliveryError
+from tidemark.core.kafka import Acknowledgements, client_config, consumer_config, ensure_topics
+from tidemark.core.topics import backfill_topic
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

@@ -30,9 +30,9 @@ from tests.integration.browser import Browser, chromium
 from tests.integration.processes import Processor
 from tests.integration.test_api import TOKEN, VIEWER, answered
 from tests.integration.test_snapshots import snapshot_config, uncaptured_table
-from tidemark.cli.devstack.stack import DevStack
-from tidemark.config import TOKEN_ENV, VIEWER_TOKEN_ENV, Config
-from tidemark.kafka import producer_config
+from tidemark.core.config import TOKEN_ENV, VIEWER_TOKEN_ENV, Config
+from tidemark.core.kafka import producer_config
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tidemark.cli.devstack.procs import pid_alive
-from tidemark.ports import port_is_open
+from tidemark.core.ports import port_is_open
+from tidemark.devstack.procs import pid_alive
 
 
 def tidemark(

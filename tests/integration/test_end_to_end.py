@@ -19,8 +19,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from tidemark.cli.demo import apply_burst, fill, print_results, sink_and_compare
-from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
+from tidemark.devstack.stack import DevStack
 
 CUSTOMERS = 150
 

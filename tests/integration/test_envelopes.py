@@ -42,10 +42,10 @@ from tests.integration.processes import (
     wait_for,
     without_table,
 )
-from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import source_lsn, wait_caught_up, wait_debezium
-from tidemark.kafka import client_config
-from tidemark.messages import RawMessage
+from tidemark.core.kafka import client_config
+from tidemark.core.messages import RawMessage
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

@@ -26,12 +26,12 @@ from processor.snapshot.client import send_signal
 from tests.integration.processes import Processor, final_rows, reconciled, wait_for
 from tests.integration.test_api import TOKEN, call
 from tests.integration.test_snapshots import leading, notified, pipeline_config, progress
-from tidemark.cli.devstack.procs import pid_alive
-from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import source_lsn, wait_caught_up, wait_debezium
-from tidemark.config import TOKEN_ENV, Config
-from tidemark.kafka import producer_config
-from tidemark.topics import signal_topic
+from tidemark.core.config import TOKEN_ENV, Config
+from tidemark.core.kafka import producer_config
+from tidemark.core.topics import signal_topic
+from tidemark.devstack.procs import pid_alive
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

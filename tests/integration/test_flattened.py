@@ -41,12 +41,12 @@ from tests.integration.test_snapshots import (
     progress,
     uncaptured_table,
 )
-from tidemark.avro_wire import HEADER, MAGIC
-from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import source_lsn, wait_caught_up, wait_debezium
-from tidemark.config import Config, SnapshotConfig
-from tidemark.partitioners import partition_of
-from tidemark.topics import backfill_topic, dead_letter_topic
+from tidemark.core.avro_wire import HEADER, MAGIC
+from tidemark.core.config import Config, SnapshotConfig
+from tidemark.core.partitioners import partition_of
+from tidemark.core.topics import backfill_topic, dead_letter_topic
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

@@ -12,10 +12,10 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
 from tests.integration.processes import Processor, pipeline_config, run_cli, wait_for
-from tidemark.cli.devstack.stack import DevStack
-from tidemark.config import Config
-from tidemark.kafka import client_config, consumer_config, ensure_topics
-from tidemark.topics import dataplane_group
+from tidemark.core.config import Config
+from tidemark.core.kafka import client_config, consumer_config, ensure_topics
+from tidemark.core.topics import dataplane_group
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,8 @@ from pyspark.sql import SparkSession
 from spark_sink.session import create_session
 from tests.integration.processes import Processor, SinkProcess, pipeline_config
 from tidemark.cli.demo import compare_table
-from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""Consumers made by :func:`tidemark.kafka.consumer_config` keep fetching through a backlog.
+"""Consumers made by :func:`tidemark.core.kafka.consumer_config` keep fetching through a backlog.
 
 The broker here answers a fetch with a whole partition's batches, and librdkafka counts
 them against its prefetch queue (``queued.max.messages.kbytes``) far above their size.
@@ -19,8 +19,8 @@ import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
-from tidemark.cli.devstack.stack import DevStack
-from tidemark.kafka import client_config, consumer_config, ensure_topics, producer_config
+from tidemark.core.kafka import client_config, consumer_config, ensure_topics, producer_config
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

@@ -1,4 +1,4 @@
-"""Reads of a known range (:func:`tidemark.kafka.reader_config`, ``exact_end_offsets``,
+"""Reads of a known range (:func:`tidemark.core.kafka.reader_config`, ``exact_end_offsets``,
 ``read_range``): what the API's reads of the status topics are made of."""
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from tidemark.cli.devstack.stack import DevStack
-from tidemark.kafka import (
+from tidemark.core.kafka import (
     client_config,
     ensure_topics,
     exact_end_offsets,
@@ -21,6 +20,7 @@ from tidemark.kafka import (
     read_range,
     reader_config,
 )
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

@@ -34,12 +34,12 @@ from tests.integration.processes import (
 )
 from tests.integration.test_sink import assert_equal, sink_config
 from tests.integration.test_snapshots import leading, notified, source_rows, uncaptured_table
-from tidemark.cli.devstack.broker import broker_binary
-from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import processor_lag, source_lsn, wait_debezium
-from tidemark.config import Config
-from tidemark.kafka import client_config, exact_end_offsets
-from tidemark.ports import free_port
+from tidemark.core.config import Config
+from tidemark.core.kafka import client_config, exact_end_offsets
+from tidemark.core.ports import free_port
+from tidemark.devstack.broker import broker_binary
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

@@ -35,17 +35,17 @@ from tests.integration.test_recovery import check_table, position
 from tests.integration.test_snapshots import cli
 from tests.integration.workload import Table, Workload
 from tests.peak import peak_bytes
-from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
-from tidemark.config import TOKEN_ENV, Config
-from tidemark.kafka import (
+from tidemark.core.config import TOKEN_ENV, Config
+from tidemark.core.kafka import (
     Acknowledgements,
     client_config,
     ensure_topics,
     produce_waiting,
     producer_config,
 )
-from tidemark.topics import dataplane_group
+from tidemark.core.topics import dataplane_group
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

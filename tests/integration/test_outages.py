@@ -43,11 +43,11 @@ from tests.integration.test_snapshots import (
 from tests.integration.test_snapshots import source_rows as snapshot_rows
 from tests.integration.workload import Table, Workload, source_rows
 from tidemark.cli.demo import compare_table
-from tidemark.cli.devstack.procs import pid_alive
-from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
-from tidemark.kafka import RebalanceErrors, client_config, ensure_topics
-from tidemark.ports import free_port
+from tidemark.core.kafka import RebalanceErrors, client_config, ensure_topics
+from tidemark.core.ports import free_port
+from tidemark.devstack.procs import pid_alive
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

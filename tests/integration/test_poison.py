@@ -32,11 +32,11 @@ from tests.integration.processes import (
 )
 from tests.integration.test_api import TOKEN, VIEWER, call
 from tests.integration.workload import Table, Workload, source_rows
-from tidemark.cli.devstack.procs import pid_alive
-from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
-from tidemark.config import TOKEN_ENV, VIEWER_TOKEN_ENV, Config
-from tidemark.kafka import producer_config
+from tidemark.core.config import TOKEN_ENV, VIEWER_TOKEN_ENV, Config
+from tidemark.core.kafka import producer_config
+from tidemark.devstack.procs import pid_alive
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

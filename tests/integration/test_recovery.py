@@ -43,12 +43,12 @@ from tests.integration.processes import (
 )
 from tests.integration.workload import Table, Workload, source_rows
 from tests.oracle import strip_resent
-from tidemark.cli.devstack.procs import pid_alive
-from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
-from tidemark.config import Config
-from tidemark.kafka import client_config, ensure_topics
-from tidemark.ports import free_port
+from tidemark.core.config import Config
+from tidemark.core.kafka import client_config, ensure_topics
+from tidemark.core.ports import free_port
+from tidemark.devstack.procs import pid_alive
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

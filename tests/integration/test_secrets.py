@@ -26,9 +26,9 @@ from tests.integration.processes import Processor, SinkProcess, metric, wait_for
 from tests.integration.test_api import TOKEN, VIEWER, call
 from tests.integration.test_sink import sink_config
 from tests.integration.test_snapshots import leading, notified, snapshot_config, uncaptured_table
-from tidemark.cli.devstack.stack import DevStack
-from tidemark.config import TOKEN_ENV, VIEWER_TOKEN_ENV, Config
-from tidemark.ports import free_port
+from tidemark.core.config import TOKEN_ENV, VIEWER_TOKEN_ENV, Config
+from tidemark.core.ports import free_port
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

@@ -41,9 +41,9 @@ from tests.integration.processes import (
     wait_for,
 )
 from tidemark.cli.demo import compare_table
-from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import wait_caught_up
-from tidemark.config import Config, dump_config
+from tidemark.core.config import Config, dump_config
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

@@ -15,10 +15,10 @@ from pyspark.sql import SparkSession
 from spark_sink.job import Sink
 from spark_sink.session import create_session
 from tests.integration.processes import Processor
-from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import source_rows, wait_caught_up
-from tidemark.config import Config, DevConfig, ProcessorConfig
-from tidemark.ports import free_port
+from tidemark.core.config import Config, DevConfig, ProcessorConfig
+from tidemark.core.ports import free_port
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

@@ -62,11 +62,11 @@ from tests.integration.test_chunk_events import debezium_events, schema_part
 from tests.integration.workload import Table, Workload
 from tests.integration.workload import source_rows as source_rows_of
 from tests.oracle import digest, positions, strip_resent
-from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import source_lsn, wait_caught_up, wait_debezium
-from tidemark.config import Config, SnapshotConfig
-from tidemark.kafka import client_config, partition_counts
-from tidemark.topics import backfill_topic
+from tidemark.core.config import Config, SnapshotConfig
+from tidemark.core.kafka import client_config, partition_counts
+from tidemark.core.topics import backfill_topic
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ from psycopg import sql
 from processor.errors import SourceUnavailableError
 from processor.snapshot.postgres.reader import PostgresChunkReader
 from tests.certificates import Authority
-from tidemark.cli.devstack import postgres
-from tidemark.config import SourceConfig
+from tidemark.core.config import SourceConfig
+from tidemark.devstack import postgres
 
 pytestmark = pytest.mark.integration
 

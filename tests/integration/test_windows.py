@@ -27,10 +27,10 @@ from confluent_kafka.admin import AdminClient
 from processor.events.chunk_tag import ChunkTag
 from processor.events.visibility import Window
 from tests.integration.processes import Processor, metric, pipeline_config, reconciled, wait_for
-from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import processor_lag
-from tidemark.kafka import Acknowledgements, client_config, ensure_topics
-from tidemark.topics import backfill_topic
+from tidemark.core.kafka import Acknowledgements, client_config, ensure_topics
+from tidemark.core.topics import backfill_topic
+from tidemark.devstack.stack import DevStack
 
 pytestmark = pytest.mark.integration
 

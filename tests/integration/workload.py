@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from tidemark.config import Config
+from tidemark.core.config import Config
 
 
 @dataclass

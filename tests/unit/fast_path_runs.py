@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from processor.reconcile.batch import FUSED_WINDOW, Batch, Reconciler
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
-from tidemark.messages import RawMessage
+from tidemark.core.messages import RawMessage
 
 
 def decide_alike(

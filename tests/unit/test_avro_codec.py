@@ -29,10 +29,10 @@ from state.batch import BatchState
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
 from tests.unit.probe import SCHEMAS, TOPIC, frame, probe_event
-from tidemark.config import Config, ProcessorConfig
-from tidemark.errors import InputError
-from tidemark.messages import RawMessage
-from tidemark.schema_registry import MemoryRegistry, SchemaCache
+from tidemark.core.config import Config, ProcessorConfig
+from tidemark.core.errors import InputError
+from tidemark.core.messages import RawMessage
+from tidemark.core.schema_registry import MemoryRegistry, SchemaCache
 
 OUTPUT = "tidemark.reconciled.public.probe"
 

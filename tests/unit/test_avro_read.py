@@ -32,9 +32,9 @@ from processor.events.avro_codec import SCANNED
 from processor.events.avro_schemas import avro_long, envelope_layout
 from processor.events.change import DECIDING_FIELDS
 from tests.unit.probe import SCHEMAS, frame, probe_event
-from tidemark._avroread import read as compiled_read
-from tidemark._avroread import skip
-from tidemark.avro_read import (
+from tidemark.core._avroread import read as compiled_read
+from tidemark.core._avroread import skip
+from tidemark.core.avro_read import (
     CONVERTED,
     OMIT,
     RECORD,
@@ -45,10 +45,10 @@ from tidemark.avro_read import (
     read,
     write_offset_position,
 )
-from tidemark.avro_read import LONG as LONG_KIND
-from tidemark.avro_wire import read_avro
-from tidemark.errors import InputError
-from tidemark.messages import RawMessage
+from tidemark.core.avro_read import LONG as LONG_KIND
+from tidemark.core.avro_wire import read_avro
+from tidemark.core.errors import InputError
+from tidemark.core.messages import RawMessage
 
 #: ``make fuzz`` runs these properties and the byte fuzzing this many times longer.
 SCALE = int(os.environ.get("TIDEMARK_FUZZ_SCALE", "1"))

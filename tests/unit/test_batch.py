@@ -26,9 +26,9 @@ from processor.reconcile.batch import Reconciler
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
 from tests.unit.probe import SCHEMAS, TOPIC, frame, probe_event
-from tidemark.config import Config, KafkaConfig, ProcessorConfig
-from tidemark.messages import RawMessage
-from tidemark.schema_registry import MemoryRegistry, SchemaCache
+from tidemark.core.config import Config, KafkaConfig, ProcessorConfig
+from tidemark.core.messages import RawMessage
+from tidemark.core.schema_registry import MemoryRegistry, SchemaCache
 
 TP = (TOPIC, 0)
 JSON_SCHEMA = {

@@ -10,7 +10,7 @@ import pytest
 from processor.errors import SourceUnavailableError
 from processor.snapshot.chunk_reader import next_chunk_size
 from processor.snapshot.postgres.reader import PostgresChunkReader
-from tidemark.ports import free_port
+from tidemark.core.ports import free_port
 
 
 def test_chunk_size_adapts_within_bounds() -> None:

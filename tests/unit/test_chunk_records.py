@@ -14,8 +14,8 @@ from processor.events.chunk_records import (
     rows_header,
     rows_of,
 )
-from tidemark.frames import FRAMING, frame
-from tidemark.messages import RawMessage
+from tidemark.core.frames import FRAMING, frame
+from tidemark.core.messages import RawMessage
 
 TAG = object()  # a chunk tag, passed through as it is
 

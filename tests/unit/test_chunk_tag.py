@@ -14,9 +14,9 @@ from processor.reconcile.batch import Reconciler
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
 from tests.unit.probe import TOPIC, probe_event
-from tidemark.config import Config, ProcessorConfig
-from tidemark.messages import RawMessage
-from tidemark.topics import backfill_topic, backfilled_topic
+from tidemark.core.config import Config, ProcessorConfig
+from tidemark.core.messages import RawMessage
+from tidemark.core.topics import backfill_topic, backfilled_topic
 
 CONFIG = Config(processor=ProcessorConfig(pipeline="p"))
 BACKFILL = backfill_topic("p", TOPIC)

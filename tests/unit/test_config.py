@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tidemark.config import Config, load_config
-from tidemark.errors import ConfigError
+from tidemark.core.config import Config, load_config
+from tidemark.core.errors import ConfigError
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -8,7 +8,7 @@ import pytest
 from processor.errors import UnsupportedTypeError
 from processor.snapshot.chunk_reader import TableInfo
 from processor.snapshot.postgres.connect_schemas import key_and_row_fields
-from tidemark.debezium_settings import ValueSettings
+from tidemark.core.debezium_settings import ValueSettings
 
 
 def table(defaults: tuple[str | None, ...] = (None, None), primary: tuple[str, ...] = ("id",),

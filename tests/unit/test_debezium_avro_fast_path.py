@@ -35,9 +35,9 @@ from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
 from tests.unit.fast_path_runs import decide_alike
 from tests.unit.probe import SCHEMAS, TOPIC, frame, probe_event
-from tidemark.config import Config, ProcessorConfig
-from tidemark.messages import RawMessage
-from tidemark.schema_registry import MemoryRegistry, SchemaCache
+from tidemark.core.config import Config, ProcessorConfig
+from tidemark.core.messages import RawMessage
+from tidemark.core.schema_registry import MemoryRegistry, SchemaCache
 
 #: ``make fuzz`` runs these properties this many times longer.
 SCALE = int(os.environ.get("TIDEMARK_FUZZ_SCALE", "1"))

@@ -31,10 +31,10 @@ from processor.reconcile.envelopes import ENTRY
 from processor.reconcile.versions import Entry
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
-from tidemark.config import Config, ProcessorConfig
-from tidemark.messages import RawMessage
-from tidemark.schema_registry import MemoryRegistry, SchemaCache
-from tidemark.topics import backfill_topic
+from tidemark.core.config import Config, ProcessorConfig
+from tidemark.core.messages import RawMessage
+from tidemark.core.schema_registry import MemoryRegistry, SchemaCache
+from tidemark.core.topics import backfill_topic
 
 #: ``make fuzz`` runs these properties and the byte fuzzing this many times longer.
 SCALE = int(os.environ.get("TIDEMARK_FUZZ_SCALE", "1"))

@@ -27,7 +27,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tidemark.config import Config, load_config
+from tidemark.core.config import Config, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "k8s"

@@ -18,7 +18,7 @@ from processor.snapshot.encoding_check import (
     value_disagreements,
 )
 from processor.snapshot.postgres.values import column
-from tidemark.debezium_settings import CHOICES, ValueSettings
+from tidemark.core.debezium_settings import CHOICES, ValueSettings
 
 NUMERIC_12_3 = (12 << 16 | 3) + 4
 TYPES = [

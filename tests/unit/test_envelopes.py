@@ -317,7 +317,7 @@ def test_debezium_refuses_sources_that_break_its_constraints(change: Change, rea
 
 
 def test_every_envelope_has_a_step() -> None:
-    from tidemark.config import ENVELOPE_NAMES
+    from tidemark.core.config import ENVELOPE_NAMES
 
     assert set(STEPS) == set(ENVELOPE_NAMES)
 

@@ -1,4 +1,4 @@
-"""Framed key-value pairs (``tidemark/_records.c``): a round trip, and any bytes read safely."""
+"""Framed key-value pairs (``tidemark/core/_records.c``): a round trip, any bytes read safely."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tidemark.frames import FRAMING, frame, unframe, unframe_messages
-from tidemark.messages import RawMessage
+from tidemark.core.frames import FRAMING, frame, unframe, unframe_messages
+from tidemark.core.messages import RawMessage
 
 SCALE = int(os.environ.get("TIDEMARK_FUZZ_SCALE", "1"))
 

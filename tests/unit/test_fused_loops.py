@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processor.reconcile._fused import take_avro_changes, take_changes, take_fresh_rows
-from tidemark.json_scan import scan_change, scan_object
-from tidemark.messages import RawMessage
+from tidemark.core.json_scan import scan_change, scan_object
+from tidemark.core.messages import RawMessage
 
 SCALE = int(os.environ.get("TIDEMARK_FUZZ_SCALE", "1"))
 TAG = object()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 
-from tidemark.group_repair import RebalanceWatch
+from tidemark.core.group_repair import RebalanceWatch
 
 
 def stats(join_state: str) -> str:

@@ -17,8 +17,8 @@ from processor.events.source_codec import SourceCodec
 from processor.events.visibility import PgSnapshot
 from processor.snapshot.chunk_events import TableShape
 from processor.snapshot.connect_values import Column, same
-from tidemark.errors import InputError
-from tidemark.messages import RawMessage
+from tidemark.core.errors import InputError
+from tidemark.core.messages import RawMessage
 
 SCHEMA: dict[str, Any] = {
     "type": "struct",
@@ -297,7 +297,7 @@ def test_a_key_the_scanner_takes_decodes_to_the_same_bytes(
         decoded is not None
         and ordinary
         and all(abs(v) < 2**63 for v in payload.values() if type(v) is int)
-        # the scanner declines doubles beyond 1e300 (tidemark/json_scan.py)
+        # the scanner declines doubles beyond 1e300 (tidemark/core/json_scan.py)
         and all(abs(v) < 1e300 for v in payload.values() if type(v) is float)
     ):
         assert taken == decoded  # not declined

@@ -4,7 +4,7 @@ Debezium event (:func:`processor.events.change.debezium_change`).
 What the scanner takes, orjson takes, with the same values: the spans parse to the
 event's ``before`` and ``after``, the position, transaction id, snapshot kind and
 connector are the general path's; a reconciled event's op and ``after``
-(:func:`~tidemark.json_scan.scan_envelope`) are orjson's. It may decline (``None``)
+(:func:`~tidemark.core.json_scan.scan_envelope`) are orjson's. It may decline (``None``)
 what it does not judge, but it takes the events Debezium and the processor write.
 Random, mutated and truncated bytes never crash it or make it read past the end it
 was given.
@@ -32,8 +32,8 @@ from processor.events.change import (
     debezium_change,
     source_version,
 )
-from tidemark.errors import InputError
-from tidemark.json_scan import (
+from tidemark.core.errors import InputError
+from tidemark.core.json_scan import (
     AFTER,
     AFTER_END,
     BEFORE,
@@ -55,7 +55,7 @@ from tidemark.json_scan import (
     scan_object,
     sequence_version,
 )
-from tidemark.messages import RawMessage
+from tidemark.core.messages import RawMessage
 
 #: ``make fuzz`` runs these properties and the byte fuzzing this many times longer.
 SCALE = int(os.environ.get("TIDEMARK_FUZZ_SCALE", "1"))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import Producer
 
-from tidemark.errors import DeliveryError
-from tidemark.kafka import FAILURES_ONLY, Acknowledgements
+from tidemark.core.errors import DeliveryError
+from tidemark.core.kafka import FAILURES_ONLY, Acknowledgements
 
 
 def test_a_failures_only_producer_still_reports_a_record_kafka_never_acknowledged() -> None:

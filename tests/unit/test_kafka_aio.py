@@ -11,9 +11,9 @@ from faust.auth import SASLCredentials, SSLCredentials
 
 from processor.app import faust_credentials
 from tests.certificates import Authority
-from tidemark.config import load_config
-from tidemark.errors import ConfigError
-from tidemark.kafka_aio import aiokafka_settings
+from tidemark.core.config import load_config
+from tidemark.core.errors import ConfigError
+from tidemark.core.kafka_aio import aiokafka_settings
 
 
 def test_plaintext_needs_nothing() -> None:

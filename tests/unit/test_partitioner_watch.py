@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from processor.dataplane.partitioner_watch import PartitionerWatch
-from tidemark.messages import RawMessage
-from tidemark.partitioners import partition_of
+from tidemark.core.messages import RawMessage
+from tidemark.core.partitioners import partition_of
 
 KEYS = [f'{{"id":{i}}}'.encode() for i in range(40)]
 

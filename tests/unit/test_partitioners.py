@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tidemark.partitioners import (
+from tidemark.core.partitioners import (
     PARTITIONERS,
     contradiction,
     fitting,

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from processor.errors import UnsupportedTypeError
 from processor.snapshot.connect_values import VariableScale, to_avro, to_json
 from processor.snapshot.postgres.values import column
-from tidemark.debezium_settings import ValueSettings
-from tidemark.errors import ConfigError
+from tidemark.core.debezium_settings import ValueSettings
+from tidemark.core.errors import ConfigError
 
 
 def convert(type_name: str, value: object, typmod: int = -1) -> object:

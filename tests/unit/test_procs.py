@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from tidemark.cli.devstack.procs import exit_code, pid_alive, start_detached
+from tidemark.devstack.procs import exit_code, pid_alive, start_detached
 
 
 def test_a_killed_child_is_seen_killed_after_other_children_started(tmp_path: Path) -> None:

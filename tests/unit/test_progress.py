@@ -31,7 +31,7 @@ from processor.snapshot.signals import (
     StopSnapshot,
 )
 from tidemark.cli.snapshot_status import render_status
-from tidemark.config import MIN_RECORD_BYTES
+from tidemark.core.config import MIN_RECORD_BYTES
 
 
 def types(notes: list) -> list[tuple[str, str]]:  # type: ignore[type-arg]

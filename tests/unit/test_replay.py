@@ -14,8 +14,8 @@ from processor.dataplane.replay import Replays
 from processor.reconcile.batch_reads import READS_KEY, BatchReads
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
-from tidemark.messages import RawMessage
-from tidemark.topics import backfill_topic
+from tidemark.core.messages import RawMessage
+from tidemark.core.topics import backfill_topic
 
 TOPIC = "tidemark.public.t"
 BACKFILL = backfill_topic("p", TOPIC)

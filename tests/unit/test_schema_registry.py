@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.certificates import Authority
-from tidemark.cli.devstack.registry import make_server
-from tidemark.errors import RegistryError, UnknownSchemaError
-from tidemark.ports import free_port
-from tidemark.schema_registry import HttpRegistry, MemoryRegistry, SchemaCache
+from tidemark.core.errors import RegistryError, UnknownSchemaError
+from tidemark.core.ports import free_port
+from tidemark.core.schema_registry import HttpRegistry, MemoryRegistry, SchemaCache
+from tidemark.devstack.registry import make_server
 
 RECORD = {"type": "record", "name": "Row", "fields": [{"name": "id", "type": "int"}]}
 OTHER = {"type": "record", "name": "Row", "fields": [{"name": "id", "type": "long"}]}

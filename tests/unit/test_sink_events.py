@@ -22,11 +22,11 @@ from spark_sink.events import EventDecoder, RowBuilder, specs_of
 from spark_sink.reader import Range, split
 from spark_sink.schema import Spec
 from tests.unit.probe import SCHEMAS, TOPIC, frame, probe_event
-from tidemark.errors import InputError
-from tidemark.json_envelope import PAYLOAD_HEAD, SCHEMA_HEAD
-from tidemark.json_scan import scan_envelope
-from tidemark.messages import RawMessage
-from tidemark.schema_registry import MemoryRegistry, SchemaCache
+from tidemark.core.errors import InputError
+from tidemark.core.json_envelope import PAYLOAD_HEAD, SCHEMA_HEAD
+from tidemark.core.json_scan import scan_envelope
+from tidemark.core.messages import RawMessage
+from tidemark.core.schema_registry import MemoryRegistry, SchemaCache
 
 ROW = {
     "id": 1,
@@ -169,7 +169,7 @@ def test_ranges_are_cut_evenly_so_every_core_reads() -> None:
     assert split(ranges[2:], tasks=4) == ranges[2:]  # small ranges stay whole
 
 
-# -- the scanner's path (tidemark.json_scan.scan_envelope) against the splitter's ----------
+# -- the scanner's path (tidemark.core.json_scan.scan_envelope) against the splitter's ----------
 
 #: ``make fuzz`` runs the differential property this many times longer.
 SCALE = int(os.environ.get("TIDEMARK_FUZZ_SCALE", "1"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from spark_sink.session import catalog_secrets, catalog_settings, jvm_options, postgres_jar
-from tidemark.config import SinkConfig
+from tidemark.core.config import SinkConfig
 
 
 def test_a_hadoop_catalog_on_a_folder_gets_an_absolute_warehouse() -> None:

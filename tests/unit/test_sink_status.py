@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from processor.pipeline.sink_status import status_of
 from spark_sink.status import StatusBoard
-from tidemark.config import Config
+from tidemark.core.config import Config
 
 
 def test_a_table_status_starts_running_with_nothing_committed() -> None:

@@ -27,10 +27,10 @@ from processor.reconcile.versions import Entry
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
 from tests.unit.fast_path_runs import decide_alike
-from tidemark.config import Config, ProcessorConfig
-from tidemark.messages import RawMessage
-from tidemark.schema_registry import MemoryRegistry, SchemaCache
-from tidemark.topics import backfill_topic
+from tidemark.core.config import Config, ProcessorConfig
+from tidemark.core.messages import RawMessage
+from tidemark.core.schema_registry import MemoryRegistry, SchemaCache
+from tidemark.core.topics import backfill_topic
 
 TOPIC = "tidemark.public.items"
 TP = (TOPIC, 0)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from processor.web.guard import FailureLimit, Tokens
-from tidemark.config import TOKEN_ENV, VIEWER_TOKEN_ENV
-from tidemark.errors import ConfigError
+from tidemark.core.config import TOKEN_ENV, VIEWER_TOKEN_ENV
+from tidemark.core.errors import ConfigError
 
 OPERATOR = "o" * 32
 VIEWER = "v" * 40

@@ -29,9 +29,9 @@ from state.rocksdb import RocksDBBackend
 from state.store import Checkpoint, PartitionStore
 from tests.peak import peak_bytes
 from tests.unit.probe import TOPIC, probe_event
-from tidemark.config import Config, ProcessorConfig
-from tidemark.messages import RawMessage
-from tidemark.topics import backfill_topic
+from tidemark.core.config import Config, ProcessorConfig
+from tidemark.core.messages import RawMessage
+from tidemark.core.topics import backfill_topic
 
 CONFIG = Config(processor=ProcessorConfig(pipeline="p"))
 BACKFILL = backfill_topic("p", TOPIC)

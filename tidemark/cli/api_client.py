@@ -8,8 +8,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from tidemark.config import TOKEN_ENV
-from tidemark.errors import TidemarkError
+from tidemark.core.config import TOKEN_ENV
+from tidemark.core.errors import TidemarkError
 
 
 def call(base: str, method: str, path: str, body: Any = None) -> Any:

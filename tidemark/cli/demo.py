@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from tidemark.cli.devstack.stack import DevStack
 from tidemark.cli.verify import (
     TableComparison,
     compare_rows,
@@ -29,8 +28,9 @@ from tidemark.cli.verify import (
     source_rows,
     wait_caught_up,
 )
-from tidemark.config import Config
-from tidemark.ports import free_port
+from tidemark.core.config import Config
+from tidemark.core.ports import free_port
+from tidemark.devstack.stack import DevStack
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -1,12 +1,8 @@
-"""Errors of the command line, the development stack and the checks against the source."""
+"""Errors of the command line and of the checks against the source."""
 
 from __future__ import annotations
 
-from tidemark.errors import TidemarkError
-
-
-class DevStackError(TidemarkError):
-    """A component of the embedded development stack could not start or stop."""
+from tidemark.core.errors import TidemarkError
 
 
 class NotCaughtUpError(TidemarkError):

@@ -1,6 +1,6 @@
 """The ``tidemark`` command line.
 
-Every subcommand reads the configuration through :func:`tidemark.config.load_config`;
+Every subcommand reads the configuration through :func:`tidemark.core.config.load_config`;
 errors Tidemark expects (a bad configuration, a port in use, no Java) end in one
 line on stderr and exit code 2, never in a traceback.
 """
@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tidemark.config import Config, load_config
-from tidemark.errors import TidemarkError
+from tidemark.core.config import Config, load_config
+from tidemark.core.errors import TidemarkError
 
 if TYPE_CHECKING:
     from processor.pipeline.offsets import Offsets
@@ -351,7 +351,7 @@ def _offsets_delete(args: argparse.Namespace) -> int:
 
 
 def _dev_up(args: argparse.Namespace) -> int:
-    from tidemark.cli.devstack.stack import DevStack
+    from tidemark.devstack.stack import DevStack
 
     config = _config(args)
     stack = DevStack(_run_dir(args, config), config)
@@ -367,7 +367,7 @@ def _dev_up(args: argparse.Namespace) -> int:
 
 
 def _dev_down(args: argparse.Namespace) -> int:
-    from tidemark.cli.devstack.stack import DevStack
+    from tidemark.devstack.stack import DevStack
 
     config = _config(args)
     stopped = DevStack(_run_dir(args, config), config).down()
@@ -376,7 +376,7 @@ def _dev_down(args: argparse.Namespace) -> int:
 
 
 def _dev_debezium(args: argparse.Namespace) -> int:
-    from tidemark.cli.devstack.debezium import run
+    from tidemark.devstack.debezium import run
 
     config = load_config(args.config, required=True)
     run(config, Path(config.dev.run_dir))
@@ -384,7 +384,7 @@ def _dev_debezium(args: argparse.Namespace) -> int:
 
 
 def _dev_repair_groups(args: argparse.Namespace) -> int:
-    from tidemark.group_repair import repair_pipeline_groups
+    from tidemark.core.group_repair import repair_pipeline_groups
 
     config = _config(args)
     repaired = repair_pipeline_groups(config)

@@ -9,7 +9,7 @@ import orjson
 
 from processor.snapshot.client import read_state
 from processor.snapshot.progress import SnapshotState, TableProgress
-from tidemark.config import Config
+from tidemark.core.config import Config
 
 BAR = 24
 

@@ -23,9 +23,9 @@ from psycopg import sql
 
 from processor.snapshot.postgres.watermarks import confirmed_flush_lsn
 from tidemark.cli.errors import NotCaughtUpError
-from tidemark.config import Config
-from tidemark.kafka import client_config, exact_end_offsets
-from tidemark.topics import backfilled_topic, dataplane_group
+from tidemark.core.config import Config
+from tidemark.core.kafka import client_config, exact_end_offsets
+from tidemark.core.topics import backfilled_topic, dataplane_group
 
 
 def source_lsn(config: Config) -> int:

@@ -20,7 +20,7 @@ from typing import Any
 from processor.errors import UnsupportedTypeError
 from processor.snapshot.chunk_reader import TableInfo
 from processor.snapshot.postgres.values import declared_schema
-from tidemark.debezium_settings import ValueSettings
+from tidemark.core.debezium_settings import ValueSettings
 
 #: Types whose schema is one Connect type and no logical name, whatever the settings.
 _PLAIN = {

@@ -12,7 +12,7 @@ from processor.snapshot.postgres.reader import PostgresChunkReader
 from processor.snapshot.postgres.values import column
 from processor.snapshot.postgres.watermarks import PostgresWatermarkWriter
 from processor.snapshot.watermarks import WatermarkWriter
-from tidemark.config import Config
+from tidemark.core.config import Config
 
 
 class PostgresConnector(Connector):

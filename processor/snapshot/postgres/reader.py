@@ -15,7 +15,7 @@ SQL by design and is the only text taken as it is. It is checked first
 (:mod:`processor.snapshot.filters`), and every query that carries it has
 parameters, so psycopg sends it by the extended protocol, which takes exactly
 one statement: text that ended the statement could not run another. The
-session is read-only (:meth:`tidemark.config.SourceConfig.session`), and every
+session is read-only (:meth:`tidemark.core.config.SourceConfig.session`), and every
 transaction is ``READ ONLY`` on its own, so a filter that turns the session's
 default off changes no later transaction.
 """

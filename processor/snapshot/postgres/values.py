@@ -5,7 +5,7 @@ Debezium's own events, so each column is converted the way the connector
 converts it under the deployment's ``decimal.handling.mode``,
 ``time.precision.mode``, ``binary.handling.mode``, ``interval.handling.mode``,
 ``hstore.handling.mode`` (:mod:`processor.snapshot.postgres.hstore`) and
-``money.fraction.digits`` (:class:`~tidemark.debezium_settings.ValueSettings`,
+``money.fraction.digits`` (:class:`~tidemark.core.debezium_settings.ValueSettings`,
 the connector's defaults unless ``source.debezium`` says otherwise; the Java
 they follow is cited in ``docs/debezium-values.md``). :func:`column` makes, from the catalog
 type, the :class:`~processor.snapshot.connect_values.Column` that says how the
@@ -40,7 +40,7 @@ from processor.snapshot.connect_values import (
     twos_complement,
 )
 from processor.snapshot.postgres import hstore
-from tidemark.debezium_settings import ValueSettings
+from tidemark.core.debezium_settings import ValueSettings
 
 EPOCH = dt.datetime(1970, 1, 1)  # noqa: DTZ001 - timestamp without time zone
 EPOCH_DATE = dt.date(1970, 1, 1)

@@ -18,7 +18,7 @@ from psycopg import sql
 from processor.errors import SourceUnavailableError
 from processor.snapshot.postgres.reader import source_errors
 from processor.snapshot.watermarks import WatermarkWriter
-from tidemark.config import Config
+from tidemark.core.config import Config
 
 _CONFIRMED = (
     "SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = %s"
