@@ -4,9 +4,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup system-deps demo test lint bench chaos fidelity fuzz vendor clean
+.PHONY: setup system-deps demo test unit integration sanitize lint bench chaos fidelity fuzz vendor clean
 
-setup: system-deps $(VENV)/.installed
+setup: system-deps $(VENV)/.installed $(VENV)/.compiled
 
 # What a plain Debian machine lacks, installed from Debian only when missing: Java 17
 # (Spark, Debezium), PostgreSQL 15's server binaries, venv for $(PYTHON), a C compiler
@@ -27,10 +27,19 @@ system-deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
-$(VENV)/.installed: pyproject.toml setup.py tidemark/core/_jsonscan.c tidemark/core/_avroread.c
+$(VENV)/.installed: pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+# The compiled modules, built in place again whenever any C source or header changes (each
+# keeps the digest of the sources it was built from; tests/conftest.py refuses to test a
+# module built from others).
+C_SOURCES := $(shell find tidemark processor state spark_sink -name '*.[ch]')
+
+$(VENV)/.compiled: $(C_SOURCES) tidemark/core/compiled.py | $(VENV)/.installed
+	$(BIN)/python setup.py -q build_ext --inplace --force
 	touch $@
 
 demo: setup
@@ -44,8 +53,37 @@ lint: setup
 
 # Two workers, each with its own dev stack and Spark (started once per worker); a test
 # file stays on one worker. Most integration tests wait on the components, not the CPU.
+# Then the unit tests again, on modules built with the sanitizers (make sanitize).
 test: setup lint
 	$(BIN)/python -m pytest -n 2 --dist loadfile
+	$(MAKE) --no-print-directory sanitize SANITIZE_SCALE=1
+
+# The inner loop: the tests that need no real component (tests/unit), then the rest.
+unit: setup
+	$(BIN)/python -m pytest -m unit -n 2
+
+integration: setup
+	$(BIN)/python -m pytest -m integration -n 2 --dist loadfile
+
+# Every unit test (but those of glibc's allocator) against the compiled modules built with
+# AddressSanitizer and UndefinedBehaviorSanitizer, in a copy of the tree (the modules in place stay as they are),
+# fuzz tests SANITIZE_SCALE times longer. Python itself is not instrumented: ASan's
+# runtime is preloaded, and PYTHONMALLOC=malloc hands Python's allocations to it too.
+SANITIZE_SCALE ?= 10
+SANITIZE_TREE := .sanitize
+SANITIZE_CFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1
+
+sanitize: setup
+	rm -rf $(SANITIZE_TREE) && mkdir -p $(SANITIZE_TREE)
+	git ls-files -co --exclude-standard -z | tar -c --null --ignore-failed-read -T - | tar -x -C $(SANITIZE_TREE)
+	cd $(SANITIZE_TREE) && TIDEMARK_CFLAGS="$(SANITIZE_CFLAGS)" \
+	  $(CURDIR)/$(BIN)/python setup.py -q build_ext --inplace --force
+	cd $(SANITIZE_TREE) && LD_PRELOAD="$$(cc -print-file-name=libasan.so)" PYTHONMALLOC=malloc \
+	  ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  TIDEMARK_FUZZ_SCALE=$(SANITIZE_SCALE) \
+	  $(CURDIR)/$(BIN)/python -m pytest -p no:cacheprovider -m "unit and not allocator" -n 2
+	rm -rf $(SANITIZE_TREE)
 
 # The long fault schedule (tests/chaos/run.py); SEED=n repeats one. Writes bench/results/chaos.json.
 SEED ?= 1
@@ -60,14 +98,12 @@ chaos: setup
 fidelity: setup
 	$(BIN)/python -m tests.fidelity.run
 
-# The compiled scanner's and Avro reader's properties and byte fuzzing, and the fast paths'
-# equivalence with the general path, FUZZ_SCALE times longer than in make test.
+# The tests marked fuzz (the compiled modules' properties and byte fuzzing, the fused
+# paths' equivalence with the general path), FUZZ_SCALE times longer than in make test.
 FUZZ_SCALE ?= 50
 
 fuzz: setup
-	TIDEMARK_FUZZ_SCALE=$(FUZZ_SCALE) $(BIN)/python -m pytest tests/unit/test_json_scan.py \
-	  tests/unit/test_avro_read.py tests/unit/test_debezium_fast_path.py \
-	  tests/unit/test_debezium_avro_fast_path.py tests/unit/test_upsert_avro_fast_path.py
+	TIDEMARK_FUZZ_SCALE=$(FUZZ_SCALE) $(BIN)/python -m pytest -m fuzz -n 2
 
 # Quix Streams pins an older confluent-kafka, so it gets a virtualenv of its own.
 QUIX := .venv-quix
@@ -96,4 +132,4 @@ vendor:
 	rm -rf .vendor
 
 clean:
-	rm -rf $(VENV) $(QUIX) .tidemark .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) $(QUIX) $(SANITIZE_TREE) .tidemark .mypy_cache .ruff_cache .pytest_cache

@@ -13,7 +13,9 @@ after another, on the same data:
 - ``faust``: a Faust agent, ``take_events(5000)`` batches, ``send_soon``;
 - ``tidemark-<envelope>[-avro]``: Tidemark's data plane with RocksDB state, the
   changelog and the commit protocol, for ``upsert`` (flat rows),
-  ``debezium-upsert`` and ``debezium``.
+  ``debezium-upsert`` and ``debezium``; ``...-general``: the same with
+  ``processor.fused_paths`` off (every event decoded, then decided by its envelope's
+  rule), which is what the fused paths buy.
 
 Each program is measured from its first consumed message until every event is
 processed, produced and (for Tidemark) committed: events/s, CPU-seconds of its
@@ -26,7 +28,7 @@ classic envelope's state stays one mark per partition, so neither its memory
 nor its state on disk grows with the key count. Prints a table and writes
 ``bench/results/envelopes.json``.
 
-    python bench/envelopes.py [--events N] [--keys K]
+    python bench/envelopes.py [--events N] [--keys K] [--only PROGRAM ...] [--results NAME]
 """
 
 from __future__ import annotations
@@ -366,7 +368,7 @@ def faust_agent(bootstrap: str, topic: str, events: int) -> dict[str, Any]:
 
 
 def tidemark(
-    bootstrap: str, topic: str, events: int, envelope: str, registry: str
+    bootstrap: str, topic: str, events: int, envelope: str, registry: str, fused: bool
 ) -> dict[str, Any]:
     from confluent_kafka import Consumer, TopicPartition
 
@@ -386,6 +388,7 @@ def tidemark(
             "TIDEMARK_PROCESSOR__PIPELINE": pipeline,
             "TIDEMARK_PROCESSOR__ENVELOPE": envelope,
             "TIDEMARK_PROCESSOR__INPUT_PATTERN": f"^{topic}$",
+            "TIDEMARK_PROCESSOR__FUSED_PATHS": "true" if fused else "false",
         },
     )
     plane = DataPlane(config, RocksDBBackend(state_dir, config.processor.state_cache_mb << 20))
@@ -478,8 +481,10 @@ def child(program: str, bootstrap: str, topic: str, events: int, registry: str) 
         faust_agent(bootstrap, topic, events)
         return
     else:
-        envelope = program.removeprefix("tidemark-").removesuffix("-avro")
-        result = tidemark(bootstrap, topic, events, envelope, registry)
+        general = program.endswith("-general")
+        envelope = program.removeprefix("tidemark-").removesuffix("-general")
+        envelope = envelope.removesuffix("-avro")
+        result = tidemark(bootstrap, topic, events, envelope, registry, not general)
     print(json.dumps(result), flush=True)
 
 
@@ -507,6 +512,10 @@ def main() -> None:
     parser.add_argument("--keys", type=int, default=50_000)
     parser.add_argument("--faust-events", type=int, default=30_000)
     parser.add_argument("--repeat", type=int, default=3, help="runs per program (median kept)")
+    parser.add_argument("--only", nargs="+", metavar="PROGRAM", help="run only these programs")
+    parser.add_argument(
+        "--results", default="envelopes", help="bench/results/<name>.json (default: envelopes)"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     parser.add_argument("--topic", help=argparse.SUPPRESS)
@@ -547,14 +556,15 @@ def main() -> None:
             "wide": ("bench.public.items_wide", "json", n, keys * 10),
             "faust": ("bench.public.items_faust", "json", args.faust_events, keys),
         }
-        for topic, fmt, events, key_count in topics.values():
-            load(bootstrap, topic, events, key_count, fmt, ids)
         runs = [
             ("plain-loop", "json"),
             ("plain-loop", "flat"),
             ("tidemark-upsert", "flat"),
             ("tidemark-debezium-upsert", "json"),
             ("tidemark-debezium", "json"),
+            ("tidemark-upsert-general", "flat"),
+            ("tidemark-debezium-upsert-general", "json"),
+            ("tidemark-debezium-general", "json"),
             ("plain-loop", "json-toast"),
             ("tidemark-debezium-upsert", "json-toast"),
             ("plain-loop", "json-schema"),
@@ -565,10 +575,19 @@ def main() -> None:
             ("tidemark-upsert-avro", "avro-flat"),
             ("tidemark-debezium-upsert-avro", "avro"),
             ("tidemark-debezium-avro", "avro"),
+            ("tidemark-upsert-avro-general", "avro-flat"),
+            ("tidemark-debezium-upsert-avro-general", "avro"),
+            ("tidemark-debezium-avro-general", "avro"),
             ("faust", "faust"),
             ("tidemark-debezium", "wide"),
             ("tidemark-debezium-upsert", "wide"),
         ]
+        quix = QUIX_PYTHON.exists() and (not args.only or "quix-streams" in args.only)
+        if args.only:
+            runs = [(program, data) for program, data in runs if program in args.only]
+        for data in sorted({data for _, data in runs} | ({"json"} if quix else set())):
+            topic, fmt, events, key_count = topics[data]
+            load(bootstrap, topic, events, key_count, fmt, ids)
         me = [sys.executable, str(Path(__file__).resolve())]
         commands = []
         for program, data in runs:
@@ -577,10 +596,10 @@ def main() -> None:
             commands.append(
                 (program, fmt, key_count, [*cmd, "--events", str(events), "--registry", registry])
             )
-        if QUIX_PYTHON.exists():
+        if quix:
             cmd = [str(QUIX_PYTHON), "-c", QUIX_PROGRAM, bootstrap, topics["json"][0], str(n)]
             commands.append(("quix-streams", "json", keys, cmd))
-        else:
+        elif not QUIX_PYTHON.exists():
             print(f"quix-streams: not run, {QUIX_PYTHON} missing (make bench creates it)")
         # Rounds, not one program's runs back to back: drift of the machine hits all alike.
         measured: dict[str, list[dict[str, Any]]] = {}
@@ -597,8 +616,9 @@ def main() -> None:
         stop_pid(pid, broker.MARKER)
         shutil.rmtree(run_dir, ignore_errors=True)
     write_results(
-        "envelopes",
+        args.results,
         results,
+        script="bench/envelopes.py",
         events=n,
         event_bytes=len(json.dumps(debezium_event(0, 0), separators=(",", ":"))),
         partitions=PARTITIONS,

@@ -52,8 +52,11 @@ _DELETE = ord("d")
 class EventDecoder:
     """Decodes the reconciled events of one topic (any mix of JSON and Avro)."""
 
-    def __init__(self, schemas: SchemaCache | None) -> None:
+    def __init__(self, schemas: SchemaCache | None, scan: bool = True) -> None:
+        """``scan=False``: every JSON payload is parsed by the splitter, none by the compiled
+        scanner (the slow path, which the scanner is held to)."""
         self._schemas = schemas
+        self._scan = scan
         self._values = EnvelopeSplitter()
         self._keys = EnvelopeSplitter()
         self._json_schema: dict[str, Any] | None = None
@@ -74,7 +77,9 @@ class EventDecoder:
             values = self._values
             prefix = values.prefix
             schema: dict[str, Any] | None = None
-            if prefix and raw.startswith(prefix) and raw.endswith(b"}"):  # as split() reads it
+            if not self._scan:
+                scan = None
+            elif prefix and raw.startswith(prefix) and raw.endswith(b"}"):  # as split() reads it
                 scan = scan_envelope(raw, len(prefix), len(raw) - 1)
                 schema = values.schema
             elif raw.startswith(SCHEMA_HEAD):

@@ -26,12 +26,17 @@
 
 #include "avro_long.h"
 #include "jsonscan_api.h"
+#include "sources_digest.h"
 
 static const jsonscan_api *scanner;
 
 /* Entry layout (processor/reconcile/versions.py): format, major, minor (big-endian
- * int64), flags; a transaction id (int64) follows when flags has TXID. */
+ * int64), flags; a transaction id (int64) follows when flags has TXID. The module exports
+ * it as ENTRY_LAYOUT, which a test holds equal to versions.ENTRY_LAYOUT. */
 #define ENTRY_FORMAT 2
+#define MAJOR_AT 1
+#define MINOR_AT 9
+#define FLAGS_AT 17
 #define HEAD_SIZE 18
 #define TXID_SIZE 8
 #define PRESENT 1
@@ -113,11 +118,11 @@ static int judged(PyObject *stored, int64_t major, int64_t minor, const char **p
     if (!PyBytes_Check(stored)) return 2;
     const unsigned char *entry = (const unsigned char *)PyBytes_AS_STRING(stored);
     Py_ssize_t entry_len = PyBytes_GET_SIZE(stored);
-    if (entry_len < HEAD_SIZE || entry[HEAD_SIZE - 1] > (PRESENT | TXID_FLAG)) return 2;
-    int flags = entry[HEAD_SIZE - 1];
+    if (entry_len < HEAD_SIZE || entry[FLAGS_AT] > (PRESENT | TXID_FLAG)) return 2;
+    int flags = entry[FLAGS_AT];
     Py_ssize_t row_at = HEAD_SIZE + ((flags & TXID_FLAG) ? TXID_SIZE : 0);
     if (entry_len < row_at) return 2;
-    int64_t stored_major = get_be64(entry + 1), stored_minor = get_be64(entry + 9);
+    int64_t stored_major = get_be64(entry + MAJOR_AT), stored_minor = get_be64(entry + MINOR_AT);
     if (flags & PRESENT) {
         *previous = (const char *)entry + row_at;
         *previous_len = entry_len - row_at;
@@ -137,9 +142,9 @@ static PyObject *change_entry(int64_t major, int64_t minor, int txid_present, in
     if (entry == NULL) return NULL;
     unsigned char *e = (unsigned char *)PyBytes_AS_STRING(entry);
     e[0] = ENTRY_FORMAT;
-    put_be64(e + 1, major);
-    put_be64(e + 9, minor);
-    e[HEAD_SIZE - 1] = (unsigned char)((present ? PRESENT : 0) | (txid_present ? TXID_FLAG : 0));
+    put_be64(e + MAJOR_AT, major);
+    put_be64(e + MINOR_AT, minor);
+    e[FLAGS_AT] = (unsigned char)((present ? PRESENT : 0) | (txid_present ? TXID_FLAG : 0));
     if (txid_present) put_be64(e + HEAD_SIZE, txid);
     if (present) {
         memcpy(e + at, head, (size_t)head_len);
@@ -626,5 +631,17 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fused", NULL, -1, m
 PyMODINIT_FUNC PyInit__fused(void) {
     scanner = jsonscan_import();
     if (scanner == NULL) return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = with_sources_digest(PyModule_Create(&module));
+    if (m == NULL) return NULL;
+    PyObject *layout = Py_BuildValue(
+        "{s:i,s:i,s:i,s:i,s:i,s:i,s:i,s:i}", "format", ENTRY_FORMAT, "major_at", MAJOR_AT,
+        "minor_at", MINOR_AT, "flags_at", FLAGS_AT, "head_size", HEAD_SIZE, "txid_size",
+        TXID_SIZE, "present", PRESENT, "txid_flag", TXID_FLAG);
+    if (layout == NULL || PyModule_AddObjectRef(m, "ENTRY_LAYOUT", layout) < 0) {
+        Py_XDECREF(layout);
+        Py_DECREF(m);
+        return NULL;
+    }
+    Py_DECREF(layout);
+    return m;
 }

@@ -7,6 +7,11 @@ from tidemark.core.messages import RawMessage
 
 Record = tuple[str, int, bytes | None, bytes | None]
 
+#: The state entry's layout the loops read and write (``versions.ENTRY_LAYOUT``'s).
+ENTRY_LAYOUT: dict[str, int]
+#: The digest of the C sources this module was built from (:mod:`tidemark.core.compiled`).
+SOURCES_DIGEST: str
+
 def take_changes(
     group: list[RawMessage],
     entry_keys: list[bytes],

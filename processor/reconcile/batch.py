@@ -64,7 +64,7 @@ from tidemark.core.topics import backfill_topic, backfilled_topic, changelog_top
 #: Keys of ended snapshot groups deleted per partition and batch (debezium envelope).
 SEEN_PAGE = 10_000
 
-#: The fewest messages a fused path is given at a time after one it declined.
+#: The fewest messages a fused path is given at a time after one it declined (by default).
 FUSED_WINDOW = 64
 
 log = logging.getLogger(__name__)
@@ -123,6 +123,10 @@ class Reconciler:
         self.windows = WindowBuffers(config.processor.pipeline)
         #: The largest message reconciled; a larger one is dead-lettered as a reference.
         self.input_limit = config.kafka.max_record_bytes // 2
+        #: Whether the fused paths take what they can (``processor.fused_paths``).
+        self.fused = config.processor.fused_paths
+        #: The fewest messages a fused path is given at a time after one it declined.
+        self.fused_window = FUSED_WINDOW
 
     def topic(self, topic: str) -> InputTopic:
         """The :class:`InputTopic` of input ``topic`` (made on first use)."""
@@ -244,7 +248,9 @@ class Reconciler:
 
         The fused paths (:mod:`processor.reconcile.upsert_fast_path`,
         :mod:`processor.reconcile.debezium_fast_path` and their Avro twins) take what they
-        can; the general path decides what they do not (:meth:`_decide_group`)."""
+        can; the general path decides what they do not (:meth:`_decide_group`), and all of
+        it when they are switched off (``processor.fused_paths``) or have none for the
+        records (a backfill's rows of the other envelopes)."""
         if not group:
             return
         tp = (group[0].topic, group[0].partition)
@@ -258,7 +264,7 @@ class Reconciler:
         output = source.output
         last: Change | bytes | dict[str, object] | None = None  # the last change taken
         stopped = False
-        if backfill and source.envelope != "debezium-upsert":  # no fused path for its rows
+        if not self.fused or (backfill and source.envelope != "debezium-upsert"):
             dropped, stopped, last = self._decide_general(
                 source, group, group[0].offset, state, batch, reached, advance, flushed
             )
@@ -295,7 +301,7 @@ class Reconciler:
         chunk's envelope), and the fused path goes on after it. Where the fused path took
         nothing since, the general path decides the rest. The fused path is given a window
         of the messages at a time, twice what it took before the last it declined (at least
-        ``FUSED_WINDOW``), so that its set-up per call (state keys, a multi-get) stays in
+        :attr:`fused_window`), so that its set-up per call (state keys, a multi-get) stays in
         proportion to what it takes.
 
         Returns the messages dropped, whether the source was refused, and the last change
@@ -312,7 +318,7 @@ class Reconciler:
                 window *= 2
                 continue
             upto = index + 1 if taken or index == 0 else end
-            window = max(FUSED_WINDOW, 2 * taken)
+            window = max(self.fused_window, 2 * taken)
             more, stopped, general_last = self._decide_general(
                 source, group[index:upto], group[0].offset, state, batch, reached, advance, flushed
             )

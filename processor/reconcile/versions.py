@@ -56,6 +56,19 @@ _CHANGE_HEAD = struct.Struct(HEAD.format + TXID.format[1:])
 #: the row's bytes start: what a hot path reads without decoding the entry.
 CHANGE_ROW_AT = {0: HEAD.size, _PRESENT: HEAD.size, _TXID_FLAG: HEAD.size + TXID.size}
 CHANGE_ROW_AT[_PRESENT | _TXID_FLAG] = HEAD.size + TXID.size
+#: Where each part of a change's entry is, as the compiled loops read and write it:
+#: ``processor/reconcile/_fused.c`` has its own, exported as ``ENTRY_LAYOUT``, and
+#: tests/unit/test_fused_loops.py holds the two equal.
+ENTRY_LAYOUT = {
+    "format": _FORMAT,
+    "major_at": struct.calcsize(">B"),
+    "minor_at": struct.calcsize(">Bq"),
+    "flags_at": struct.calcsize(">Bqq"),
+    "head_size": HEAD.size,
+    "txid_size": TXID.size,
+    "present": _PRESENT,
+    "txid_flag": _TXID_FLAG,
+}
 
 
 class Action(enum.Enum):

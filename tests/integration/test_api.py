@@ -39,8 +39,6 @@ from tidemark.core.kafka import producer_config
 from tidemark.core.topics import backfill_topic, notification_topic, output_topic
 from tidemark.devstack.stack import DevStack
 
-pytestmark = pytest.mark.integration
-
 TOKEN = "tm-api-test-7c1d9e-5b2f80a41e6c93d7"  # noqa: S105 - a test's token
 VIEWER = "tm-api-viewer-3e8a7f10c25b94d6e1a0"  # noqa: S105 - a test's read-only token
 

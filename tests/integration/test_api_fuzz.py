@@ -27,8 +27,6 @@ from tidemark.cli.verify import wait_caught_up
 from tidemark.core.config import TOKEN_ENV, Config
 from tidemark.devstack.stack import DevStack
 
-pytestmark = pytest.mark.integration
-
 schema = schemathesis.openapi.from_dict(OPENAPI)
 #: Operations whose bodies have rules across fields or against Kafka that a schema cannot
 #: say (a condition's table among data-collections; topics and offsets of this pipeline):

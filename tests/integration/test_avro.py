@@ -48,8 +48,6 @@ from tidemark.core.ports import free_port
 from tidemark.core.schema_registry import HttpRegistry, SchemaCache
 from tidemark.devstack.stack import DevStack
 
-pytestmark = pytest.mark.integration
-
 EPOCH = dt.datetime(1970, 1, 1)  # noqa: DTZ001 - timestamp without time zone
 TABLE = """CREATE TABLE kinds (
     id integer PRIMARY KEY, small smallint, big bigint, amount numeric(12, 3),

@@ -6,13 +6,10 @@ this one runs on the session's stack and Spark, and judges the same way.
 
 from __future__ import annotations
 
-import pytest
 from pyspark.sql import SparkSession
 
 from tests.chaos.run import KINDS, run_chaos, schedule
 from tidemark.devstack.stack import DevStack
-
-pytestmark = pytest.mark.integration
 
 SEED, FAULTS = 417, 8
 

@@ -34,8 +34,6 @@ from tidemark.core.partitioners import partition_of
 from tidemark.core.schema_registry import SchemaCache
 from tidemark.devstack.stack import DevStack
 
-pytestmark = pytest.mark.integration
-
 KINDS = """CREATE TABLE {name} (
   id int, region text, i2 smallint, i8 bigint, f4 real, f8 double precision, b boolean,
   n numeric(12,3), nv numeric, money_c money, t text, vc varchar(10), ch char(3),

@@ -42,8 +42,6 @@ from tidemark.core.topics import backfill_topic, dead_letter_topic
 from tidemark.devstack.procs import pid_alive
 from tidemark.devstack.stack import DevStack
 
-pytestmark = pytest.mark.integration
-
 TABLE = "iso_framed_t"
 
 

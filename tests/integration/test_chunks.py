@@ -15,8 +15,6 @@ from processor.snapshot.chunk_reader import TableInfo
 from processor.snapshot.postgres.reader import PostgresChunkReader
 from tidemark.devstack.stack import DevStack
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="module")
 def reader(stack: DevStack) -> PostgresChunkReader:

@@ -37,8 +37,6 @@ from tidemark.core.kafka import Acknowledgements, client_config, consumer_config
 from tidemark.core.topics import backfill_topic
 from tidemark.devstack.stack import DevStack
 
-pytestmark = pytest.mark.integration
-
 
 def test_no_changelog_record_is_durable_before_the_batchs_outputs(stack: DevStack) -> None:
     config = stack.config

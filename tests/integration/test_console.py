@@ -34,8 +34,6 @@ from tidemark.core.config import TOKEN_ENV, VIEWER_TOKEN_ENV, Config
 from tidemark.core.kafka import producer_config
 from tidemark.devstack.stack import DevStack
 
-pytestmark = pytest.mark.integration
-
 TABLE = "public.iso_console_a"
 ROWS = 6000
 

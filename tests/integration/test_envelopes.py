@@ -47,8 +47,6 @@ from tidemark.core.kafka import client_config
 from tidemark.core.messages import RawMessage
 from tidemark.devstack.stack import DevStack
 
-pytestmark = pytest.mark.integration
-
 PREFIX = "tidemark.public."
 
 

@@ -19,7 +19,6 @@ import uuid
 from pathlib import Path
 
 import psycopg
-import pytest
 from confluent_kafka import Producer
 
 from processor.snapshot.client import send_signal
@@ -32,8 +31,6 @@ from tidemark.core.kafka import producer_config
 from tidemark.core.topics import signal_topic
 from tidemark.devstack.procs import pid_alive
 from tidemark.devstack.stack import DevStack
-
-pytestmark = pytest.mark.integration
 
 TABLE = "public.iso_inject_t"
 

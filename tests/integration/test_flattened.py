@@ -48,8 +48,6 @@ from tidemark.core.partitioners import partition_of
 from tidemark.core.topics import backfill_topic, dead_letter_topic
 from tidemark.devstack.stack import DevStack
 
-pytestmark = pytest.mark.integration
-
 UNWRAP = {
     "transforms": "unwrap",
     "transforms.unwrap.type": "io.debezium.transforms.ExtractNewRecordState",

@@ -7,7 +7,6 @@ import dataclasses
 import time
 import uuid
 
-import pytest
 from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
@@ -16,8 +15,6 @@ from tidemark.core.config import Config
 from tidemark.core.kafka import client_config, consumer_config, ensure_topics
 from tidemark.core.topics import dataplane_group
 from tidemark.devstack.stack import DevStack
-
-pytestmark = pytest.mark.integration
 
 
 def assigned_within(consumer: Consumer, seconds: float) -> bool:

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import psycopg
-import pytest
 from pyspark.sql import SparkSession
 
 from spark_sink.session import create_session
@@ -22,8 +21,6 @@ from tests.integration.processes import Processor, SinkProcess, pipeline_config
 from tidemark.cli.demo import compare_table
 from tidemark.cli.verify import wait_caught_up
 from tidemark.devstack.stack import DevStack
-
-pytestmark = pytest.mark.integration
 
 IMAGE = [sys.executable, str(Path(__file__).with_name("as_in_the_image.py"))]
 TABLE = "iso_image_rows"

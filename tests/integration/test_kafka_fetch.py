@@ -15,14 +15,11 @@ import logging
 import re
 import uuid
 
-import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient
 
 from tidemark.core.kafka import client_config, consumer_config, ensure_topics, producer_config
 from tidemark.devstack.stack import DevStack
-
-pytestmark = pytest.mark.integration
 
 #: Records of 4 kB (Debezium JSON with schemas is 2 to 3.5 kB): 120 MB, over the queue's 64 MB.
 RECORDS = 30_000

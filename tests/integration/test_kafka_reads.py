@@ -7,7 +7,6 @@ import threading
 import time
 import uuid
 
-import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -21,8 +20,6 @@ from tidemark.core.kafka import (
     reader_config,
 )
 from tidemark.devstack.stack import DevStack
-
-pytestmark = pytest.mark.integration
 
 
 def test_the_end_of_a_topic_written_all_the_time_is_found_while_it_is_written(

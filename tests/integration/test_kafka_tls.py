@@ -41,8 +41,6 @@ from tidemark.core.ports import free_port
 from tidemark.devstack.broker import broker_binary
 from tidemark.devstack.stack import DevStack
 
-pytestmark = pytest.mark.integration
-
 TABLE = "iso_tls_t"
 TERMINATOR = Path(__file__).parents[1] / "tls_terminator.py"
 

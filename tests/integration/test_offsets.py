@@ -15,7 +15,6 @@ from collections import Counter
 from typing import Any
 from unittest.mock import patch
 
-import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
@@ -46,8 +45,6 @@ from tidemark.core.kafka import (
 )
 from tidemark.core.topics import dataplane_group
 from tidemark.devstack.stack import DevStack
-
-pytestmark = pytest.mark.integration
 
 
 def versions(config: Config, table: Table) -> Counter[tuple[Any, ...]]:

@@ -49,8 +49,6 @@ from tidemark.core.ports import free_port
 from tidemark.devstack.procs import pid_alive
 from tidemark.devstack.stack import DevStack
 
-pytestmark = pytest.mark.integration
-
 
 def test_a_broker_pause_is_ridden_through(stack: DevStack, spark: SparkSession) -> None:
     table = Table("iso_pause_rows")

@@ -20,7 +20,6 @@ import time
 
 import orjson
 import psycopg
-import pytest
 from confluent_kafka import Producer
 
 from tests.integration.processes import (
@@ -37,8 +36,6 @@ from tidemark.core.config import TOKEN_ENV, VIEWER_TOKEN_ENV, Config
 from tidemark.core.kafka import producer_config
 from tidemark.devstack.procs import pid_alive
 from tidemark.devstack.stack import DevStack
-
-pytestmark = pytest.mark.integration
 
 BIG = 10 * 1024 * 1024
 

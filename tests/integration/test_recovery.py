@@ -25,7 +25,6 @@ import time
 from typing import Any
 
 import orjson
-import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
@@ -49,8 +48,6 @@ from tidemark.core.kafka import client_config, ensure_topics
 from tidemark.core.ports import free_port
 from tidemark.devstack.procs import pid_alive
 from tidemark.devstack.stack import DevStack
-
-pytestmark = pytest.mark.integration
 
 
 def position(event: Event) -> tuple[int, int]:

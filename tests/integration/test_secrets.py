@@ -20,7 +20,6 @@ import urllib.request
 from pathlib import Path
 
 import psycopg
-import pytest
 
 from tests.integration.processes import Processor, SinkProcess, metric, wait_for
 from tests.integration.test_api import TOKEN, VIEWER, call
@@ -29,8 +28,6 @@ from tests.integration.test_snapshots import leading, notified, snapshot_config,
 from tidemark.core.config import TOKEN_ENV, VIEWER_TOKEN_ENV, Config
 from tidemark.core.ports import free_port
 from tidemark.devstack.stack import DevStack
-
-pytestmark = pytest.mark.integration
 
 
 def without_secrets(config: Config) -> Config:

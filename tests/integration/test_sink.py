@@ -45,8 +45,6 @@ from tidemark.cli.verify import wait_caught_up
 from tidemark.core.config import Config, dump_config
 from tidemark.devstack.stack import DevStack
 
-pytestmark = pytest.mark.integration
-
 TABLES = {
     "iso_sink_evo": "id int PRIMARY KEY, name text",
     "iso_sink_bad": "id int PRIMARY KEY, label text",

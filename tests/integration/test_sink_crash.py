@@ -30,8 +30,6 @@ from tidemark.core.config import Config
 from tidemark.core.ports import free_port
 from tidemark.devstack.stack import DevStack
 
-pytestmark = pytest.mark.integration
-
 TABLE = "iso_sinkcrash_items"
 TOPIC = f"tidemark.reconciled.public.{TABLE}"
 

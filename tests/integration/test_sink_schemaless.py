@@ -20,8 +20,6 @@ from tidemark.core.config import Config, DevConfig, ProcessorConfig
 from tidemark.core.ports import free_port
 from tidemark.devstack.stack import DevStack
 
-pytestmark = pytest.mark.integration
-
 
 @pytest.fixture(scope="module")
 def schemaless(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Config]:

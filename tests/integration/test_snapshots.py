@@ -68,8 +68,6 @@ from tidemark.core.kafka import client_config, partition_counts
 from tidemark.core.topics import backfill_topic
 from tidemark.devstack.stack import DevStack
 
-pytestmark = pytest.mark.integration
-
 
 def snapshot_config(stack: DevStack, name: str, **snapshot: Any) -> Config:
     config = pipeline_config(stack, name, batch_size=500)

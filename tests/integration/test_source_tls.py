@@ -17,8 +17,6 @@ from tests.certificates import Authority
 from tidemark.core.config import SourceConfig
 from tidemark.devstack import postgres
 
-pytestmark = pytest.mark.integration
-
 
 @dataclasses.dataclass(frozen=True)
 class TlsSource:

@@ -20,7 +20,6 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
@@ -31,8 +30,6 @@ from tidemark.cli.verify import processor_lag
 from tidemark.core.kafka import Acknowledgements, client_config, ensure_topics
 from tidemark.core.topics import backfill_topic
 from tidemark.devstack.stack import DevStack
-
-pytestmark = pytest.mark.integration
 
 TABLE = "iso_winbuf_t"
 

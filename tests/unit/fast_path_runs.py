@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import Any
-from unittest import mock
 
 from hypothesis import strategies as st
 
@@ -19,14 +17,15 @@ def decide_alike(
     data: st.DataObject,
     stream: list[RawMessage],
     reconcilers: tuple[Reconciler, Reconciler],
-    general_only: Callable[[], AbstractContextManager[None]],
     seen: Callable[[Batch], Any],
 ) -> None:
-    """Decide ``stream`` (one partition) in drawn batches, rewinds among them, with the fast
-    paths (the first reconciler) and with ``general_only`` (the second), and assert that
-    each batch is ``seen`` alike, refusals too. Each store commits what its reconciler
+    """Decide ``stream`` (one partition) in drawn batches, rewinds among them, with the fused
+    paths (the first reconciler) and with the general path alone (the second, made with
+    ``processor.fused_paths`` false), and assert that each batch is ``seen`` alike, refusals
+    too. Each store commits what its reconciler
     decided, with a drawn checkpoint; a refused topic ends the run."""
     fast, general = reconcilers
+    assert fast.fused and not general.fused
     tp = (stream[0].topic, stream[0].partition)
     fast_store, general_store = MemoryPartitionStore(), MemoryPartitionStore()
     start = 0
@@ -36,11 +35,9 @@ def decide_alike(
             start = data.draw(st.integers(0, start - 1))
         groups = {tp: stream[start : start + size]}
         # The fused path's window after a message it declined, small ones among them.
-        window = data.draw(st.sampled_from([1, 2, 3, FUSED_WINDOW]))
-        with mock.patch("processor.reconcile.batch.FUSED_WINDOW", window):
-            decided = fast.decide(groups, {tp: fast_store})
-        with general_only():
-            expected = general.decide(groups, {tp: general_store})
+        fast.fused_window = data.draw(st.sampled_from([1, 2, 3, FUSED_WINDOW]))
+        decided = fast.decide(groups, {tp: fast_store})
+        expected = general.decide(groups, {tp: general_store})
         assert seen(decided) == seen(expected)
         assert fast.refused == general.refused
         if fast.refused:

@@ -15,7 +15,6 @@ import datetime
 import decimal
 import io
 import json
-import os
 import random
 import re
 import struct
@@ -31,6 +30,7 @@ from hypothesis import strategies as st
 from processor.events.avro_codec import SCANNED
 from processor.events.avro_schemas import avro_long, envelope_layout
 from processor.events.change import DECIDING_FIELDS
+from tests.unit.fuzzing import SCALE
 from tests.unit.probe import SCHEMAS, frame, probe_event
 from tidemark.core._avroread import read as compiled_read
 from tidemark.core._avroread import skip
@@ -51,7 +51,6 @@ from tidemark.core.errors import InputError
 from tidemark.core.messages import RawMessage
 
 #: ``make fuzz`` runs these properties and the byte fuzzing this many times longer.
-SCALE = int(os.environ.get("TIDEMARK_FUZZ_SCALE", "1"))
 
 INT = st.integers(-(2**31), 2**31 - 1)
 LONG = st.integers(-(2**63), 2**63 - 1)
@@ -322,6 +321,7 @@ def agrees(program: Program, parsed: Any, buf: bytes, start: int = 0) -> bool:
 # -- drawn schemas -----------------------------------------------------------------
 
 
+@pytest.mark.fuzz
 @settings(max_examples=500 * SCALE, deadline=None, suppress_health_check=list(HealthCheck))
 @given(drawn=schemas_with_bytes(), prefix=st.binary(max_size=3), suffix=st.binary(max_size=3))
 def test_drawn_values_read_as_fastavro_reads_them(
@@ -356,6 +356,7 @@ def mutations(body: bytes, rng: random.Random) -> bytes:
     return bytes(raw)
 
 
+@pytest.mark.fuzz
 @settings(max_examples=500 * SCALE, deadline=None, suppress_health_check=list(HealthCheck))
 @given(drawn=schemas_with_bytes(), seed=st.integers(0, 2**32))
 def test_mutated_and_truncated_bytes_raise_where_fastavro_raises(
@@ -397,6 +398,7 @@ rows = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.fuzz
 @settings(max_examples=100 * SCALE, deadline=None)
 @given(
     before=st.none() | rows,
@@ -429,6 +431,7 @@ def test_debezium_envelopes_read_as_fastavro_reads_them(
     assert read(KEY, key, 5) == ({"id": 7}, len(key))
 
 
+@pytest.mark.fuzz
 def test_random_bytes_raise_where_fastavro_raises() -> None:
     rng = random.Random(11)
     everything = fastavro.parse_schema(
@@ -830,6 +833,7 @@ def kind(found: Any) -> str:
     return "declined" if found is None else "raised" if isinstance(found, Exception) else "read"
 
 
+@pytest.mark.fuzz
 @settings(max_examples=300 * SCALE, deadline=None, suppress_health_check=list(HealthCheck))
 @given(drawn=schemas_with_bytes(), data=st.data(), seed=st.integers(0, 2**32))
 def test_a_read_that_keeps_some_fields_is_the_whole_read_less_the_others(

@@ -13,12 +13,9 @@ missing key. One reconciler runs with the fast paths, one without.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import decimal
 import json
-import os
-from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
@@ -34,13 +31,13 @@ from processor.reconcile.batch import Batch, Reconciler
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
 from tests.unit.fast_path_runs import decide_alike
+from tests.unit.fuzzing import SCALE
 from tests.unit.probe import SCHEMAS, TOPIC, frame, probe_event
 from tidemark.core.config import Config, ProcessorConfig
 from tidemark.core.messages import RawMessage
 from tidemark.core.schema_registry import MemoryRegistry, SchemaCache
 
 #: ``make fuzz`` runs these properties this many times longer.
-SCALE = int(os.environ.get("TIDEMARK_FUZZ_SCALE", "1"))
 
 TP = (TOPIC, 0)
 KEY_ID, VALUE_ID, NEWER_ID = 1, 2, 3
@@ -151,8 +148,9 @@ def messages(draw: st.DrawFn) -> tuple[bytes | None, bytes | None]:
     return avro_key, value
 
 
-def make_reconciler(schemas: MemoryRegistry, envelope: str) -> Reconciler:
-    config = Config(processor=ProcessorConfig(envelopes={"public.probe": envelope}))
+def make_reconciler(schemas: MemoryRegistry, envelope: str, fused: bool = True) -> Reconciler:
+    processor = ProcessorConfig(envelopes={"public.probe": envelope}, fused_paths=fused)
+    config = Config(processor=processor)
     return Reconciler(config, SchemaCache(schemas))
 
 
@@ -171,16 +169,7 @@ def seen(batch: Batch) -> dict[str, Any]:
     }
 
 
-@contextlib.contextmanager
-def general_only() -> Iterator[None]:
-    fast = "processor.reconcile.batch.avro_fast_path"
-    with (
-        mock.patch(f"{fast}.decide_debezium_upsert", lambda *_a: (0, 0, None)),
-        mock.patch(f"{fast}.decide_debezium", lambda *_a: (0, 0, None)),
-    ):
-        yield
-
-
+@pytest.mark.fuzz
 @pytest.mark.parametrize("envelope", ["debezium-upsert", "debezium"])
 @settings(max_examples=150 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
@@ -188,8 +177,8 @@ def test_the_avro_fast_path_decides_as_the_general_path(envelope: str, data: st.
     drawn = data.draw(st.lists(messages(), min_size=8, max_size=40))
     stream = [RawMessage(TOPIC, 0, offset, k, v) for offset, (k, v) in enumerate(drawn)]
     schemas = registry()
-    fast, general = make_reconciler(schemas, envelope), make_reconciler(schemas, envelope)
-    decide_alike(data, stream, (fast, general), general_only, seen)
+    fast, general = make_reconciler(schemas, envelope), make_reconciler(schemas, envelope, False)
+    decide_alike(data, stream, (fast, general), seen)
 
 
 @pytest.mark.parametrize("envelope", ["debezium-upsert", "debezium"])

@@ -11,9 +11,6 @@ One reconciler runs with the fast paths, one without.
 
 from __future__ import annotations
 
-import contextlib
-import os
-from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
@@ -31,13 +28,13 @@ from processor.reconcile.envelopes import ENTRY
 from processor.reconcile.versions import Entry
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
+from tests.unit.fuzzing import SCALE
 from tidemark.core.config import Config, ProcessorConfig
 from tidemark.core.messages import RawMessage
 from tidemark.core.schema_registry import MemoryRegistry, SchemaCache
 from tidemark.core.topics import backfill_topic
 
 #: ``make fuzz`` runs these properties and the byte fuzzing this many times longer.
-SCALE = int(os.environ.get("TIDEMARK_FUZZ_SCALE", "1"))
 
 TOPIC = "tidemark.public.items"
 TP = (TOPIC, 0)
@@ -186,8 +183,9 @@ def chunks(draw: st.DrawFn, style: str, number: int) -> list[RawMessage]:
     return [row._replace(offset=offset + i) for i, row in enumerate(rows)]
 
 
-def make_reconciler(envelope: str = "debezium-upsert") -> Reconciler:
-    config = Config(processor=ProcessorConfig(envelopes={"public.items": envelope}))
+def make_reconciler(envelope: str = "debezium-upsert", fused: bool = True) -> Reconciler:
+    processor = ProcessorConfig(envelopes={"public.items": envelope}, fused_paths=fused)
+    config = Config(processor=processor)
     return Reconciler(config, SchemaCache(MemoryRegistry()))
 
 
@@ -204,16 +202,7 @@ def seen(batch: Batch) -> dict[str, Any]:
     }
 
 
-@contextlib.contextmanager
-def general_only() -> Iterator[None]:
-    with (
-        mock.patch("processor.reconcile.batch.decide_debezium_upsert", lambda *_a: (0, 0, None)),
-        mock.patch("processor.reconcile.batch.decide_debezium", lambda *_a: (0, 0, None)),
-        mock.patch("processor.reconcile.batch.decide_chunk_rows", lambda *_a: (0, 0)),
-    ):
-        yield
-
-
+@pytest.mark.fuzz
 @pytest.mark.parametrize("envelope", ["debezium-upsert", "debezium"])
 @settings(max_examples=200 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
@@ -221,7 +210,7 @@ def test_the_fast_path_decides_as_the_general_path(envelope: str, data: st.DataO
     style = data.draw(st.sampled_from(STYLES))
     drawn = data.draw(st.lists(messages(style), min_size=1, max_size=40))
     stream = [RawMessage(TOPIC, 0, offset, k, v) for offset, (k, v) in enumerate(drawn)]
-    fast, general = make_reconciler(envelope), make_reconciler(envelope)
+    fast, general = make_reconciler(envelope), make_reconciler(envelope, fused=False)
     fast_store, general_store = MemoryPartitionStore(), MemoryPartitionStore()
     start = number = 0
     while start < len(stream):
@@ -233,8 +222,7 @@ def test_the_fast_path_decides_as_the_general_path(envelope: str, data: st.DataO
             number += 2
             groups[(BACKFILL, 0)] = data.draw(chunks(style, number))
         decided = fast.decide(groups, {TP: fast_store}, reached=lambda _tp: 1000)
-        with general_only():
-            expected = general.decide(groups, {TP: general_store}, reached=lambda _tp: 1000)
+        expected = general.decide(groups, {TP: general_store}, reached=lambda _tp: 1000)
         assert seen(decided) == seen(expected)
         assert fast.refused == general.refused
         if fast.refused:
@@ -278,13 +266,9 @@ def test_integers_beyond_64_bits_pass_exactly() -> None:
         b'"postgresql","lsn":8},"op":"c","ts_ms":1}'
     )
     for fast in (True, False):
-        reconciler = make_reconciler()
+        reconciler = make_reconciler(fused=fast)
         stream = [RawMessage(TOPIC, 0, 0, key, value)]
-        if fast:
-            batch = reconciler.decide({TP: stream}, {TP: MemoryPartitionStore()})
-        else:
-            with general_only():
-                batch = reconciler.decide({TP: stream}, {TP: MemoryPartitionStore()})
+        batch = reconciler.decide({TP: stream}, {TP: MemoryPartitionStore()})
         output = batch.records[0][3] or b""
         assert b'"after":{"id":1,"amount":' + big + b"}" in output, fast
         assert batch.states[TP].updates[b"k" + key].endswith(big + b"}")
@@ -303,12 +287,11 @@ def test_a_change_after_a_snapshot_group_ends_the_group() -> None:
 
     outcomes = []
     for fast in (True, False):
-        reconciler, store = make_reconciler("debezium"), MemoryPartitionStore()
-        with contextlib.nullcontext() if fast else general_only():
-            for offset, (lsn, snapshot) in enumerate([(8, "true"), (16, "false")]):
-                message = RawMessage(TOPIC, 0, offset, key, event(lsn, snapshot))
-                batch = reconciler.decide({TP: [message]}, {TP: store})
-                store.commit(batch.states[TP].updates, Checkpoint(None))
+        reconciler, store = make_reconciler("debezium", fused=fast), MemoryPartitionStore()
+        for offset, (lsn, snapshot) in enumerate([(8, "true"), (16, "false")]):
+            message = RawMessage(TOPIC, 0, offset, key, event(lsn, snapshot))
+            batch = reconciler.decide({TP: [message]}, {TP: store})
+            store.commit(batch.states[TP].updates, Checkpoint(None))
         outcomes.append(seen(batch))
         assert store.keys(b"s") == []  # the group's keys are gone
     assert outcomes[0] == outcomes[1]
@@ -335,11 +318,9 @@ def test_a_chunks_rows_after_its_first_take_the_fused_path(style: str) -> None:
             decoded.append(msg.offset)
             return decode(codec, msg, key)
 
-        with (
-            contextlib.nullcontext() if fast else general_only(),
-            mock.patch.object(JsonCodec, "decode", counted),
-        ):
-            batch = make_reconciler().decide({(BACKFILL, 0): rows}, {TP: MemoryPartitionStore()})
+        reconciler = make_reconciler(fused=fast)
+        with mock.patch.object(JsonCodec, "decode", counted):
+            batch = reconciler.decide({(BACKFILL, 0): rows}, {TP: MemoryPartitionStore()})
         outcomes.append(seen(batch))
         assert decoded == ([0, 30] if fast else list(range(50)))
     assert outcomes[0] == outcomes[1]
@@ -359,8 +340,7 @@ def test_a_chunk_row_older_than_a_pending_change_asks_again() -> None:
     for fast in (True, False):
         store = MemoryPartitionStore()
         store.commit({ENTRY + orjson.dumps({"id": 1}): pending}, Checkpoint(None))
-        with contextlib.nullcontext() if fast else general_only():
-            batch = make_reconciler().decide({(BACKFILL, 0): rows}, {TP: store})
+        batch = make_reconciler(fused=fast).decide({(BACKFILL, 0): rows}, {TP: store})
         outcomes.append(seen(batch))
     assert outcomes[0] == outcomes[1]
     assert outcomes[0]["read_again"] == {TP: {b'{"id":1}': {"id": 1}}}

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import random
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit.fuzzing import SCALE
 from tidemark.core.frames import FRAMING, frame, unframe, unframe_messages
 from tidemark.core.messages import RawMessage
-
-SCALE = int(os.environ.get("TIDEMARK_FUZZ_SCALE", "1"))
 
 pairs = st.lists(st.tuples(st.binary(max_size=300), st.binary(max_size=300)), max_size=20)
 
@@ -28,6 +26,7 @@ def test_frames_give_their_pairs_back(
     assert unframe(buf) == [part for pair in framed[start:stop] for part in pair]
 
 
+@pytest.mark.fuzz
 @settings(max_examples=300 * SCALE)
 @given(pairs.filter(bool), st.data())
 def test_cut_or_changed_frames_are_refused_or_read_as_frames(
@@ -50,6 +49,7 @@ def test_cut_or_changed_frames_are_refused_or_read_as_frames(
         assert frame(again, 0, len(again)) == bytes(buf)
 
 
+@pytest.mark.fuzz
 def test_random_bytes_do_not_crash_it() -> None:
     chance = random.Random(24)
     for _ in range(20_000 * SCALE):
@@ -71,6 +71,7 @@ def test_frame_refuses_what_is_not_pairs_of_bytes() -> None:
         unframe("text")  # type: ignore[arg-type]
 
 
+@pytest.mark.fuzz
 @settings(max_examples=300 * SCALE)
 @given(pairs, st.data())
 def test_frames_as_messages_are_unframes_pairs(

@@ -17,11 +17,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processor.reconcile._fused import take_avro_changes, take_changes, take_fresh_rows
+from processor.reconcile import versions
+from processor.reconcile._fused import (
+    ENTRY_LAYOUT,
+    take_avro_changes,
+    take_changes,
+    take_fresh_rows,
+)
+from processor.reconcile.versions import Entry
+from tests.unit.fuzzing import SCALE
 from tidemark.core.json_scan import scan_change, scan_object
 from tidemark.core.messages import RawMessage
 
-SCALE = int(os.environ.get("TIDEMARK_FUZZ_SCALE", "1"))
 TAG = object()
 HEAD, TAIL = b'{"before":null,"after":', b',"op":"r"}'
 
@@ -86,6 +93,7 @@ items = st.one_of(
 )
 
 
+@pytest.mark.fuzz
 @settings(max_examples=300 * SCALE)
 @given(
     st.lists(
@@ -141,6 +149,18 @@ def test_a_change_of_a_key_without_an_entry_is_applied_with_its_before_replaced(
     assert updates == {b"ek": head + b"\x03" + (9).to_bytes(8, "big") + b'{"id":1,"v":"x"}'}
     payload = change().replace(b'"before":{"id":1}', b'"before":null')[:-1]
     assert records == [("out", 0, b"k", payload + b"[0|7|5,5|applied]")]
+
+
+def test_the_loops_keep_the_state_entry_in_the_layout_of_the_rules() -> None:
+    """The layout is written in C and in Python: both name the same, and the entries the
+    loop writes are those the rules encode, and decode back."""
+    assert ENTRY_LAYOUT == versions.ENTRY_LAYOUT
+    _t, applied, _r = take([row(change(), key=b"k")], {b"ek": None})
+    _t, deleted, _r = take([row(change(None, "d"), key=b"k")], {b"ek": None})
+    row_entry = Entry((5, 5), b'{"id":1,"v":"x"}', txid=9)
+    assert applied[b"ek"] == row_entry.encode()
+    assert Entry.decode(applied[b"ek"] or b"") == row_entry
+    assert deleted[b"ek"] == Entry((5, 5), None).encode()
 
 
 def test_a_delete_emits_its_tombstone_and_keeps_no_row() -> None:
@@ -200,6 +220,7 @@ def test_a_tombstone_is_taken_with_nothing_emitted() -> None:
     assert take([row(None, key=b"k")], {}) == ((1, 0, -1, 0), {}, [])
 
 
+@pytest.mark.fuzz
 @settings(max_examples=300 * SCALE)
 @given(
     st.lists(
@@ -307,6 +328,7 @@ def test_an_avro_change_it_does_not_decide_stops_it_with_nothing_written(
     assert avro_take([avro_change()], cache, key) == (outcome, {}, [])
 
 
+@pytest.mark.fuzz
 @settings(max_examples=200 * SCALE)
 @given(
     st.lists(

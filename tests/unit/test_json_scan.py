@@ -13,7 +13,6 @@ was given.
 from __future__ import annotations
 
 import json
-import os
 import random
 import string
 from typing import Any
@@ -32,6 +31,7 @@ from processor.events.change import (
     debezium_change,
     source_version,
 )
+from tests.unit.fuzzing import SCALE
 from tidemark.core.errors import InputError
 from tidemark.core.json_scan import (
     AFTER,
@@ -58,7 +58,6 @@ from tidemark.core.json_scan import (
 from tidemark.core.messages import RawMessage
 
 #: ``make fuzz`` runs these properties and the byte fuzzing this many times longer.
-SCALE = int(os.environ.get("TIDEMARK_FUZZ_SCALE", "1"))
 
 
 def json_values_with(floats: st.SearchStrategy[float]) -> st.SearchStrategy[Any]:
@@ -140,6 +139,7 @@ def general(payload: Any, raw: bytes) -> Any:
         return exc
 
 
+@pytest.mark.fuzz
 @settings(max_examples=400 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(event=events)
 def test_what_the_scanner_takes_the_general_path_reads_the_same(event: dict[str, Any]) -> None:
@@ -204,6 +204,7 @@ columns = st.one_of(
 )
 
 
+@pytest.mark.fuzz
 @settings(max_examples=200 * SCALE, deadline=None)
 @given(
     row=st.dictionaries(st.text(max_size=8), columns, max_size=6),
@@ -257,6 +258,7 @@ def envelope_oracle(payload: dict[str, Any]) -> tuple[int, bool, Any]:
     return code, isinstance(after, dict), after
 
 
+@pytest.mark.fuzz
 @settings(max_examples=400 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(event=reconciled_events)
 def test_what_the_envelope_scan_takes_orjson_reads_the_same(event: dict[str, Any]) -> None:
@@ -280,6 +282,7 @@ def test_what_the_envelope_scan_takes_orjson_reads_the_same(event: dict[str, Any
                 assert (after, after_end) == (-1, -1)
 
 
+@pytest.mark.fuzz
 @settings(max_examples=300 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     event=st.fixed_dictionaries(
@@ -351,6 +354,7 @@ def test_the_envelope_scan_reads_op_and_after_exactly() -> None:
     assert scan_envelope(raw, 2, len(raw) - 3) is None  # the slice ends in the row
 
 
+@pytest.mark.fuzz
 @settings(max_examples=300 * SCALE, deadline=None)
 @given(doc=plain_json_values)
 def test_an_object_is_taken_exactly_when_orjson_reads_one(doc: Any) -> None:
@@ -358,6 +362,7 @@ def test_an_object_is_taken_exactly_when_orjson_reads_one(doc: Any) -> None:
         assert scan_object(raw, 0, len(raw)) == isinstance(doc, dict)
 
 
+@pytest.mark.fuzz
 @settings(max_examples=300 * SCALE, deadline=None)
 @given(
     doc=plain_json_values
@@ -382,6 +387,7 @@ def test_a_bare_key_is_taken_only_as_an_object_without_an_envelopes_members(doc:
             assert taken
 
 
+@pytest.mark.fuzz
 @settings(max_examples=300 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(event=events | reconciled_events, seed=st.integers(0, 2**32))
 def test_mutated_and_truncated_bytes_are_never_taken_wrongly(
@@ -419,6 +425,7 @@ def test_mutated_and_truncated_bytes_are_never_taken_wrongly(
                     assert found[3] <= end and orjson.loads(data[found[2] : found[3]]) == after
 
 
+@pytest.mark.fuzz
 def test_random_bytes_do_not_crash_it() -> None:
     rng = random.Random(7)
     alphabet = b'{}[]":,\\ntrufalse0123456789-+.eE \t\n\x00\x7f\x80\xbf\xc2\xe0\xed\xf0\xf4\xff'
@@ -507,6 +514,7 @@ elements = st.one_of(
 )
 
 
+@pytest.mark.fuzz
 @settings(max_examples=500 * SCALE, deadline=None)
 @given(
     sequence=st.one_of(

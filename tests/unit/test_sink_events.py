@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import decimal
 import json
-import os
 import random
 from typing import Any
 from unittest import mock
@@ -21,6 +20,7 @@ from spark_sink.errors import SchemaDrift, TableStop
 from spark_sink.events import EventDecoder, RowBuilder, specs_of
 from spark_sink.reader import Range, split
 from spark_sink.schema import Spec
+from tests.unit.fuzzing import SCALE
 from tests.unit.probe import SCHEMAS, TOPIC, frame, probe_event
 from tidemark.core.errors import InputError
 from tidemark.core.json_envelope import PAYLOAD_HEAD, SCHEMA_HEAD
@@ -172,7 +172,6 @@ def test_ranges_are_cut_evenly_so_every_core_reads() -> None:
 # -- the scanner's path (tidemark.core.json_scan.scan_envelope) against the splitter's ----------
 
 #: ``make fuzz`` runs the differential property this many times longer.
-SCALE = int(os.environ.get("TIDEMARK_FUZZ_SCALE", "1"))
 
 
 def _output_schema(fields: list[dict[str, Any]]) -> dict[str, Any]:
@@ -331,10 +330,7 @@ def _outcome(decoder: EventDecoder, message: RawMessage) -> Any:
     return deleted, repr(row), specs  # repr: 1, 1.0 and True differ
 
 
-def _declined(buf: bytes, start: int, end: int) -> None:
-    return None
-
-
+@pytest.mark.fuzz
 @settings(max_examples=300 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batch=st.lists(st.tuples(reconciled_values(), keys), min_size=1, max_size=8))
 def test_the_scanner_decodes_as_the_splitter_does(
@@ -342,11 +338,10 @@ def test_the_scanner_decodes_as_the_splitter_does(
 ) -> None:
     """The same :data:`Decoded`, or the same error, message by message through one decoder
     (schema prefixes learned and replaced as they come), with and without the scanner."""
-    scanning, splitting = EventDecoder(None), EventDecoder(None)
+    scanning, splitting = EventDecoder(None), EventDecoder(None, scan=False)
     for offset, (value, key) in enumerate(batch):
         message = RawMessage(TOPIC, 0, offset, key, value)
-        with mock.patch.object(events, "scan_envelope", _declined):
-            expected = _outcome(splitting, message)
+        expected = _outcome(splitting, message)
         assert _outcome(scanning, message) == expected
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 #: Run in a process of its own: what it frees, and what the allocator keeps, is its alone.
 _FREE_A_CHUNK = """
 import os, sys
@@ -28,6 +30,7 @@ def _given_back_mb(mode: str) -> int:
     return int(done.stdout)
 
 
+@pytest.mark.allocator
 def test_memory_a_chunk_freed_stays_with_the_process_for_the_next_chunk() -> None:
     assert _given_back_mb("default") >= 50  # glibc's own thresholds give it back
     assert _given_back_mb("keep") <= 5

@@ -12,11 +12,8 @@ path, one without.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
@@ -31,13 +28,13 @@ from processor.reconcile.batch import Batch, Reconciler
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
 from tests.unit.fast_path_runs import decide_alike
+from tests.unit.fuzzing import SCALE
 from tests.unit.probe import frame
 from tidemark.core.config import Config, ProcessorConfig
 from tidemark.core.messages import RawMessage
 from tidemark.core.schema_registry import MemoryRegistry, SchemaCache
 
 #: ``make fuzz`` runs this property this many times longer.
-SCALE = int(os.environ.get("TIDEMARK_FUZZ_SCALE", "1"))
 
 TOPIC = "tidemark.public.rows"
 TP = (TOPIC, 0)
@@ -113,8 +110,10 @@ def messages(draw: st.DrawFn, kind: str) -> tuple[bytes | None, bytes | None]:
     return avro_key, value
 
 
-def make_reconciler(schemas: MemoryRegistry) -> Reconciler:
-    config = Config(processor=ProcessorConfig(envelopes={"public.rows": "upsert"}))
+def make_reconciler(schemas: MemoryRegistry, fused: bool = True) -> Reconciler:
+    config = Config(
+        processor=ProcessorConfig(envelopes={"public.rows": "upsert"}, fused_paths=fused)
+    )
     return Reconciler(config, SchemaCache(schemas))
 
 
@@ -145,13 +144,7 @@ def _blank_ts(value: bytes | None) -> bytes | None:
     return re.sub(rb'"ts_ms":\d+', b'"ts_ms":0', value)
 
 
-@contextlib.contextmanager
-def general_only() -> Iterator[None]:
-    fast = "processor.reconcile.batch.upsert_avro_fast_path.decide_flat"
-    with mock.patch(fast, lambda *_a: (0, 0)):
-        yield
-
-
+@pytest.mark.fuzz
 @pytest.mark.parametrize("kind", ["row", "flat"])
 @settings(max_examples=150 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
@@ -159,8 +152,8 @@ def test_the_avro_fast_path_decides_as_the_general_path(kind: str, data: st.Data
     drawn = data.draw(st.lists(messages(kind), min_size=8, max_size=40))
     stream = [RawMessage(TOPIC, 0, offset, k, v) for offset, (k, v) in enumerate(drawn)]
     schemas = registry()
-    fast, general = make_reconciler(schemas), make_reconciler(schemas)
-    decide_alike(data, stream, (fast, general), general_only, seen)
+    fast, general = make_reconciler(schemas), make_reconciler(schemas, fused=False)
+    decide_alike(data, stream, (fast, general), seen)
     assert fast.refused == {}  # upsert refuses no source
 
 
@@ -218,11 +211,10 @@ def test_a_delete_of_a_key_without_a_row_is_written_in_the_schema_met_before_it(
     ]
     events = []
     for cuts in ([stream], [stream[:2], stream[2:]]):
-        reconciler, store = make_reconciler(registry()), MemoryPartitionStore()
+        reconciler, store = make_reconciler(registry(), fused=False), MemoryPartitionStore()
         records = []
         for group in cuts:
-            with general_only():
-                batch = reconciler.decide({TP: group}, {TP: store})
+            batch = reconciler.decide({TP: group}, {TP: store})
             store.commit(batch.states[TP].updates, Checkpoint(None))
             records += batch.records
         events.append([value for _t, _p, _k, value in records])

@@ -12,11 +12,10 @@ but for ``ts_ms`` (the processing time).
 from __future__ import annotations
 
 import re
-from contextlib import AbstractContextManager
 from typing import Any
-from unittest import mock
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +26,7 @@ from processor.reconcile.versions import Entry
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
 from tests.unit.fast_path_runs import decide_alike
+from tests.unit.fuzzing import SCALE
 from tidemark.core.config import Config, ProcessorConfig
 from tidemark.core.messages import RawMessage
 from tidemark.core.schema_registry import MemoryRegistry, SchemaCache
@@ -79,8 +79,10 @@ keys = st.one_of(
 )
 
 
-def make_reconciler() -> Reconciler:
-    config = Config(processor=ProcessorConfig(envelopes={"public.items": "upsert"}))
+def make_reconciler(fused: bool = True) -> Reconciler:
+    config = Config(
+        processor=ProcessorConfig(envelopes={"public.items": "upsert"}, fused_paths=fused)
+    )
     return Reconciler(config, SchemaCache(MemoryRegistry()))
 
 
@@ -99,19 +101,15 @@ def seen(batch: Batch) -> dict[str, Any]:
     }
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.fuzz
+@settings(max_examples=150 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_the_fast_path_decides_as_the_general_path(data: st.DataObject) -> None:
     messages = data.draw(st.lists(st.tuples(keys, values), min_size=1, max_size=40))
     stream = [RawMessage(TOPIC, 0, offset, k, v) for offset, (k, v) in enumerate(messages)]
     # The checkpoint decide_alike draws says the outputs were flushed, or not yet (a crash
     # between flush and checkpoint, whose replay is emitted again).
-    decide_alike(data, stream, (make_reconciler(), make_reconciler()), general_only, seen)
-
-
-def general_only() -> AbstractContextManager[object]:
-    """The general path alone: the fused loop takes nothing."""
-    return mock.patch("processor.reconcile.batch.decide_flat", lambda *_args: (0, 0))
+    decide_alike(data, stream, (make_reconciler(), make_reconciler(fused=False)), seen)
 
 
 def test_rows_go_to_state_and_output_as_the_input_bytes() -> None:

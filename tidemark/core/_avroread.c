@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "avro_long.h"
+#include "sources_digest.h"
 
 #define MAX_DEPTH 200
 #define ZERO_SIZE_CAP 4096
@@ -775,5 +776,5 @@ PyMODINIT_FUNC PyInit__avroread(void) {
         Py_DECREF(m);
         return NULL;
     }
-    return m;
+    return with_sources_digest(m);
 }

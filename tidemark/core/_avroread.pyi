@@ -3,6 +3,9 @@
 from collections.abc import Sequence
 from typing import Any
 
+#: The digest of the C sources this module was built from (:mod:`tidemark.core.compiled`).
+SOURCES_DIGEST: str
+
 class AvroReadError(ValueError): ...
 
 class Program:

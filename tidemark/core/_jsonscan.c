@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "jsonscan_api.h"
+#include "sources_digest.h"
 
 #define MAX_DEPTH 256
 
@@ -771,5 +772,5 @@ PyMODINIT_FUNC PyInit__jsonscan(void) {
         Py_DECREF(m);
         return NULL;
     }
-    return m;
+    return with_sources_digest(m);
 }

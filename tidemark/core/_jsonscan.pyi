@@ -3,6 +3,9 @@
 Scan = tuple[int, int, int, int, bool, int, int, int, int | None, int, int, int, int, int]
 Envelope = tuple[int, bool, int, int]
 
+#: The digest of the C sources this module was built from (:mod:`tidemark.core.compiled`).
+SOURCES_DIGEST: str
+
 def scan_change(buf: bytes, start: int, end: int) -> Scan | None: ...
 def scan_envelope(buf: bytes, start: int, end: int) -> Envelope | None: ...
 def scan_object(buf: bytes, start: int, end: int) -> bool: ...

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "sources_digest.h"
+
 static uint32_t murmur2(const unsigned char *data, size_t length) {
     const uint32_t m = 0x5bd1e995;
     const int r = 24;
@@ -263,5 +265,5 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__records(void) {
     init_crc_table();
-    return PyModule_Create(&module);
+    return with_sources_digest(PyModule_Create(&module));
 }

@@ -5,6 +5,9 @@ from typing import Any, TypeVar
 
 T = TypeVar("T", bound=tuple[Any, ...])
 
+#: The digest of the C sources this module was built from (:mod:`tidemark.core.compiled`).
+SOURCES_DIGEST: str
+
 def frame(pairs: list[tuple[bytes, bytes]], start: int, stop: int) -> bytes: ...
 def unframe(buf: bytes) -> list[bytes] | None: ...
 def unframe_messages(

@@ -177,6 +177,11 @@ class ProcessorConfig:
     #: 16 rows: :data:`processor.events.chunk_records.ROWS_PER_RECORD`).
     batch_size: int = 5000
     batch_timeout_ms: int = 100
+    #: The fused paths: compiled loops that decode and decide each envelope's common cases
+    #: in one pass (:mod:`processor.reconcile.batch`). ``false`` decides every message on the
+    #: general path (decode, then the envelope's rule): the same outputs and state, at a
+    #: lower rate; a way to rule a fused loop out.
+    fused_paths: bool = True
 
 
 @dataclass(frozen=True)
