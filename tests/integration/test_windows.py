@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import psycopg
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
@@ -106,3 +107,27 @@ def test_buffered_window_rows_survive_crashes_and_follow_ddd3s_rule(stack: DevSt
     snapshots = [e for e in events if e.value and e.value["tidemark"]["reason"] == "snapshot"]
     # At least once: the crash mid-release may show the released rows twice, never less.
     assert {e.key["id"] for e in snapshots} == {1, 4, 5, 6, 7, 8}
+
+
+def test_a_window_close_is_waited_for_past_its_commit_record(stack: DevStack) -> None:
+    """The position the reader waits for Debezium to confirm after a window-close row must
+    lie past that row's commit record. Under ``synchronous_commit = off`` (the development
+    cluster's setting, and a common one) a commit returns before its record is written, so
+    the WAL *write* position lags it: waiting for that let the reader note the change
+    topics' ends before Debezium had the changes below the window."""
+    from processor.snapshot.postgres.watermarks import PostgresWatermarkWriter
+
+    config = pipeline_config(stack, "closepos")
+    writer = PostgresWatermarkWriter(config)
+    try:
+        with psycopg.connect(**config.source.conninfo(), autocommit=True) as probe:
+            for n in range(20):
+                writer.insert(f"closepos-{n}", "snapshot-window-close", "{}")
+                # Inserted WAL reaches past the row's commit record by now.
+                inserted = probe.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn")
+                past_commit = int(inserted.fetchone()[0])  # type: ignore[index]
+                waited_for = writer.commit_position()
+                assert waited_for >= past_commit, (n, waited_for, past_commit)
+                writer.delete((f"closepos-{n}",))
+    finally:
+        writer.close()

@@ -14,26 +14,30 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import psycopg
 from confluent_kafka import Consumer, TopicPartition
 from psycopg import sql
 
-from processor.snapshot.postgres.watermarks import confirmed_flush_lsn
+from processor.snapshot.postgres.watermarks import committed_position, confirmed_flush_lsn
 from tidemark.cli.errors import NotCaughtUpError
 from tidemark.core.config import Config
 from tidemark.core.kafka import client_config, exact_end_offsets
 from tidemark.core.topics import backfilled_topic, dataplane_group
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
 
 def source_lsn(config: Config) -> int:
-    """PostgreSQL's current WAL position."""
+    """A WAL position past the commit of every transaction committed by now
+    (:func:`~processor.snapshot.postgres.watermarks.committed_position`: with the write
+    position, Debezium's slot had often confirmed it already under ``synchronous_commit =
+    off``, and :func:`wait_caught_up` returned before the latest changes reached Kafka)."""
     with psycopg.connect(**config.source.conninfo()) as conn:
-        row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
-        assert row is not None
-        return int(row[0])
+        return committed_position(conn)
 
 
 def wait_debezium(config: Config, lsn: int, timeout: float = 120) -> None:
@@ -82,7 +86,13 @@ def processor_lag(config: Config) -> dict[str, int]:
 
 
 def wait_caught_up(config: Config, timeout: float = 180) -> None:
-    """Wait until every source change up to now went through Debezium and the processor."""
+    """Wait until every source change up to now went through Debezium and the processor.
+
+    Every transaction committed before the call ends at or before :func:`source_lsn`; once the
+    slot confirmed it, their events are in Kafka (:func:`wait_debezium`), in topics listed
+    from then on; and the data plane commits an input offset only after the outputs of
+    the messages before it were acknowledged.
+    """
     deadline = time.monotonic() + timeout
     wait_debezium(config, source_lsn(config), timeout)
     while time.monotonic() < deadline:

@@ -261,7 +261,7 @@ def processor_grants(role: str, signal_table: str) -> list[sql.Composed]:
     table of the cluster's owner, also those created later), ``INSERT`` and ``DELETE`` on
     Tidemark's signal table (signal-table watermarks only). Reading the replication slot's
     position (``pg_replication_slots``), ``pg_current_snapshot()`` and
-    ``pg_current_wal_lsn()`` need no grant."""
+    ``pg_current_wal_insert_lsn()`` need no grant."""
     who = sql.Identifier(role)
     return [
         sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA public TO {}").format(who),

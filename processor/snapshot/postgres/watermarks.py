@@ -25,6 +25,17 @@ _CONFIRMED = (
 )
 
 
+def committed_position(conn: psycopg.Connection[Any]) -> int:
+    """A WAL position at or past the commit record of every transaction committed so far:
+    the insert position. Not ``pg_current_wal_lsn()``, the write position: a commit under
+    ``synchronous_commit = off`` returns before its record is written, so the write
+    position can lie behind changes already committed, and a slot that confirmed it may
+    not have them."""
+    row = conn.execute("SELECT pg_current_wal_insert_lsn() - '0/0'::pg_lsn").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def confirmed_flush_lsn(conn: psycopg.Connection[Any], slot: str) -> int | None:
     """The position up to which the replication slot ``slot`` has been confirmed."""
     row = conn.execute(_CONFIRMED, (slot,)).fetchone()
@@ -52,12 +63,16 @@ class PostgresWatermarkWriter(WatermarkWriter):
         with source_errors(f"signal-table watermarks, writing the {kind} row"):
             self._conn.execute(self._insert, (row_id, kind, data))
 
-    def wait_captured(self) -> None:
-        """Wait until the replication slot has confirmed the WAL position of now."""
+    def commit_position(self) -> int:
+        """A position past the commit of every row this writer has written
+        (:func:`committed_position`)."""
         with source_errors("signal-table watermarks, the WAL position"):
-            row = self._conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
-        assert row is not None
-        lsn = int(row[0])
+            return committed_position(self._conn)
+
+    def wait_captured(self) -> None:
+        """Wait until the replication slot has confirmed every row written so far: then
+        every change committed before them is in Kafka."""
+        lsn = self.commit_position()
         deadline = time.monotonic() + self._confirm_timeout
         while True:
             with source_errors("signal-table watermarks, reading the replication slot"):
