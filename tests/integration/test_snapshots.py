@@ -29,10 +29,12 @@ table's event layout from.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
@@ -892,23 +894,47 @@ def doc_rows(config: Config, name: str) -> dict[tuple[Any, ...], dict[str, Any]]
     return {(r[0],): {"id": r[0], "n": r[1], "doc": r[2]} for r in rows}
 
 
+@contextlib.contextmanager
+def backfill_paused(config: Config, table: str, request: str) -> Iterator[TableProgress]:
+    """The snapshot paused for the block, and ``table``'s progress in ``request`` then:
+    still running, nothing read meanwhile. Paused means quiet: the coordinator records the
+    part being read before it sends PAUSED, and with one reader a progress record that says
+    paused follows that part. Resumed after the block."""
+    assert config.snapshot.readers == 1
+    pause = send_signal(config, "pause-snapshot", {"type": "incremental"})
+
+    def quiet() -> bool:
+        state = read_state(config)
+        return bool(notified(config, "PAUSED", pause)) and state is not None and state.paused
+
+    wait_for("the pause", quiet)
+    entry = progress(config, table, request)
+    assert entry.status == "running", f"the backfill is not running when paused: {entry}"
+    yield entry
+    assert progress(config, table, request).chunks == entry.chunks, "read while paused"
+    send_signal(config, "resume-snapshot", {"type": "incremental"})
+
+
 def test_columns_added_and_dropped_during_a_backfill_shape_the_rows_read_after(
     stack: DevStack, spark: Any
 ) -> None:
     """``ALTER TABLE ... ADD COLUMN``, ``DROP COLUMN`` and ``ALTER ... TYPE bigint`` while a
-    table is backfilled under a concurrent workload: the part being read is read again with
-    the new columns, rows read after each change carry the new columns (and types) as
-    Debezium's events do, the backfill completes, and the reconciled topic and the Iceberg
-    table end equal to the source."""
+    table is backfilled under a concurrent workload (the first while chunks are read, the
+    others while the backfill is paused with rows left to read, so that its end cannot come
+    first): the first part read after each finds the columns changed and is read again with
+    the new columns, rows read after each change carry the new columns (and
+    types) as Debezium's events do, the backfill completes, and the reconciled topic and the
+    Iceberg table end equal to the source."""
     config = snapshot_config(
         stack,
         "snapddl",
         chunk_size=20,
         min_chunk_size=20,
         max_chunk_size=20,
-        # Slow enough that the four changes below come while rows are left to read: each
-        # wait for chunks may overshoot by seconds on a loaded machine (in CI at 60 rows/s
-        # the backfill had ended before the type change).
+        # Each change below is made while the backfill is paused (backfill_paused): how long
+        # a change takes no longer counts. Read before each pause: the chunks waited for,
+        # and those read while the pause goes out, 1 or 2 at this rate here (3 to 7 per
+        # wait at 60 and 120 rows/s), against some 25 chunks left after the last pause.
         max_rows_per_second=30,
     )
     table = "iso_snapddl_t"
@@ -924,33 +950,39 @@ def test_columns_added_and_dropped_during_a_backfill_shape_the_rows_read_after(
         writer.start()
         cli(processor, "snapshot", "start", f"public.{table}", "--id", "load-1")
         chunks = lambda: progress(config, f"public.{table}", "load-1").chunks  # noqa: E731
+        paused = lambda: backfill_paused(config, f"public.{table}", "load-1")  # noqa: E731
         wait_for("chunks", lambda: chunks() >= 3)
+        # The first change comes while the backfill reads (far from its end, so no pause is
+        # needed): an ALTER that waits for a chunk's lock, or a chunk that waits for it.
         with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
             conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN extra integer").format(ident))
             conn.execute(sql.SQL("UPDATE {} SET extra = id * 10 WHERE id % 3 = 0").format(ident))
         added_at = chunks()
         wait_for("chunks after the new column", lambda: chunks() >= added_at + 3)
-        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
+        with paused() as at, psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
             conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN note").format(ident))
-        dropped_at = chunks()
+        dropped_at = at.chunks
         wait_for("chunks after the dropped column", lambda: chunks() >= dropped_at + 2)
         # A type whose Connect schema differs (int32 to int64), while no change brings an
         # event of it: the table's latest event still declares int32.
-        writer.stop()
-        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
+        with paused() as at, psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
+            writer.stop()
             conn.execute(sql.SQL("ALTER TABLE {} ALTER v TYPE bigint").format(ident))
-        retyped_at = chunks()
+        retyped_at = at.chunks
         wait_for("chunks after the new type", lambda: chunks() >= retyped_at + 2)
-        # Rows two chunks past the last key read (its one reader may be in the next chunk,
-        # and the progress record lags it) are read after this update, with values that only
-        # int64 holds.
-        read = progress(config, f"public.{table}", "load-1")
-        unread = (read.last_key or [0])[0] + 40
-        assert unread < 900, f"the backfill read too far ({read}) to test the new type"
-        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
+        # Rows two chunks past the last key read are read after this update, with values
+        # that only int64 holds (paused, no part is being read: every key past last_key is
+        # unread; the two chunks are to spare).
+        with paused() as read, psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
+            unread = (read.last_key or [0])[0] + 40
+            assert unread < 900, f"the backfill read too far ({read}) to test the new type"
             conn.execute(
                 sql.SQL("UPDATE {} SET v = v + 5000000000 WHERE id > %s").format(ident), [unread]
             )
+        print(
+            f"paused at chunks {added_at}, {dropped_at}, {retyped_at}, {read.chunks}; "
+            f"keys read to {read.last_key} of {read.maximum_key} before the last change"
+        )
         wait_for("the backfill", lambda: notified(config, "COMPLETED", "load-1"), timeout=180)
         wait_caught_up(config)
         entry = progress(config, f"public.{table}", "load-1")
