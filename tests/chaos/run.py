@@ -56,8 +56,7 @@ from tests.integration.processes import (
 )
 from tests.integration.test_recovery import other_instance
 from tests.oracle import Verdict, check_topic, digest
-from tidemark.cli.demo import compare_table
-from tidemark.cli.verify import wait_caught_up
+from tidemark.cli.verify import compare_table, wait_caught_up
 from tidemark.core.config import Config, DevConfig, ProcessorConfig, SinkConfig
 from tidemark.core.group_repair import pipeline_groups, repair_group
 from tidemark.core.kafka import Acknowledgements, produce_waiting, producer_config

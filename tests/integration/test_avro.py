@@ -40,8 +40,7 @@ from tests.integration.processes import (
 )
 from tests.integration.test_chunk_events import SETTINGS, compare_under_settings
 from tests.integration.test_flattened import backfill_flattened
-from tidemark.cli.demo import compare_table
-from tidemark.cli.verify import wait_caught_up
+from tidemark.cli.verify import compare_table, wait_caught_up
 from tidemark.core.config import Config, DevConfig, ProcessorConfig
 from tidemark.core.kafka import client_config
 from tidemark.core.ports import free_port

@@ -18,8 +18,7 @@ from pyspark.sql import SparkSession
 
 from spark_sink.session import create_session
 from tests.integration.processes import Processor, SinkProcess, pipeline_config
-from tidemark.cli.demo import compare_table
-from tidemark.cli.verify import wait_caught_up
+from tidemark.cli.verify import compare_table, wait_caught_up
 from tidemark.devstack.stack import DevStack
 
 IMAGE = [sys.executable, str(Path(__file__).with_name("as_in_the_image.py"))]

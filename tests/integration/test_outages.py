@@ -42,8 +42,7 @@ from tests.integration.test_snapshots import (
 )
 from tests.integration.test_snapshots import source_rows as snapshot_rows
 from tests.integration.workload import Table, Workload, source_rows
-from tidemark.cli.demo import compare_table
-from tidemark.cli.verify import wait_caught_up
+from tidemark.cli.verify import compare_table, wait_caught_up
 from tidemark.core.kafka import RebalanceErrors, client_config, ensure_topics
 from tidemark.core.ports import free_port
 from tidemark.devstack.procs import pid_alive

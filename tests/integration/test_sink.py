@@ -40,8 +40,7 @@ from tests.integration.processes import (
     reconciled,
     wait_for,
 )
-from tidemark.cli.demo import compare_table
-from tidemark.cli.verify import wait_caught_up
+from tidemark.cli.verify import compare_table, wait_caught_up
 from tidemark.core.config import Config, dump_config
 from tidemark.devstack.stack import DevStack
 

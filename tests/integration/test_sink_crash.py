@@ -24,8 +24,7 @@ from pyspark.sql import SparkSession
 from spark_sink.session import create_session
 from spark_sink.writer import OFFSETS_PROPERTY, parse_offsets
 from tests.integration.processes import Processor, SinkProcess, metric, pipeline_config, wait_for
-from tidemark.cli.demo import compare_table
-from tidemark.cli.verify import wait_caught_up
+from tidemark.cli.verify import compare_table, wait_caught_up
 from tidemark.core.config import Config
 from tidemark.core.ports import free_port
 from tidemark.devstack.stack import DevStack

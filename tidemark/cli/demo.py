@@ -21,13 +21,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from tidemark.cli.verify import (
-    TableComparison,
-    compare_rows,
-    primary_key,
-    source_rows,
-    wait_caught_up,
-)
+from tidemark.cli.verify import TableComparison, compare_table, wait_caught_up
 from tidemark.core.config import Config
 from tidemark.core.ports import free_port
 from tidemark.devstack.stack import DevStack
@@ -220,21 +214,6 @@ def sink_and_compare(
     finally:
         if spark is None:
             stop_session(session)
-
-
-def compare_table(config: Config, spark: SparkSession, schema: str, table: str) -> TableComparison:
-    """One source table against its Iceberg table."""
-    columns, rows = source_rows(config, schema, table)
-    lake = [
-        r.asDict() for r in spark.table(f"{config.sink.catalog_name}.{schema}.{table}").collect()
-    ]
-    return compare_rows(
-        table,
-        primary_key(config, schema, table),
-        columns,
-        [dict(zip(columns, r, strict=True)) for r in rows],
-        lake,
-    )
 
 
 def print_results(results: list[TableComparison]) -> None:

@@ -72,7 +72,9 @@ def _parser() -> argparse.ArgumentParser:
     snap = sub.add_parser("snapshot", help="incremental snapshots (backfills) of source tables")
     snap_sub = snap.add_subparsers(dest="snapshot_command", required=True)
     start = command("start", _snapshot_start, "backfill tables (schema.table), in order", snap_sub)
-    start.add_argument("tables", nargs="+", metavar="TABLE")
+    start.add_argument(
+        "tables", nargs="+", metavar="TABLE", help="a table to backfill (schema.table)"
+    )
     start.add_argument(
         "--filter",
         nargs=2,
@@ -83,8 +85,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     start.add_argument("--surrogate-key", help="a unique column to chunk by instead of the key")
     start.add_argument("--id", default="", help="the request's id (default: a new UUID)")
+    start.add_argument(
+        "--wait",
+        action="store_true",
+        help="return once every table of the request completed or was aborted "
+        "(exit code 1 if any was aborted)",
+    )
     stop = command("stop", _snapshot_stop, "stop the snapshot of tables (none: of all)", snap_sub)
-    stop.add_argument("tables", nargs="*", metavar="TABLE")
+    stop.add_argument(
+        "tables", nargs="*", metavar="TABLE", help="a table whose snapshot stops (schema.table)"
+    )
     command("pause", _snapshot_pause, "stop reading chunks; progress is kept", snap_sub)
     command("resume", _snapshot_resume, "read chunks again after a pause", snap_sub)
     status = command("status", _snapshot_status, "progress per table", snap_sub)
@@ -113,7 +123,12 @@ def _parser() -> argparse.ArgumentParser:
     oreset = _remote(
         command("reset", _offsets_reset, "move offsets to the beginning, end or a time", off_sub)
     )
-    oreset.add_argument("--to", required=True, choices=["beginning", "end", "timestamp"])
+    oreset.add_argument(
+        "--to",
+        required=True,
+        choices=["beginning", "end", "timestamp"],
+        help="move them to the beginning, the end, or the first record at or after --timestamp",
+    )
     oreset.add_argument("--timestamp", type=int, help="epoch milliseconds, with --to timestamp")
     oreset.add_argument("--topic", action="append", default=[], help="only this topic (repeatable)")
     odelete = _remote(command("delete", _offsets_delete, "forget every offset", off_sub))
@@ -136,6 +151,34 @@ def _parser() -> argparse.ArgumentParser:
         _dev_repair_groups,
         "unwedge the pipeline's consumer groups on the embedded broker (a lost leader)",
         dev_sub,
+    )
+    psql = command("psql", _dev_psql, "psql on the stack's database, as its owner", dev_sub)
+    psql.add_argument(
+        "-c",
+        "--command",
+        action="append",
+        default=[],
+        dest="commands",
+        metavar="SQL",
+        help="run SQL and exit (repeatable, in order); none: an interactive session",
+    )
+    wait = command(
+        "wait",
+        _dev_wait,
+        "wait until every change committed so far went through Debezium and the processor",
+        dev_sub,
+    )
+    wait.add_argument(
+        "--timeout", type=float, default=180.0, help="seconds before giving up (exit code 2)"
+    )
+    compare = command(
+        "compare",
+        _dev_compare,
+        "compare source tables with their Iceberg tables (exit code 1 if any differs)",
+        dev_sub,
+    )
+    compare.add_argument(
+        "tables", nargs="+", metavar="TABLE", help="a table to compare (schema.table)"
     )
     return parser
 
@@ -208,7 +251,17 @@ def _snapshot_start(args: argparse.Namespace) -> int:
         ]
     if args.surrogate_key:
         data["surrogate-key"] = args.surrogate_key
-    return _signal(args, "execute-snapshot", data)
+    if not args.wait:
+        return _signal(args, "execute-snapshot", data)
+    from processor.snapshot.client import send_signal
+    from tidemark.cli.snapshot_status import render_tables, wait_for_request
+
+    config = _config(args)
+    request = send_signal(config, "execute-snapshot", data, args.id)
+    print(f"execute-snapshot sent to pipeline {config.processor.pipeline}: request {request}")
+    tables = wait_for_request(config, request)
+    print(render_tables(tables))
+    return 1 if any(t.error is not None for t in tables) else 0
 
 
 def _snapshot_stop(args: argparse.Namespace) -> int:
@@ -381,6 +434,45 @@ def _dev_debezium(args: argparse.Namespace) -> int:
     config = load_config(args.config, required=True)
     run(config, Path(config.dev.run_dir))
     return 0
+
+
+def _dev_psql(args: argparse.Namespace) -> int:
+    from tidemark.devstack.postgres import run_psql
+
+    return run_psql(_config(args).owner_conninfo(), args.commands)
+
+
+def _dev_wait(args: argparse.Namespace) -> int:
+    from tidemark.cli.verify import wait_caught_up
+
+    wait_caught_up(_config(args), args.timeout)
+    print("caught up: every change committed before this command went through the processor")
+    return 0
+
+
+def _dev_compare(args: argparse.Namespace) -> int:
+    from spark_sink.session import create_session, stop_session
+    from tidemark.cli.verify import compare_table
+
+    config = _config(args)
+    names = [table.partition(".") for table in args.tables]
+    if any(not dot for _schema, dot, _table in names):
+        raise TidemarkError("name each table as schema.table")
+    spark = create_session(config)
+    try:
+        results = [compare_table(config, spark, schema, table) for schema, _, table in names]
+    finally:
+        stop_session(spark)
+    for name, result in zip(args.tables, results, strict=True):
+        if result.equal:
+            print(f"{name}: equal ({result.source_rows} rows)")
+        else:
+            print(
+                f"{name}: DIFFERENT: {result.source_rows} rows in the source, "
+                f"{result.lake_rows} in Iceberg; {result.missing} missing, {result.extra} extra, "
+                f"{result.different} different"
+            )
+    return 0 if all(r.equal for r in results) else 1
 
 
 def _dev_repair_groups(args: argparse.Namespace) -> int:

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from processor.snapshot.client import read_state
-from processor.snapshot.progress import SnapshotState, TableProgress
+from processor.snapshot.progress import PENDING, SnapshotState, TableProgress
 from tidemark.core.config import Config
 
 BAR = 24
@@ -60,6 +60,22 @@ def _duration(seconds: float) -> str:
     if seconds < 3600:
         return f"{seconds // 60}m{seconds % 60:02d}s"
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def render_tables(tables: list[TableProgress]) -> str:
+    """Some tables' progress, one line each."""
+    return "\n".join(_line(t) for t in tables)
+
+
+def wait_for_request(config: Config, request_id: str, every: float = 1.0) -> list[TableProgress]:
+    """Wait until every table of request ``request_id`` completed or was aborted (once the
+    coordinator has queued them); those tables."""
+    while True:
+        state = read_state(config)
+        tables = [t for t in state.tables if t.request_id == request_id] if state else []
+        if tables and not any(t.status in PENDING for t in tables):
+            return tables
+        time.sleep(every)
 
 
 def watch(config: Config, every: float) -> None:

@@ -186,3 +186,18 @@ def canonical(value: Any) -> str:
         except orjson.JSONDecodeError:
             return value
     return str(value)
+
+
+def compare_table(config: Config, spark: SparkSession, schema: str, table: str) -> TableComparison:
+    """One source table against its Iceberg table."""
+    columns, rows = source_rows(config, schema, table)
+    lake = [
+        r.asDict() for r in spark.table(f"{config.sink.catalog_name}.{schema}.{table}").collect()
+    ]
+    return compare_rows(
+        table,
+        primary_key(config, schema, table),
+        columns,
+        [dict(zip(columns, r, strict=True)) for r in rows],
+        lake,
+    )

@@ -284,3 +284,21 @@ def create_processor_role(cluster: PostgresCluster, signal_table: str) -> str:
         for grant in processor_grants(PROCESSOR_ROLE, signal_table):
             conn.execute(grant)
     return password
+
+
+def run_psql(conninfo: dict[str, object], commands: list[str]) -> int:
+    """``psql`` on ``conninfo``'s database: each of ``commands`` in turn (stopping at the
+    first error), or an interactive session when there are none; its exit code. The
+    password goes through the environment (``PGPASSWORD``), never the command line."""
+    argv = [str(find_pg_bin("psql")), "-X", "-v", "ON_ERROR_STOP=1"]
+    for command in commands:
+        argv += ["-c", command]
+    env = dict(
+        os.environ,
+        PGHOST=str(conninfo["host"]),
+        PGPORT=str(conninfo["port"]),
+        PGDATABASE=str(conninfo["dbname"]),
+        PGUSER=str(conninfo["user"]),
+        PGPASSWORD=str(conninfo["password"]),
+    )
+    return subprocess.run(argv, env=env, check=False).returncode

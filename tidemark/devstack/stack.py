@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 
 from tidemark.core.binaries import find_java, java_home
-from tidemark.core.config import Config, dump_config
+from tidemark.core.config import Config, ProcessorConfig, SinkConfig, dump_config
 from tidemark.devstack import broker, postgres, registry
 from tidemark.devstack.debezium import DEBEZIUM_SIGNAL_TABLE, HEARTBEAT_TABLE
 from tidemark.devstack.errors import DevStackError
@@ -117,6 +117,7 @@ class DevStack:
                     owner_password=cluster.password,
                 ),
             )
+            self.config = _state_in_run_dir(self.config, self.run_dir)
             self._write_config()
         except BaseException:
             self.down()
@@ -256,3 +257,15 @@ class DevStack:
         return any(pid_alive(p["pid"]) for p in self._state["processes"].values()) or bool(
             self._state.get("postgres")
         )
+
+
+def _state_in_run_dir(config: Config, run_dir: Path) -> Config:
+    """``config`` with the processor's state and the sink's warehouse in ``run_dir`` where
+    they were left at their defaults: the stack's broker starts empty, so state kept from
+    another stack would hold offsets and keys of topics that no longer exist."""
+    processor, sink = config.processor, config.sink
+    if processor.state_dir == ProcessorConfig().state_dir:
+        processor = dataclasses.replace(processor, state_dir=str(run_dir / "state"))
+    if sink.warehouse == SinkConfig().warehouse:
+        sink = dataclasses.replace(sink, warehouse=str(run_dir / "warehouse"))
+    return dataclasses.replace(config, processor=processor, sink=sink)
