@@ -3,10 +3,13 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# mkdocs is pinned at 1.6 (mkdocs.yml); its plugins' notices about a version 2 are noise here.
+export NO_MKDOCS_2_WARNING := 1
+export DISABLE_MKDOCS_2_WARNING := true
 
-.PHONY: setup system-deps demo test unit integration sanitize lint bench chaos fidelity fuzz vendor clean
+.PHONY: setup system-deps demo test unit integration sanitize lint docs bench chaos fidelity fuzz vendor clean
 
-setup: system-deps $(VENV)/.installed $(VENV)/.compiled
+setup: system-deps $(VENV)/.installed $(VENV)/.compiled $(BIN)/promtool
 
 # What a plain Debian machine lacks, installed from Debian only when missing: Java 17
 # (Spark, Debezium), PostgreSQL 15's server binaries, venv for $(PYTHON), a C compiler
@@ -33,6 +36,17 @@ $(VENV)/.installed: pyproject.toml setup.py
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@
 
+# promtool, which checks the alert rules (k8s/monitoring/) in the tests: taken from
+# Debian's prometheus package into the virtual environment, since installing the package
+# would also start a Prometheus server.
+$(BIN)/promtool: | $(VENV)/.installed
+	rm -rf $(VENV)/.promtool && mkdir $(VENV)/.promtool
+	cd $(VENV)/.promtool && { apt-get download prometheus 2>/dev/null \
+	  || { $(SUDO) apt-get update -qq && apt-get download prometheus; }; }
+	dpkg-deb -x $(VENV)/.promtool/prometheus_*.deb $(VENV)/.promtool/root
+	cp $(VENV)/.promtool/root/usr/bin/promtool $@
+	rm -rf $(VENV)/.promtool
+
 # The compiled modules, built in place again whenever any C source or header changes (each
 # keeps the digest of the sources it was built from; tests/conftest.py refuses to test a
 # module built from others).
@@ -49,7 +63,14 @@ lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/mypy docs/gen
 	$(BIN)/lint-imports
+	$(BIN)/mkdocs build --strict --quiet
+
+# The documentation site (docs/, mkdocs.yml), served on http://127.0.0.1:8000 and built
+# again as its pages or the code it is generated from change.
+docs: setup
+	$(BIN)/mkdocs serve
 
 # Two workers, each with its own dev stack and Spark (started once per worker); a test
 # file stays on one worker. Most integration tests wait on the components, not the CPU.

@@ -1,6 +1,6 @@
 """Every error the processor raises on purpose, under :class:`tidemark.core.errors.TidemarkError`.
 
-Errors of one message (:class:`tidemark.core.errors.InputError`) are the ground's:
+Errors of one message (:class:`tidemark.core.errors.InputError`) are the bottom layer's:
 the sink decodes with the same wire helpers and raises them too.
 """
 

@@ -6,7 +6,7 @@ A chunk of an incremental snapshot is read in a ``REPEATABLE READ`` transaction
 whose first statement takes ``pg_current_snapshot()``: ``xmin:xmax:xip``, 64-bit
 transaction ids (``xid8``, never wrapping). A change committed by transaction
 ``t`` is visible in that snapshot, that is already in the chunk's rows, iff
-``t < xmin``, or ``t < xmax`` and ``t`` is not in ``xip`` (docs/architecture.md).
+``t < xmin``, or ``t < xmax`` and ``t`` is not in ``xip`` (docs/concepts/versions.md).
 
 Debezium reports ``source.txId`` as PostgreSQL's 32-bit ``xid``; it is extended
 to 64 bits by taking the value congruent to it modulo 2^32 that lies within
@@ -126,7 +126,7 @@ class Window:
     the end offset of the change topic's partition ``p`` once Debezium had
     confirmed the close row: every change below ``high`` lies below it, so a
     partition whose state reflects its input up to ``ends[p]`` has seen all of
-    them, even if it is idle (the idle-partition rule of docs/architecture.md). ``snapshot`` is
+    them, even if it is idle (the idle-partition rule of docs/concepts/versions.md). ``snapshot`` is
     the snapshot the chunk was read in, where the source has one.
     """
 

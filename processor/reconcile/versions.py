@@ -1,9 +1,9 @@
 """The version rules every stateful envelope shares, and the state entry they keep per key.
 
-A *version* orders the changes of one key (docs/architecture.md, "Versions
-and visibility"). State holds, per key, what was applied last: a change (its
-version and Debezium's ``txId``) or a chunk row of an incremental snapshot (its
-chunk number and the ``pg_snapshot`` it was read in). The decisions:
+A *version* orders the changes of one key (docs/concepts/versions.md). State holds, per
+key, what was applied last: a change (its version and Debezium's ``txId``) or a chunk row
+of an incremental snapshot (its chunk number and the ``pg_snapshot`` it was read in). The
+decisions:
 
 - change ``e`` against a change of version ``v``: ``e < v`` drop (a replay of
   an older change); ``e = v`` re-emit (I5: after a crash the replay may be the

@@ -1,7 +1,7 @@
 """Chunk rows as Debezium events: the same key bytes, value encoding and partition.
 
 A chunk row must be indistinguishable from Debezium's own event for the row
-(docs/architecture.md): the same key bytes, so Kafka's murmur2 partitioner puts it in the
+(docs/concepts/versions.md): the same key bytes, so Kafka's murmur2 partitioner puts it in the
 partition that owns the key, and the same value encoding for every column.
 :class:`TableShape` learns a table's formats and schemas from one of Debezium's
 events on its change topic (JSON with or without schemas, or Avro with the

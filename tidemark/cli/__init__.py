@@ -1,4 +1,4 @@
-"""The face: the ``tidemark`` command, the demo, checks against the source.
+"""The command line: the ``tidemark`` command, the demo, checks against the source.
 
 The top layer: it may import everything, and nothing imports it.
 """

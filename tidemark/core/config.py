@@ -47,9 +47,11 @@ Watermarks = Literal["read-only", "signal-table"]
 class KafkaConfig:
     """The Kafka cluster that carries change, reconciled and internal topics."""
 
+    #: Kafka's brokers to connect to first: ``host:port``, several separated by commas.
     bootstrap_servers: str = "127.0.0.1:9092"
     #: Partitions of every topic Tidemark creates (output topics copy their input's count).
     topic_partitions: int = 3
+    #: Replicas of every topic Tidemark creates (at most the brokers' count).
     replication_factor: int = 1
     #: Extra librdkafka properties for every client (for example SASL settings).
     client_properties: dict[str, str] = field(default_factory=dict)
@@ -61,7 +63,9 @@ class KafkaConfig:
     #: polls no batch for ``max_poll_interval_ms``, loses its partitions. Short, so that a
     #: dead instance's partitions move soon (and a group join does not wait minutes).
     session_timeout_ms: int = 6000
+    #: How often a group member sends a heartbeat (ms); less than ``session_timeout_ms``.
     heartbeat_interval_ms: int = 1000
+    #: The longest a member may take between two polls (ms); at least ``session_timeout_ms``.
     max_poll_interval_ms: int = 10000
     #: How long a loop rides out Kafka being unreachable before the process stops.
     outage_deadline_s: float = 600.0
@@ -73,6 +77,7 @@ class KafkaConfig:
     stuck_rebalance_s: float = 30.0
     #: Confluent-compatible schema registry of Avro topics; empty: Avro input is a dead letter.
     schema_registry_url: str = ""
+    #: User of the registry's basic authentication; empty: none.
     schema_registry_user: str = ""
     #: Pass it as ``TIDEMARK_KAFKA__SCHEMA_REGISTRY_PASSWORD``; never logged.
     schema_registry_password: str = field(default="", repr=False)
@@ -84,15 +89,23 @@ class KafkaConfig:
 class SourceConfig:
     """The captured PostgreSQL database and the Debezium topic prefix."""
 
+    #: Host name or address of the source PostgreSQL server.
     host: str = "127.0.0.1"
+    #: Port of the source PostgreSQL server.
     port: int = 5432
+    #: The database whose tables are captured.
     dbname: str = "postgres"
+    #: The role the processor connects as: it reads the captured tables (and writes
+    #: ``snapshot.signal_table`` with ``signal-table`` watermarks).
     user: str = "postgres"
+    #: That role's password: pass it as ``TIDEMARK_SOURCE__PASSWORD``; never logged.
     password: str = field(default="", repr=False)
     #: Debezium's ``topic.prefix``: change topics are ``<prefix>.<schema>.<table>``.
     topic_prefix: str = "tidemark"
     #: Captured tables as ``schema.table``; empty means every table of ``schemas``.
     tables: list[str] = field(default_factory=list)
+    #: Captured schemas: the connector's ``schema.include.list`` (``tidemark dev`` starts its
+    #: connector with it).
     schemas: list[str] = field(default_factory=lambda: ["public"])
     #: Debezium's replication slot (its ``slot.name``): its confirmed position tells
     #: what Debezium has written to Kafka (signal-table watermarks, ``tidemark verify``).
@@ -110,8 +123,11 @@ class SourceConfig:
     #: by ``sslrootcert`` and names the host). ``sslcert`` and ``sslkey``: a client
     #: certificate, for servers that ask for one (``clientcert`` in ``pg_hba.conf``).
     sslmode: SslMode = "prefer"
+    #: The CA certificate (PEM file) that signs the server's, for ``verify-ca`` and ``verify-full``.
     sslrootcert: str = ""
+    #: A client certificate (PEM file), for servers that ask for one.
     sslcert: str = ""
+    #: The private key of ``sslcert`` (PEM file).
     sslkey: str = ""
     #: Every statement of the processor on the source ends after this long (a filter such
     #: as ``pg_sleep(600)`` aborts its table, never holds a reader).
@@ -119,6 +135,7 @@ class SourceConfig:
     #: A lock the processor waits for longer (its chunk read behind an ``ALTER TABLE``)
     #: fails the read, which is tried again.
     lock_timeout_ms: int = 30_000
+    #: How long a connection to the source may take to open (seconds) before it fails.
     connect_timeout_s: int = 10
 
     def value_settings(self) -> ValueSettings:
@@ -164,18 +181,25 @@ class ProcessorConfig:
     envelopes: dict[str, str] = field(default_factory=dict)
     #: Regular expression of input topics; default: every change topic of ``source.topic_prefix``.
     input_pattern: str = ""
+    #: Folder of the processor's state: a RocksDB store per input partition it holds
+    #: (``<topic>/<partition>``), restored from the changelog when missing.
     state_dir: str = ".tidemark/state"
     #: Memory for a cache of state values of the keys in use, shared by the partitions
     #: this instance holds (0: none). A change whose key changed recently then reads its
     #: stored value from memory, not RocksDB.
     state_cache_mb: int = 64
+    #: Address the web server binds: the management API, the console, ``/metrics`` and
+    #: ``/health``; ``0.0.0.0`` where they are reached from outside (Kubernetes).
     web_host: str = "127.0.0.1"
+    #: Port of the web server.
     web_port: int = 6066
     #: Failed API authentications a client may make in a minute; more are answered 429.
     api_auth_failures_per_minute: int = 20
     #: Most records taken from Kafka per data-plane batch (a backfill record holds up to
     #: 16 rows: :data:`processor.events.chunk_records.ROWS_PER_RECORD`).
     batch_size: int = 5000
+    #: How long a data-plane batch waits for records (ms) when fewer than ``batch_size``
+    #: are there.
     batch_timeout_ms: int = 100
     #: The fused paths: compiled loops that decode and decide each envelope's common cases
     #: in one pass (:mod:`processor.reconcile.batch`). ``false`` decides every message on the
@@ -190,8 +214,12 @@ class SnapshotConfig:
 
     #: Rows per chunk at the start; adapted between the bounds to keep chunks near the target.
     chunk_size: int = 4096
+    #: The fewest rows a chunk is adapted down to.
     min_chunk_size: int = 256
+    #: The most rows a chunk is adapted up to.
     max_chunk_size: int = 16384
+    #: The time a chunk's read should take (seconds): a chunk read in less than half of it
+    #: doubles the next one, one that took more than twice halves it.
     chunk_target_seconds: float = 0.5
     #: A ceiling on rows read per second, to protect a busy source; 0: none.
     max_rows_per_second: int = 0
@@ -217,10 +245,13 @@ class SinkConfig:
     #: atomic commits on object stores), ``jdbc`` (tables listed in a database), ``rest``
     #: or ``hive`` (``catalog_uri`` names the service).
     catalog_type: Literal["hadoop", "jdbc", "rest", "hive"] = "hadoop"
+    #: The catalog's name in Spark (``spark.sql.catalog.<name>``): the first part of every
+    #: table's name (``<name>.<schema>.<table>``).
     catalog_name: str = "lake"
     #: ``jdbc:postgresql://host:port/db`` for ``jdbc``, ``http(s)://`` for ``rest``,
     #: ``thrift://`` for ``hive``.
     catalog_uri: str = ""
+    #: User of a ``jdbc`` catalog's database, or of a ``rest`` catalog's credential.
     catalog_user: str = ""
     #: Pass it as ``TIDEMARK_SINK__CATALOG_PASSWORD``; never logged.
     catalog_password: str = field(default="", repr=False)
@@ -228,6 +259,7 @@ class SinkConfig:
     catalog_properties: dict[str, str] = field(default_factory=dict)
     #: A folder or a URI (``s3://...``: use a catalog with atomic commits, not ``hadoop``).
     warehouse: str = ".tidemark/warehouse"
+    #: Spark's master URL; ``local[N]`` runs Spark in the sink's process with N threads.
     spark_master: str = "local[2]"
     #: Reconciled topics by name; with ``topic_pattern``, the union of both.
     topics: list[str] = field(default_factory=list)
@@ -236,6 +268,7 @@ class SinkConfig:
     topic_pattern: str = ""
     #: Most records read per topic-partition in one micro-batch.
     max_records_per_partition: int = 500_000
+    #: The pause between two rounds of micro-batches (seconds); ``--once`` does not wait.
     trigger_interval_s: float = 10.0
     #: Seconds a read waits for a record before its table's batch is tried again.
     read_stall_s: float = 60.0
@@ -251,8 +284,12 @@ class SinkConfig:
     #: ``tidemark sink maintain``: target size of compacted files, the fewest files worth a
     #: rewrite, and which snapshots to keep (the newest one with the offsets always stays).
     target_file_size_mb: int = 128
+    #: ``sink maintain`` rewrites a group of small files only from this many files on.
     min_input_files: int = 5
+    #: ``sink maintain`` expires snapshots older than this (hours), never the newest that
+    #: holds the sink's offsets.
     snapshot_retention_hours: float = 24.0
+    #: ``sink maintain`` keeps this many newest snapshots, whatever their age.
     retain_last_snapshots: int = 5
     #: Extra Spark settings (``spark.*`` keys).
     spark_conf: dict[str, str] = field(default_factory=dict)
@@ -262,18 +299,24 @@ class SinkConfig:
 class DevConfig:
     """The embedded development stack (``tidemark dev up``)."""
 
+    #: Folder of the stack: its data, logs, ``stack.json`` and the ``tidemark.yaml`` it
+    #: writes (``dev up --run-dir`` names another).
     run_dir: str = ".tidemark/run"
     #: 0 picks a free loopback port.
     broker_port: int = 0
+    #: PostgreSQL's port; 0 picks a free loopback port.
     postgres_port: int = 0
     #: ``json`` (with schemas), ``json-schemaless``, or ``avro`` (Confluent wire format,
     #: schemas in a registry the stack starts).
     debezium_format: Literal["json", "json-schemaless", "avro"] = "json"
+    #: How often the stack's Debezium sends a heartbeat and runs its heartbeat query (ms),
+    #: so that its position moves on while the captured tables are idle.
     heartbeat_interval_ms: int = 1000
     #: The development cluster's owner (a superuser): what Debezium, the demo's workload and
     #: the tests connect as. The processor connects as ``source.user``, a role of its own
     #: that may only read the tables (and write Tidemark's signal table).
     owner_user: str = ""
+    #: The owner's password (``dev up`` writes the cluster's); never logged.
     owner_password: str = field(default="", repr=False)
 
 

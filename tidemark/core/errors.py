@@ -1,11 +1,11 @@
-"""One error hierarchy for the whole product, and the errors of the ground layer.
+"""One error hierarchy for the whole product, and the errors of the bottom layer.
 
 Every error Tidemark raises on purpose derives from :class:`TidemarkError`
 and is named ``...Error``; each package keeps its own in one module
 (``processor/errors.py``, ``state/errors.py``, ``spark_sink/errors.py``,
-``tidemark/cli/errors.py``). The command line turns a :class:`TidemarkError`
-into a one-line message and exit code 2; anything else is a bug and keeps its
-traceback.
+``tidemark/cli/errors.py``, ``tidemark/devstack/errors.py``). The command line turns a
+:class:`TidemarkError` into a one-line message and exit code 2; anything else is a bug
+and keeps its traceback.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ converts it under the deployment's ``decimal.handling.mode``,
 ``hstore.handling.mode`` (:mod:`processor.snapshot.postgres.hstore`) and
 ``money.fraction.digits`` (:class:`~tidemark.core.debezium_settings.ValueSettings`,
 the connector's defaults unless ``source.debezium`` says otherwise; the Java
-they follow is cited in ``docs/debezium-values.md``). :func:`column` makes, from the catalog
-type, the :class:`~processor.snapshot.connect_values.Column` that says how the
+they follow is cited in ``docs/reference/compatibility.md``). :func:`column` makes, from
+the catalog type, the :class:`~processor.snapshot.connect_values.Column` that says how the
 chunk query selects the column (some as their text form, which is what
 Debezium reads from the replication stream) and how its value becomes a
 Connect value: a ``Decimal`` logical type at the column's scale, Debezium's
