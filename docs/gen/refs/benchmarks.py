@@ -329,6 +329,7 @@ def _generic(doc: Mapping[str, Any]) -> list[str]:
 #: Known files by name (a ``compare-*`` file is a comparison), in the page's order.
 RENDERERS: dict[str, tuple[str, Renderer]] = {
     "envelopes": ("Envelopes", _envelopes),
+    "fused-paths": ("The fused paths against the general path", _envelopes),
     "restore": ("State restore", _restore),
     "backfill": ("Backfills", _backfill),
     "sink": ("The Spark sink", _sink),
