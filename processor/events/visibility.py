@@ -8,10 +8,22 @@ transaction ids (``xid8``, never wrapping). A change committed by transaction
 ``t`` is visible in that snapshot, that is already in the chunk's rows, iff
 ``t < xmin``, or ``t < xmax`` and ``t`` is not in ``xip`` (docs/concepts/versions.md).
 
-Debezium reports ``source.txId`` as PostgreSQL's 32-bit ``xid``; it is extended
-to 64 bits by taking the value congruent to it modulo 2^32 that lies within
-2^31 of the snapshot's ``xmax`` (a transaction that Debezium reports is never
-more than 2^31 transactions away from a snapshot taken while it streams).
+Debezium reports ``source.txId`` as PostgreSQL's 32-bit ``xid``. Alone, it is extended
+to 64 bits by taking the value congruent to it modulo 2^32 that lies within 2^31 of the
+snapshot's ``xmax``: right for a change of about the snapshot's time, wrong for one 2^31
+transactions or more away (a few days of a busy database), which a snapshot kept in state
+for a backfilled key meets sooner or later. So a snapshot also carries the WAL insert
+positions read just before it was taken (``before``) and just after (``after``), and a
+change's own WAL position (its LSN) places it first (:meth:`PgSnapshot.visible`):
+
+- a change written at or after ``after`` committed after the snapshot: not visible;
+- a change written before ``before`` belongs to a transaction that began before the
+  snapshot, so its id lies below ``xmax``: visible unless it is one of ``xip``;
+- a change written between the two is of the snapshot's time: its extended id decides.
+
+The 32-bit id is then only ever extended near its own time. Snapshots read before the
+positions were recorded (state or records of an earlier version) have none and keep the
+extension alone.
 
 Signal-table mode (:class:`Window`, DDD-3's watermarks), for sources without
 such snapshots: the chunk was read after its window-open row committed and
@@ -39,27 +51,39 @@ _XID8_END = 1 << 64
 _INT64 = 1 << 63
 _HEAD = struct.Struct(">QQI")
 _XID = struct.Struct(">Q")
+_POSITIONS = struct.Struct(">qq")
 
 
 @dataclass(frozen=True, slots=True)
 class PgSnapshot:
-    """A PostgreSQL MVCC snapshot: ``xmin``, ``xmax`` and the in-progress ``xip``."""
+    """A PostgreSQL MVCC snapshot: ``xmin``, ``xmax`` and the in-progress ``xip``; and the
+    WAL insert positions read just before and just after it was taken, where known."""
 
     xmin: int
     xmax: int
     xip: frozenset[int] = frozenset()
+    before: int | None = None
+    after: int | None = None
 
     @staticmethod
     def parse(text: str) -> PgSnapshot:
-        """From ``pg_current_snapshot()``'s text form ``xmin:xmax:xip1,xip2``."""
+        """From ``pg_current_snapshot()``'s text form ``xmin:xmax:xip1,xip2``, optionally
+        followed by the positions, ``@before:after`` (:meth:`__str__`)."""
         try:
-            xmin, xmax, xip = text.strip().split(":")
+            snapshot_text, at, positions = text.strip().partition("@")
+            xmin, xmax, xip = snapshot_text.split(":")
             ids = frozenset(int(x) for x in xip.split(",") if x)
-            snapshot = PgSnapshot(int(xmin), int(xmax), ids)
+            before = after = None
+            if at:
+                first, second = positions.split(":")
+                before, after = int(first), int(second)
+            snapshot = PgSnapshot(int(xmin), int(xmax), ids, before, after)
         except ValueError:
             raise SnapshotFormatError(f"not a pg_snapshot: {text!r}") from None
-        if not 0 <= snapshot.xmin <= snapshot.xmax < _XID8_END or any(
-            not snapshot.xmin <= x < snapshot.xmax for x in snapshot.xip
+        if (
+            not 0 <= snapshot.xmin <= snapshot.xmax < _XID8_END
+            or any(not snapshot.xmin <= x < snapshot.xmax for x in snapshot.xip)
+            or (at and not 0 <= (before or 0) <= (after or 0) < _INT64)
         ):
             raise SnapshotFormatError(f"inconsistent pg_snapshot: {text!r}")
         return snapshot
@@ -73,13 +97,27 @@ class PgSnapshot:
             candidate += _EPOCH
         return candidate
 
-    def visible(self, xid32: int) -> bool:
-        """Whether transaction ``xid32`` (Debezium's ``txId``) committed before this snapshot."""
+    def visible(self, xid32: int, lsn: int | None = None) -> bool:
+        """Whether the change of transaction ``xid32`` (Debezium's ``txId``), written at WAL
+        position ``lsn`` where known, committed before this snapshot."""
+        if lsn is not None and self.after is not None:
+            if lsn >= self.after:
+                return False  # written after the snapshot: committed after it too
+            if self.before is not None and lsn < self.before:
+                # Its transaction began before the snapshot: its id lies below xmax.
+                xid = self.xmax - 1 - ((self.xmax - 1 - xid32) & (_EPOCH - 1))
+                return xid < self.xmin or xid not in self.xip
         xid = self.extend(xid32)
         return xid < self.xmin or (xid < self.xmax and xid not in self.xip)
 
+    @property
+    def positioned(self) -> bool:
+        """Whether the WAL positions around the snapshot are known."""
+        return self.before is not None and self.after is not None
+
     def encode(self) -> bytes:
-        """Bytes for state: ``xmin``, ``xmax``, the count of ``xip``, each ``xip``.
+        """Bytes for state: ``xmin``, ``xmax``, the count of ``xip``, each ``xip``, then
+        ``before`` and ``after`` where :attr:`positioned` (the entry's flags say which).
 
         Every row of a chunk stores its chunk's snapshot, so the bytes are cached (and
         the last snapshot's by identity: hashing a dataclass costs more than a row's rule).
@@ -93,15 +131,18 @@ class PgSnapshot:
             encoded = _HEAD.pack(self.xmin, self.xmax, len(ids)) + b"".join(
                 _XID.pack(x) for x in ids
             )
+            if self.before is not None and self.after is not None:
+                encoded += _POSITIONS.pack(self.before, self.after)
             _remember(_ENCODED, self, encoded)
         _LAST_ENCODED[:] = [self, encoded]
         return encoded
 
     @staticmethod
-    def decode(raw: bytes, offset: int = 0) -> tuple[PgSnapshot, int]:
-        """A snapshot from :meth:`encode`'s bytes at ``offset``; and the offset after it."""
+    def decode(raw: bytes, offset: int = 0, positioned: bool = False) -> tuple[PgSnapshot, int]:
+        """A snapshot from :meth:`encode`'s bytes at ``offset`` (``positioned``: with its
+        positions); and the offset after it."""
         count = _HEAD.unpack_from(raw, offset)[2]
-        end = offset + _HEAD.size + count * _XID.size
+        end = offset + _HEAD.size + count * _XID.size + (_POSITIONS.size if positioned else 0)
         encoded = raw[offset:end]
         snapshot = _DECODED.get(encoded)
         if snapshot is None:
@@ -109,12 +150,18 @@ class PgSnapshot:
             ids = frozenset(
                 _XID.unpack_from(encoded, _HEAD.size + i * _XID.size)[0] for i in range(count)
             )
-            snapshot = PgSnapshot(xmin, xmax, ids)
+            before = after = None
+            if positioned:
+                before, after = _POSITIONS.unpack_from(encoded, len(encoded) - _POSITIONS.size)
+            snapshot = PgSnapshot(xmin, xmax, ids, before, after)
             _remember(_DECODED, encoded, snapshot)
         return snapshot, end
 
     def __str__(self) -> str:
-        return f"{self.xmin}:{self.xmax}:{','.join(map(str, sorted(self.xip)))}"
+        text = f"{self.xmin}:{self.xmax}:{','.join(map(str, sorted(self.xip)))}"
+        if self.before is None or self.after is None:
+            return text
+        return f"{text}@{self.before}:{self.after}"
 
 
 @dataclass(frozen=True, slots=True)

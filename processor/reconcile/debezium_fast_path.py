@@ -174,7 +174,7 @@ def judge(stored: bytes | None, version: Version, txid: int | None) -> tuple[Act
     if row_at is not None:  # a change's row: ordered by version alone
         return decide(version, (major, minor)), stored[row_at:] if flags & PRESENT_FLAG else None
     entry = Entry.decode(stored)  # a chunk row's or a pending entry
-    return decide_change(version, txid, entry), entry.value
+    return decide_change(version, txid, entry, positions=True), entry.value
 
 
 def decide_chunk_rows(
@@ -279,7 +279,7 @@ def decide_chunk_rows(
             previous = entry.value
             if entry.pending or (previous is not None and previous[:1] == MAGIC):
                 break  # a row to read again, or an Avro row: the general path's
-            action = decide_row(tag.number, tag.read_in, entry)
+            action = decide_row(tag.number, tag.read_in, entry, positions=True)
         index += 1
         if action is _DROP:
             dropped += 1

@@ -173,10 +173,12 @@ def debezium_upsert(change: Change, state: KeyState, rows: RowCodec) -> Emit | N
     key = ENTRY + change.key
     raw = state.get(key)
     stored = Entry.decode(raw) if raw is not None else None
+    # Debezium's versions are source positions: a PostgreSQL change's WAL position places
+    # it against a chunk's snapshot, however far apart their transaction ids are.
     if change.chunk is not None:
-        action = decide_row(change.chunk, change.read_in, stored)
+        action = decide_row(change.chunk, change.read_in, stored, positions=True)
     else:
-        action = decide_change(change.version, change.txid, stored)
+        action = decide_change(change.version, change.txid, stored, positions=True)
     if action is Action.DROP:
         if change.chunk is not None and stored is not None and stored.pending:
             return Emit(change.op, None, None, READ_AGAIN)  # still not the pending row

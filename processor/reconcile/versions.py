@@ -47,6 +47,8 @@ TXID = struct.Struct(">q")
 _CHUNK = struct.Struct(">q")
 _FORMAT = 2
 _PRESENT, _TXID_FLAG, _SNAPSHOT_FLAG, _CHUNK_FLAG, _PENDING_FLAG = 1, 2, 4, 8, 16
+#: The snapshot of a chunk row's entry carries the WAL positions around it.
+_POSITIONS_FLAG = 32
 PRESENT_FLAG = _PRESENT
 _PRESENT_TXID = _PRESENT | _TXID_FLAG
 #: A change's entry up to its row: :data:`HEAD`, then its transaction id.
@@ -88,18 +90,27 @@ def decide(incoming: Version, stored: Version | None) -> Action:
     return Action.DROP
 
 
-def decide_change(version: Version, txid: int | None, stored: Entry | None) -> Action:
-    """A change (``txid``: Debezium's ``txId``, if any) against the key's state."""
+def decide_change(
+    version: Version, txid: int | None, stored: Entry | None, positions: bool = False
+) -> Action:
+    """A change (``txid``: Debezium's ``txId``, if any) against the key's state.
+    ``positions``: versions are PostgreSQL positions, ``(last commit LSN, change LSN)``,
+    which place a change against a snapshot whatever its distance in transaction ids
+    (:meth:`~processor.events.visibility.PgSnapshot.visible`)."""
     if stored is None:
         return Action.APPLY
     if stored.snapshot is not None and txid is not None:
-        return Action.DROP if stored.snapshot.visible(txid) else Action.APPLY
+        lsn = version[1] if positions else None
+        return Action.DROP if stored.snapshot.visible(txid, lsn) else Action.APPLY
     return decide(version, stored.version)
 
 
-def decide_row(chunk: int, read_in: PgSnapshot | Window, stored: Entry | None) -> Action:
+def decide_row(
+    chunk: int, read_in: PgSnapshot | Window, stored: Entry | None, positions: bool = False
+) -> Action:
     """A chunk row (chunk number ``chunk``, read in a snapshot or inside a window) against
-    the key's state; a window's row only once its partition has passed the window."""
+    the key's state; a window's row only once its partition has passed the window.
+    ``positions`` as for :func:`decide_change`, of the change in state."""
     if stored is None:
         return Action.APPLY
     if stored.chunk is not None:
@@ -119,7 +130,8 @@ def decide_row(chunk: int, read_in: PgSnapshot | Window, stored: Entry | None) -
         # A change without a transaction id (not from PostgreSQL) cannot be placed
         # against the snapshot: the row read from the source now is the newest.
         return Action.APPLY
-    return Action.APPLY if snapshot.visible(stored.txid) else Action.DROP
+    lsn = stored.version[1] if positions else None
+    return Action.APPLY if snapshot.visible(stored.txid, lsn) else Action.DROP
 
 
 class Entry(NamedTuple):
@@ -153,7 +165,7 @@ class Entry(NamedTuple):
             flags |= _TXID_FLAG
             optional = TXID.pack(self.txid)
         if self.snapshot is not None:
-            flags |= _SNAPSHOT_FLAG
+            flags |= _SNAPSHOT_FLAG | (_POSITIONS_FLAG if self.snapshot.positioned else 0)
             optional += _CHUNK.pack(self.chunk or 0) + self.snapshot.encode()
         elif self.chunk is not None:
             flags |= _CHUNK_FLAG
@@ -188,7 +200,8 @@ class Entry(NamedTuple):
             offset += TXID.size
         if flags & _SNAPSHOT_FLAG:
             chunk = _CHUNK.unpack_from(raw, offset)[0]
-            snapshot, offset = PgSnapshot.decode(raw, offset + _CHUNK.size)
+            positioned = bool(flags & _POSITIONS_FLAG)
+            snapshot, offset = PgSnapshot.decode(raw, offset + _CHUNK.size, positioned)
         elif flags & _CHUNK_FLAG:
             chunk = _CHUNK.unpack_from(raw, offset)[0]
             offset += _CHUNK.size

@@ -40,11 +40,14 @@ from typing import Any
 import orjson
 import psycopg
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
 from processor.events.change import TOAST_PLACEHOLDER
+from processor.events.visibility import PgSnapshot
 from processor.snapshot.client import read_state, send_signal
+from processor.snapshot.postgres.positions import committed_position
 from processor.snapshot.progress import TableProgress
 from tests.integration.processes import (
     Debezium,
@@ -1021,3 +1024,78 @@ def test_columns_added_and_dropped_during_a_backfill_shape_the_rows_read_after(
         writer.stop()
         processor.stop()
     assert_lake_equal(config, spark, "ddl", table)
+
+
+def _moved_event(template: bytes, v: int, txid: int, lsn: int) -> bytes:
+    """Debezium's event ``template`` (JSON with its schema) as an update to ``v`` by
+    transaction ``txid`` (32 bits, as Debezium reports it) written at WAL position ``lsn``."""
+    event = orjson.loads(template)
+    payload = event["payload"]
+    payload["op"], payload["before"] = "u", None
+    payload["after"] = dict(payload["after"], v=v)
+    payload["source"].update(txId=txid, lsn=lsn, sequence=orjson.dumps([str(lsn)] * 2).decode())
+    return orjson.dumps(event)
+
+
+def test_changes_2_31_transactions_from_a_backfill_are_placed_by_their_position(
+    stack: DevStack,
+) -> None:
+    """A key backfilled, then untouched while the source runs through 2^31 transaction ids
+    or more, is decided by WAL positions, not by its 32-bit txId extended around the
+    chunk's snapshot. Debezium's own events of a real backfill's keys are sent again as
+    updates whose txIds lie 2^31 + 10 ids after the chunk's xmax (key 1: the extension
+    alone took it for an old change, in the chunk, and dropped it) and 2^31 + 1000 ids
+    before the source's current id (key 2: a second backfill's extension alone took it
+    for a change in its future, and dropped the key's row), at the source's current WAL
+    position (the ids are the test's; their positions are where Debezium would put them)."""
+    name = "iso_snapwrap_t"
+    config = snapshot_config(stack, "snapwrap")
+    with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {name} (id integer PRIMARY KEY, name text, v integer)")
+        conn.execute(f"INSERT INTO {name} SELECT g, 'row ' || g, 0 FROM generate_series(1, 3) g")
+    processor = Processor(stack, config, "snapwrap-processor").start()
+    try:
+        wait_for("the coordinator", lambda: leading(processor))
+        cli(processor, "snapshot", "start", f"public.{name}", "--id", "wrap-1")
+        wait_for("the first backfill", lambda: notified(config, "COMPLETED", "wrap-1"))
+        wait_caught_up(config)
+        rows = read_backfill(config, f"snapwrap.backfill.tidemark.public.{name}")
+        chunk = PgSnapshot.parse(rows[0].headers["tidemark.snapshot"].decode())
+        assert chunk.positioned, chunk
+        templates = {
+            orjson.loads(r.key)["payload"]["id"]: r
+            for r in read_topic(config, f"tidemark.public.{name}")
+            if r.key is not None and r.value is not None
+        }
+        with psycopg.connect(**config.source.conninfo(), autocommit=True) as conn:
+            lsn = committed_position(conn)
+            found = conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())").fetchone()
+            now = int(found[0])  # type: ignore[index]
+        moved = {
+            1: (111, (chunk.xmax + 2**31 + 10) % 2**32, lsn),
+            2: (222, (now - 2**31 - 1000) % 2**32, lsn + 1),
+        }
+        producer = Producer(client_config(config.kafka))
+        for key, (v, txid, at) in moved.items():
+            record = templates[key]
+            value = _moved_event(record.value or b"", v, txid, at)
+            topic = f"tidemark.public.{name}"
+            producer.produce(topic, value, record.key, partition=record.partition)
+        assert producer.flush(30) == 0
+
+        def latest(key: int) -> dict[str, Any] | None:
+            events = [e for e in reconciled(config, name) if e.key["id"] == key]
+            return events[-1].value if events else None
+
+        for key, (v, _txid, _at) in moved.items():
+            wait_for(f"key {key}'s change", lambda k=key, v=v: (latest(k) or {}).get("after", {})
+                     .get("v") == v)  # fmt: skip
+        cli(processor, "snapshot", "start", f"public.{name}", "--id", "wrap-2")
+        wait_for("the second backfill", lambda: notified(config, "COMPLETED", "wrap-2"))
+        wait_caught_up(config)
+        for key in moved:
+            last = latest(key)
+            assert last is not None and last["tidemark"]["reason"] == "snapshot", (key, last)
+            assert last["after"]["v"] == 0  # the source's row, read again
+    finally:
+        processor.stop()

@@ -31,12 +31,17 @@ def test_a_key_without_state_applies(version: tuple[int, int]) -> None:
 snapshots = st.one_of(
     st.none(),
     st.builds(
-        lambda xmin, span, xip: PgSnapshot(
-            xmin, xmin + span, frozenset(xmin + x for x in xip if x < span)
+        lambda xmin, span, xip, positions: PgSnapshot(
+            xmin, xmin + span, frozenset(xmin + x for x in xip if x < span), *positions
         ),
         st.integers(1, 2**40),
         st.integers(0, 50),
         st.frozensets(st.integers(0, 49), max_size=5),
+        # with the WAL positions around it, or without (entries written before them)
+        st.one_of(
+            st.just((None, None)),
+            st.integers(0, 2**60).flatmap(lambda b: st.tuples(st.just(b), st.integers(b, 2**61))),
+        ),
     ),
 )
 
@@ -98,3 +103,15 @@ def test_a_hot_paths_encodings_are_the_entrys(
         assert Entry.encode_row(version, value) == Entry(version, value).encode()
     else:
         assert Entry.encode_change(version, value, txid) == Entry(version, value, txid).encode()
+
+
+def test_an_entry_written_before_the_positions_reads_as_before() -> None:
+    """The layout of a chunk row's entry without positions (flag 32 unset), as earlier
+    versions wrote it, still reads: its snapshot has no positions."""
+    old = Entry((0, 7), b"{}", 99, 7, PgSnapshot(100, 105, frozenset({101}))).encode()
+    assert old[17] & 32 == 0
+    entry = Entry.decode(old)
+    assert entry.snapshot == PgSnapshot(100, 105, frozenset({101}))
+    assert entry.snapshot.before is None and entry.value == b"{}"
+    new = Entry((0, 7), b"{}", 99, 7, PgSnapshot(100, 105, frozenset({101}), 5, 9)).encode()
+    assert new[17] & 32 and len(new) == len(old) + 16

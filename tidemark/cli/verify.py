@@ -21,7 +21,7 @@ import psycopg
 from confluent_kafka import Consumer, TopicPartition
 from psycopg import sql
 
-from processor.snapshot.postgres.watermarks import committed_position, confirmed_flush_lsn
+from processor.snapshot.postgres.positions import committed_position, confirmed_flush_lsn
 from tidemark.cli.errors import NotCaughtUpError
 from tidemark.core.config import Config
 from tidemark.core.kafka import client_config, exact_end_offsets
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 def source_lsn(config: Config) -> int:
     """A WAL position past the commit of every transaction committed by now
-    (:func:`~processor.snapshot.postgres.watermarks.committed_position`: with the write
+    (:func:`~processor.snapshot.postgres.positions.committed_position`: with the write
     position, Debezium's slot had often confirmed it already under ``synchronous_commit =
     off``, and :func:`wait_caught_up` returned before the latest changes reached Kafka)."""
     with psycopg.connect(**config.source.conninfo()) as conn:

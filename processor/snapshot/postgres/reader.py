@@ -23,6 +23,7 @@ default off changes no later transaction.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -35,6 +36,7 @@ from processor.errors import ChunkError, FilterError, SourceUnavailableError, Ta
 from processor.events.visibility import PgSnapshot
 from processor.snapshot.chunk_reader import Chunk, ChunkReader, Key, TableInfo
 from processor.snapshot.filters import check_filter
+from processor.snapshot.postgres.positions import committed_position
 
 
 class PostgresChunkReader(ChunkReader):
@@ -216,8 +218,17 @@ class PostgresChunkReader(ChunkReader):
                 self._conn.adapters.register_loader(oid, TextLoader)
                 self._as_text.add(oid)
         started = time.perf_counter()
+        # The WAL insert position before the snapshot, in a transaction of its own (the
+        # chunk's first query takes its snapshot), and after it, in the snapshot's
+        # statement: they place a change against the snapshot by its LSN
+        # (processor.events.visibility).
+        with source_errors(f"the WAL position before a chunk of {info.name}"):
+            with self._conn.transaction():
+                before = committed_position(self._conn)
         with self._locked(info, f"chunk of {info.name} after {after!r}"):
-            text = self._conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+            taken = self._conn.execute(
+                "SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn() - '0/0'::pg_lsn"
+            ).fetchone()
             self._check_columns(info)
             # the text forms processor.snapshot.postgres.values converts
             self._conn.execute(
@@ -225,8 +236,11 @@ class PostgresChunkReader(ChunkReader):
                 "SET LOCAL datestyle = 'ISO'"
             )
             rows = self._conn.execute(query, params).fetchall()
-        assert text is not None
-        return Chunk(rows, PgSnapshot.parse(text[0]), time.perf_counter() - started)
+        assert taken is not None
+        snapshot = dataclasses.replace(
+            PgSnapshot.parse(taken[0]), before=before, after=int(taken[1])
+        )
+        return Chunk(rows, snapshot, time.perf_counter() - started)
 
     def close(self) -> None:
         self._conn.close()
