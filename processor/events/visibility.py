@@ -131,7 +131,7 @@ class PgSnapshot:
             encoded = _HEAD.pack(self.xmin, self.xmax, len(ids)) + b"".join(
                 _XID.pack(x) for x in ids
             )
-            if self.before is not None and self.after is not None:
+            if self.positioned:
                 encoded += _POSITIONS.pack(self.before, self.after)
             _remember(_ENCODED, self, encoded)
         _LAST_ENCODED[:] = [self, encoded]

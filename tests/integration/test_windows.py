@@ -26,6 +26,7 @@ from confluent_kafka.admin import AdminClient
 
 from processor.events.chunk_tag import ChunkTag
 from processor.events.visibility import Window
+from processor.snapshot.postgres.watermarks import PostgresWatermarkWriter
 from tests.integration.processes import Processor, metric, pipeline_config, reconciled, wait_for
 from tidemark.cli.verify import processor_lag
 from tidemark.core.kafka import Acknowledgements, client_config, ensure_topics
@@ -115,8 +116,6 @@ def test_a_window_close_is_waited_for_past_its_commit_record(stack: DevStack) ->
     cluster's setting, and a common one) a commit returns before its record is written, so
     the WAL *write* position lags it: waiting for that let the reader note the change
     topics' ends before Debezium had the changes below the window."""
-    from processor.snapshot.postgres.watermarks import PostgresWatermarkWriter
-
     config = pipeline_config(stack, "closepos")
     writer = PostgresWatermarkWriter(config)
     try:

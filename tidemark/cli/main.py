@@ -235,12 +235,19 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _signal(args: argparse.Namespace, kind: str, data: dict[str, object]) -> int:
+    _send(args, kind, data)
+    return 0
+
+
+def _send(args: argparse.Namespace, kind: str, data: dict[str, object]) -> tuple[Config, str]:
+    """Write a signal to the pipeline's signal topic and say so; the configuration and the
+    request's id."""
     from processor.snapshot.client import send_signal
 
     config = _config(args)
     request = send_signal(config, kind, data, getattr(args, "id", ""))
     print(f"{kind} sent to pipeline {config.processor.pipeline}: request {request}")
-    return 0
+    return config, request
 
 
 def _snapshot_start(args: argparse.Namespace) -> int:
@@ -253,12 +260,9 @@ def _snapshot_start(args: argparse.Namespace) -> int:
         data["surrogate-key"] = args.surrogate_key
     if not args.wait:
         return _signal(args, "execute-snapshot", data)
-    from processor.snapshot.client import send_signal
     from tidemark.cli.snapshot_status import render_tables, wait_for_request
 
-    config = _config(args)
-    request = send_signal(config, "execute-snapshot", data, args.id)
-    print(f"execute-snapshot sent to pipeline {config.processor.pipeline}: request {request}")
+    config, request = _send(args, "execute-snapshot", data)
     tables = wait_for_request(config, request)
     print(render_tables(tables))
     return 1 if any(t.error is not None for t in tables) else 0

@@ -222,9 +222,11 @@ class PostgresChunkReader(ChunkReader):
         # chunk's first query takes its snapshot), and after it, in the snapshot's
         # statement: they place a change against the snapshot by its LSN
         # (processor.events.visibility).
-        with source_errors(f"the WAL position before a chunk of {info.name}"):
-            with self._conn.transaction():
-                before = committed_position(self._conn)
+        with (
+            source_errors(f"the WAL position before a chunk of {info.name}"),
+            self._conn.transaction(),
+        ):
+            before = committed_position(self._conn)
         with self._locked(info, f"chunk of {info.name} after {after!r}"):
             taken = self._conn.execute(
                 "SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn() - '0/0'::pg_lsn"
