@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 import uuid
 
 from confluent_kafka import Consumer, Producer
@@ -60,6 +61,12 @@ def test_a_consumer_never_pauses_its_fetches_for_long_while_it_reads_a_backlog(
     try:
         consumer.subscribe([topic])
         read = 0
+        while not read:
+            read += len(consumer.consume(1, 10.0))
+        # The first fetch may bring the whole backlog, and a reader that drains it at once
+        # can empty the queue before the fetcher looks at it again. Holding off for longer
+        # than a fetch's long poll (500 ms) makes the fetcher decide against a full queue.
+        time.sleep(1.5)
         while read < RECORDS:
             # the consumer's logs reach the handler from its poll calls
             read += len(consumer.consume(5000, 10.0))
