@@ -26,12 +26,18 @@ class SourceCodec:
         self.json = JsonCodec(envelope)
         self.avro = AvroCodec(envelope, output_topic, schemas)
 
-    def decode(self, msg: RawMessage) -> Change:
-        """The change in ``msg`` (its key present), keyed by the key's bytes in state."""
+    def state_key(self, msg: RawMessage) -> bytes:
+        """The bytes in state of ``msg``'s key (:class:`InputError`: none, or unreadable)."""
         key = msg.key
         if key is None:
             raise InputError("message without a key (the primary key is required)", msg, "no-key")
-        state_key = (self.avro if key[:1] == MAGIC else self.json).decode_key(msg)
+        return (self.avro if key[:1] == MAGIC else self.json).decode_key(msg)
+
+    def decode(self, msg: RawMessage) -> Change:
+        """The change in ``msg`` (its key present), keyed by the key's bytes in state."""
+        state_key = self.state_key(msg)
+        key = msg.key
+        assert key is not None
         value = msg.value
         codec: JsonCodec | AvroCodec = self.json
         if (value[:1] if value is not None else key[:1]) == MAGIC:

@@ -51,6 +51,7 @@ from processor.reconcile.debezium_fast_path import (
 )
 from processor.reconcile.envelopes import ENTRY, READ_AGAIN, STEPS, Step, prune_seen
 from processor.reconcile.upsert_fast_path import decide_flat
+from processor.reconcile.versions import Action, Entry, decide_change
 from processor.reconcile.window_buffer import Reached, WindowBuffers
 from state.batch import BatchState
 from state.store import PartitionStore
@@ -423,6 +424,8 @@ class Reconciler:
                             "with primary keys"
                         )
                     batch.dead_letters.append(change)
+                    if source.envelope == "debezium-upsert" and not backfill:
+                        _mark_pending(codec, raw, state)
                     continue
                 if reached is not None and isinstance(change.read_in, Window):
                     if hold_below is None:
@@ -490,6 +493,31 @@ class Reconciler:
             )
         self.refused[topic] = reason
         metrics.SOURCE_REFUSED.labels(topic).set(1)
+
+
+def _mark_pending(codec: SourceCodec, raw: RawMessage, state: BatchState) -> None:
+    """A change of ``raw``'s key became a dead letter: the key's row in state is no longer
+    the source's. Its entry becomes pending (at the change's version when it can be read,
+    else at its own), keeping the row last emitted as the next output's retraction: an
+    update whose unchanged TOAST values would have been filled from that row asks for the
+    key's row instead, and one that carries its whole row is applied as usual."""
+    try:
+        key = ENTRY + codec.state_key(raw)
+    except InputError:
+        return  # no key to mark
+    stored_raw = state.get(key)
+    stored = Entry.decode(stored_raw) if stored_raw is not None else None
+    try:
+        change: Change | None = codec.decode(raw)
+    except InputError:
+        change = None
+    emitted = stored.value if stored is not None else None
+    if change is not None and change.chunk is None:
+        if decide_change(change.version, change.txid, stored, positions=True) is Action.APPLY:
+            entry = Entry(change.version, emitted, change.txid, pending=True)
+            state.put(key, entry.encode())
+    elif stored is not None and not stored.pending:
+        state.put(key, stored._replace(pending=True).encode())
 
 
 def _avro(group: list[RawMessage]) -> bool:

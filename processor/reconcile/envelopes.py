@@ -185,12 +185,15 @@ def debezium_upsert(change: Change, state: KeyState, rows: RowCodec) -> Emit | N
         return None
     previous = stored.value if stored else None
     if change.toast and change.after is not None:
-        prior = rows.load(previous) if previous is not None else change.before
+        if previous is not None and stored is not None and not stored.pending:
+            prior = rows.load(previous)
+        else:  # a pending entry's row is the one last emitted, not the source's
+            prior = change.before
         if fill_placeholders(change.after, prior):
             if change.chunk is not None:
                 _fill(change.after, prior)  # raises: a chunk row never holds placeholders
             if action is Action.APPLY:
-                entry = Entry(change.version, None, change.txid, pending=True)
+                entry = Entry(change.version, previous, change.txid, pending=True)
                 state.put(key, entry.encode())
             return Emit(change.op, None, None, READ_AGAIN)
     after_stored = rows.dump(change) if change.after is not None else None

@@ -143,9 +143,11 @@ class Entry(NamedTuple):
     tuple: one is made per event on the hot path.)
 
     A *pending* entry is a change applied without its row: an update whose unchanged
-    TOAST values could not be filled (no earlier row). Its row is read again from the
-    source (:func:`processor.reconcile.envelopes.debezium_upsert`); meanwhile it orders
-    changes and chunk rows as a change does.
+    TOAST values could not be filled (no earlier row), or a change that became a dead
+    letter. Its row is read again from the source
+    (:func:`processor.reconcile.envelopes.debezium_upsert`); meanwhile it orders changes
+    and chunk rows as a change does, and its ``value`` is only the row last emitted (the
+    next output's retraction), never one to fill unchanged TOAST values from.
     """
 
     version: Version

@@ -470,7 +470,9 @@ class Coordinator:
 
     def _failed(self, entry: TableProgress, exc: Exception) -> None:
         """The source could not be reached: connect again after a growing pause, saying why
-        the table waits, for up to ``snapshot.source_outage_deadline_s``; then abort it."""
+        the table waits, for up to ``snapshot.source_outage_deadline_s``; then abort it.
+        A keys request is never aborted for an outage: its keys are pending in the data
+        plane, whose outputs stay at their old rows until their rows are read."""
         if self._reader is not None:
             self._reader.close()
             self._reader = None
@@ -478,7 +480,7 @@ class Coordinator:
         if self._unreachable_since is None:
             self._unreachable_since = now
         lasted = now - self._unreachable_since
-        if lasted > self.config.snapshot.source_outage_deadline_s:
+        if lasted > self.config.snapshot.source_outage_deadline_s and entry.keys is None:
             self._failures, self._unreachable_since, entry.waiting = 0, None, None
             self._abort(entry, f"the source was unreachable for {lasted:.0f} s: {exc}")
             return

@@ -20,9 +20,12 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
+from psycopg import sql
 from pyspark.sql import SparkSession
 
 from processor.outages import is_outage
+from processor.snapshot.client import read_state
+from processor.snapshot.progress import TableProgress
 from spark_sink.session import create_session
 from tests.integration.processes import (
     Processor,
@@ -33,16 +36,20 @@ from tests.integration.processes import (
     wait_for,
 )
 from tests.integration.test_snapshots import (
+    backfill_paused,
     cli,
+    doc_rows,
     leading,
     notified,
     progress,
+    read_again_requests,
     snapshot_config,
     uncaptured_table,
 )
 from tests.integration.test_snapshots import source_rows as snapshot_rows
 from tests.integration.workload import Table, Workload, source_rows
 from tidemark.cli.verify import compare_table, wait_caught_up
+from tidemark.core.config import Config
 from tidemark.core.kafka import RebalanceErrors, client_config, ensure_topics
 from tidemark.core.ports import free_port
 from tidemark.devstack.procs import pid_alive
@@ -146,8 +153,12 @@ def test_a_long_source_outage_waits_with_its_reason_then_aborts_the_table(
 ) -> None:
     """The source refuses every connection for longer than snapshot.source_outage_deadline_s:
     meanwhile the table's status says why it waits; then it is aborted with that reason, and
-    the pipeline goes on once the source is back."""
+    the pipeline goes on once the source is back. A key asked again (an update whose
+    unchanged TOAST value no state could fill), queued behind the table, waits for the
+    source however long it is down: aborted, it would leave the key's output at its old
+    row for good."""
     name = "iso_srcdown_rows"
+    deadline = 6.0
     config = snapshot_config(
         stack,
         "srcdown",
@@ -155,9 +166,11 @@ def test_a_long_source_outage_waits_with_its_reason_then_aborts_the_table(
         min_chunk_size=300,
         max_chunk_size=300,
         max_rows_per_second=600,
-        source_outage_deadline_s=12.0,
+        source_outage_deadline_s=deadline,
     )
     uncaptured_table(config, name, 6000)
+    doc = "iso_srcdown_doc"
+    toasted_table(config, doc, 3)
     table = f"public.{name}"
     processor = Processor(stack, config, "srcdown-processor").start()
     pid = processor.pid
@@ -166,29 +179,78 @@ def test_a_long_source_outage_waits_with_its_reason_then_aborts_the_table(
         wait_for("the coordinator", lambda: leading(processor))
         cli(processor, "snapshot", "start", table, "--id", "down-1")
         wait_for("chunks", lambda: progress(config, table, "down-1").rows >= 600)
-        with psycopg.connect(**admin, autocommit=True) as conn:
-            conn.execute(f"ALTER DATABASE {config.source.dbname} ALLOW_CONNECTIONS false")
-            conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = %s AND pid <> pg_backend_pid()",
-                (config.source.dbname,),
-            )
+        with backfill_paused(config, table, "down-1"):
+            with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
+                conn.execute(f"UPDATE {doc} SET n = 1 WHERE id = 2")  # doc left untouched
+            wait_for("the key asked again", lambda: read_again_requests(config) >= 1)
+            with psycopg.connect(**admin, autocommit=True) as conn:
+                conn.execute(f"ALTER DATABASE {config.source.dbname} ALLOW_CONNECTIONS false")
+                conn.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = %s AND pid <> pg_backend_pid()",
+                    (config.source.dbname,),
+                )
         try:
             waiting = wait_for("a reason", lambda: progress(config, table, "down-1").waiting)
             assert "cannot be reached" in waiting
             assert "waiting: the source cannot be reached" in cli(processor, "snapshot", "status")
             wait_for("the abort", lambda: notified(config, "ABORTED", "down-1"), timeout=90)
+            asked = wait_for("the keys waiting", lambda: waiting_keys(config, f"public.{doc}"))
+            time.sleep(deadline + 4)
+            still = keys_request(config, f"public.{doc}")
+            assert still is not None and still.status in ("queued", "running") and still.waiting, (
+                still
+            )
+            assert not notified(config, "ABORTED", asked.request_id)
         finally:
             with psycopg.connect(**admin, autocommit=True) as conn:
                 conn.execute(f"ALTER DATABASE {config.source.dbname} ALLOW_CONNECTIONS true")
         aborted = progress(config, table, "down-1")
         assert aborted.status == "aborted" and "unreachable for" in (aborted.error or "")
         assert aborted.waiting is None
+        wait_for(
+            "the key's row read again",
+            lambda: final_rows(reconciled(config, doc)).get((2,)) == doc_rows(config, doc)[(2,)],
+        )
         cli(processor, "snapshot", "start", table, "--id", "down-2")
         wait_for("the second snapshot", lambda: notified(config, "COMPLETED", "down-2"))
         assert processor.pid == pid and pid_alive(pid)
     finally:
         processor.stop()
+
+
+def toasted_table(config: Config, name: str, rows: int) -> None:
+    """``public.<name>`` (id, n, doc): rows 1 to ``rows`` with TOASTed ``doc`` values, never
+    streamed by Debezium, under REPLICA IDENTITY DEFAULT: an update that leaves ``doc``
+    untouched carries a placeholder that no state can fill."""
+    with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA IF NOT EXISTS stage")
+        staged = sql.Identifier("stage", name)
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, n int, doc text)").format(staged)
+        )
+        conn.execute(sql.SQL("ALTER TABLE {} ALTER doc SET STORAGE EXTERNAL").format(staged))
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} SELECT g, 0, repeat(md5(g::text), 200) "
+                "FROM generate_series(1, %s) g"
+            ).format(staged),
+            (rows,),
+        )
+        conn.execute(sql.SQL("ALTER TABLE {} SET SCHEMA public").format(staged))
+
+
+def waiting_keys(config: Config, table: str) -> TableProgress | None:
+    """The request that reads keys of ``table`` again, once it waits for the source."""
+    asked = keys_request(config, table)
+    return asked if asked is not None and asked.waiting else None
+
+
+def keys_request(config: Config, table: str) -> TableProgress | None:
+    """The progress of the (last) request that reads keys of ``table`` again."""
+    state = read_state(config)
+    asked = [t for t in state.tables if t.table == table and t.keys] if state else []
+    return asked[-1] if asked else None
 
 
 def test_an_error_of_a_rebalance_callback_comes_back_as_an_exception(stack: DevStack) -> None:

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from processor.events.change import TOAST_PLACEHOLDER
 from processor.reconcile.batch import Reconciler
+from processor.reconcile.versions import Entry
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
 from tests.unit.probe import SCHEMAS, TOPIC, frame, probe_event
@@ -342,7 +343,8 @@ def contents(store: MemoryPartitionStore) -> dict[bytes, bytes | None]:
 def test_a_message_too_large_for_its_output_is_a_dead_letter_reference(envelope: str) -> None:
     """Its output could hold the old row and the new one: an input above half the record
     limit becomes a dead letter that refers to it (the bytes may not fit the dead-letter
-    topic either); state does not change, and the partition goes on."""
+    topic either), and the partition goes on. State keeps the row before; under
+    ``debezium-upsert`` its entry becomes pending at the lost change's version."""
     limit = 64 * 1024
     config = Config(
         kafka=KafkaConfig(max_record_bytes=limit), processor=ProcessorConfig(envelope=envelope)
@@ -369,9 +371,15 @@ def test_a_message_too_large_for_its_output_is_a_dead_letter_reference(envelope:
         "reason": letter.reason,
     }
     assert str(limit) in letter.reason
-    assert batch.states.get(TP) is None or not batch.states[TP].updates
-    store.commit({}, Checkpoint(2))
-    assert contents(store) == held
+    updates = batch.states[TP].updates if TP in batch.states else {}
+    if envelope == "debezium-upsert":
+        [(key, entry)] = updates.items()
+        kept = Entry.decode(held[key] or b"")
+        assert Entry.decode(entry or b"") == Entry((11, 11), kept.value, 11, pending=True)
+    else:
+        assert not updates
+    store.commit(updates, Checkpoint(2))
+    assert contents(store).keys() == held.keys()
     rest = reconciler.decide({TP: [after]}, {TP: store})
     assert len(rest.records) >= 1 and rest.dead_letters == []
 
@@ -390,3 +398,49 @@ def test_an_unfillable_toast_value_asks_for_its_row_not_a_dead_letter(fmt: str) 
     assert batch.dead_letters == []
     assert len([r for r in batch.records if r[3] is not None]) == 1  # key 8's output only
     assert batch.read_again == {TP: {ENTRY_KEYS[fmt]: {"id": 7}}}
+
+
+@pytest.mark.parametrize("fmt", ["json-schemaless", "json", "avro"])
+@pytest.mark.parametrize("lost", ["too-large", "undecodable"])
+def test_a_dead_lettered_change_leaves_its_key_pending_not_at_the_row_before(
+    fmt: str, lost: str
+) -> None:
+    """A change of a key that becomes a dead letter is missing from state: a later update
+    whose unchanged TOAST value would be filled from the row before it would emit a row the
+    source never had. The key goes pending instead, and that update asks for its row; an
+    update that carries its whole row is applied as usual."""
+    limit = 64 * 1024
+    config = Config(kafka=KafkaConfig(max_record_bytes=limit), processor=ProcessorConfig())
+    registry = make_reconciler()[1]
+    reconciler = Reconciler(config, SchemaCache(registry))
+    key, small = encode(fmt, 7, event(7, "c", "A", 10))
+    if lost == "too-large":
+        value = encode(fmt, 7, event(7, "u", "x" * limit, 11))[1]
+    else:
+        value = b"{not json" if fmt != "avro" else b"\x00\x00\x00\x00\x63garbage"
+    stream = [
+        (key, small),
+        (key, value),
+        encode(fmt, 7, event(7, "u", TOAST_PLACEHOLDER, 12)),
+        encode(fmt, 8, event(8, "c", "other", 13)),
+    ]
+    store = MemoryPartitionStore()
+    raw = [RawMessage(TOPIC, 0, offset, k, v) for offset, (k, v) in enumerate(stream)]
+    first = reconciler.decide({TP: raw[:2]}, {TP: store})
+    assert [letter.message.offset for letter in first.dead_letters] == [1]
+    store.commit(first.states[TP].updates, Checkpoint(2))
+    batch = reconciler.decide({TP: raw[2:]}, {TP: store})
+    outputs = comparable(registry, [(k, v) for _t, _p, k, v in batch.records])
+    assert [output[3]["name"] for output in outputs if output[1] is not None] == ["other"]
+    assert batch.read_again == {TP: {ENTRY_KEYS[fmt]: {"id": 7}}}
+    at_once = Reconciler(config, SchemaCache(registry)).decide(
+        {TP: raw}, {TP: MemoryPartitionStore()}
+    )  # the fused paths meet the pending entry in the batch's own state
+    assert at_once.read_again == batch.read_again
+    assert len(at_once.records) == len(first.records) + len(batch.records)
+    store.commit(batch.states[TP].updates, Checkpoint(4))
+    whole = reconciler.decide(
+        {TP: [RawMessage(TOPIC, 0, 4, *encode(fmt, 7, event(7, "u", "B", 14)))]}, {TP: store}
+    )
+    [applied] = comparable(registry, [(k, v) for _t, _p, k, v in whole.records])
+    assert applied[3]["name"] == "B" and whole.read_again == {}
