@@ -31,9 +31,11 @@ from processor.events.change import FLAT_PREFIX
 from processor.snapshot.connect_values import Column, to_avro, to_json
 from processor.snapshot.encoding_check import (
     Disagreement,
+    avro_decimal_scales,
     avro_fields,
     avro_row_fields,
     declared_disagreements,
+    json_decimal_scales,
     json_fields,
     value_disagreements,
 )
@@ -127,6 +129,16 @@ class TableShape:
         if self._value.format == "json-schema":
             return json_fields(self._value.schema, flat)
         return None
+
+    def decimal_scales(self) -> dict[str, tuple[str | None, str | None]]:
+        """The precision and scale the learned event declares for each of its row's
+        ``Decimal`` fields (the Connect parameters); none for schemaless events."""
+        flat = self.flat is not None
+        if self._value.format == "avro":
+            return avro_decimal_scales(self._value.parsed, flat)
+        if self._value.format == "json-schema":
+            return json_decimal_scales(self._value.schema, flat)
+        return {}
 
     @property
     def row_columns(self) -> tuple[str, ...]:

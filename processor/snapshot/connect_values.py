@@ -34,6 +34,9 @@ class Column:
     #: a connector setting decides it (``setting``); checked against the topic's events.
     schema: tuple[str, str | None] | None = None
     setting: str | None = None
+    #: A fixed-scale decimal's precision and scale as Debezium declares them (Connect's
+    #: parameters, as text; money has no precision).
+    decimal: tuple[str | None, str | None] | None = None
 
 
 class VariableScale(NamedTuple):

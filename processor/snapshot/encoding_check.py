@@ -172,6 +172,49 @@ def _schema_text(schema: tuple[str, str | None]) -> str:
     return f"{kind} ({name})" if name else kind
 
 
+#: Connect's logical name of a fixed-scale decimal.
+DECIMAL = "org.apache.kafka.connect.data.Decimal"
+#: A decimal's precision and scale as Connect's parameters give them (text), if given.
+Scale = tuple[str | None, str | None]
+
+
+def json_decimal_scales(schema: dict[str, Any], flat: bool = False) -> dict[str, Scale]:
+    """The precision and scale a JSON converter's value schema declares for each ``Decimal``
+    row field (``after``'s, or a ``flat`` row's)."""
+    fields: list[dict[str, Any]] = schema.get("fields", [])
+    if not flat:
+        fields = next((f for f in fields if f.get("field") == "after"), {}).get("fields", [])
+    return {
+        f["field"]: _scale_of(f.get("parameters") or {})
+        for f in fields
+        if f.get("name") == DECIMAL and not f["field"].startswith(FLAT_PREFIX)
+    }
+
+
+def avro_decimal_scales(schema: Any, flat: bool = False) -> dict[str, Scale]:
+    """The precision and scale a parsed Debezium value schema declares for each ``Decimal``
+    row field (Confluent's ``connect.parameters``, else Avro's own attributes)."""
+    named = schema.get("__named_schemas", {}) if isinstance(schema, dict) else {}
+    out: dict[str, Scale] = {}
+    for field in avro_row_fields(schema, flat):
+        kind = _resolve(_non_null(field["type"]), named)
+        if isinstance(kind, dict) and kind.get("connect.name") == DECIMAL:
+            parameters = kind.get("connect.parameters") or {
+                "connect.decimal.precision": kind.get("precision"),
+                "scale": kind.get("scale"),
+            }
+            out[field["name"]] = _scale_of(parameters)
+    return out
+
+
+def _scale_of(parameters: dict[str, Any]) -> Scale:
+    precision, scale = parameters.get("connect.decimal.precision"), parameters.get("scale")
+    return (
+        None if precision is None else str(precision),
+        None if scale is None else str(scale),
+    )
+
+
 def _non_null(kind: Any) -> Any:
     if isinstance(kind, list):
         return next((k for k in kind if k != "null"), None)

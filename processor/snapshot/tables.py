@@ -38,6 +38,7 @@ from processor.errors import ChunkError, SnapshotRefusedError, SourceUnavailable
 from processor.events.change import FLAT_DELETED, FLAT_TXID
 from processor.snapshot.chunk_events import TableShape
 from processor.snapshot.chunk_reader import ChunkReader, TableInfo
+from processor.snapshot.connect_values import Column
 from processor.snapshot.connector import Connector
 from processor.snapshot.progress import TableProgress
 from processor.snapshot.template_event import template_event
@@ -138,7 +139,8 @@ class TableChecks:
         shape = self._learn(topic, event)
         _check_form(topic, shape, flattened)
         before = self._changed_from.pop((entry.table, entry.request_id), None)
-        if shape.row_columns != info.columns or self._retyped(info, before, shape):
+        changed = self._retyped(info, before, shape) or _rescaled(columns, shape)
+        if shape.row_columns != info.columns or changed:
             # The table's columns changed after its last event (ALTER TABLE): its rows get
             # the event Debezium writes for the new columns, built from the catalog.
             if flattened:
@@ -355,3 +357,13 @@ def recent_events(consumer: Consumer, topic: str, partitions: int) -> list[Recen
         if key is not None and value is not None:
             out.append(RecentEvent(msg.partition() or 0, msg.timestamp()[1], key, value))
     return out
+
+
+def _rescaled(columns: list[Column], shape: TableShape) -> bool:
+    """Whether a decimal column's precision or scale is not the one ``shape`` (an event
+    written before an ``ALTER``) declares: the rows read now have the catalog's digits,
+    which the event's schema would read at its own scale (1.25 as 0.0125)."""
+    declared = shape.decimal_scales()
+    return any(
+        c.decimal is not None and declared.get(c.name, c.decimal) != c.decimal for c in columns
+    )

@@ -684,6 +684,82 @@ def test_a_backfill_in_another_encoding_than_its_topic_is_refused_naming_the_set
         debezium.stop()
 
 
+def test_a_decimal_scale_changed_after_the_last_event_is_backfilled_at_the_new_scale(
+    stack: DevStack,
+) -> None:
+    """``numeric(10,2)`` becomes ``numeric(12,4)`` after the table's last event, with no
+    change streamed since: Debezium's last event still declares scale 2. Then, between two
+    chunks of its backfill, ``numeric(14,6)``, and a key not read yet gets six decimals.
+    Every row read goes out under a schema that declares the scale its digits have (not
+    1.25 read as 125.00 under the old one), the rows read after the second change are not
+    rounded to the scale learned before it, and the reconciled topic decodes to the
+    source's values."""
+    name = "iso_snapscale_t"
+    with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {name} (id integer PRIMARY KEY, price numeric(10, 2))")
+    debezium = Debezium(stack, "snapscale", [f"public.{name}"], {}, "json").start()
+    try:
+        with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
+            conn.execute(f"INSERT INTO {name} SELECT g, g * 1.25 FROM generate_series(1, 60) g")
+        wait_debezium(debezium.config, source_lsn(debezium.config))
+        with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
+            conn.execute(f"ALTER TABLE {name} ALTER price TYPE numeric(12, 4)")
+        config = own_pipeline(stack, debezium, name)
+        config = dataclasses.replace(
+            config,
+            snapshot=dataclasses.replace(
+                config.snapshot,
+                chunk_size=5,
+                min_chunk_size=5,
+                max_chunk_size=5,
+                max_rows_per_second=10,
+                readers=1,
+            ),
+        )
+        table = f"public.{name}"
+        processor = Processor(stack, config, "snapscale-processor").start()
+        try:
+            wait_for("the coordinator", lambda: leading(processor))
+            send_signal(config, "execute-snapshot", {"data-collections": [table]}, "scale-1")
+            wait_for("a chunk", lambda: progress(config, table, "scale-1").chunks > 0)
+            with backfill_paused(config, table, "scale-1"):
+                with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
+                    conn.execute(f"ALTER TABLE {name} ALTER price TYPE numeric(14, 6)")
+                    conn.execute(f"UPDATE {name} SET price = 1.234567 WHERE id = 60")
+            wait_for("the backfill", lambda: notified(config, "COMPLETED", "scale-1"))
+        finally:
+            processor.stop()
+        with psycopg.connect(**stack.config.owner_conninfo()) as conn:
+            source = dict(conn.execute(f"SELECT id, price FROM {name}").fetchall())
+        prefix = config.source.topic_prefix
+        rows = read_backfill(config, f"{config.processor.pipeline}.backfill.{prefix}.{table}")
+        assert len(rows) == 60
+        read = {
+            orjson.loads(r.key or b"")["payload"]["id"]: declared_decimal(r.value) for r in rows
+        }
+        assert {key: value for key, (value, _scale) in read.items()} == source
+        assert {scale for _value, scale in read.values()} == {4, 6}
+        outputs = read_topic(config, f"{prefix}.reconciled.{table}")
+        last = {orjson.loads(r.key or b"")["payload"]["id"]: r.value for r in outputs}
+        assert {key: declared_decimal(value)[0] for key, value in last.items()} == source
+    finally:
+        debezium.stop()
+
+
+def declared_decimal(value: bytes | None) -> tuple[Any, int]:
+    """The ``price`` of a JSON Debezium event with its schema, read at the scale that schema
+    declares, and that scale."""
+    import base64
+    import decimal
+
+    document = orjson.loads(value or b"")
+    after = next(f for f in document["schema"]["fields"] if f["field"] == "after")
+    price = next(f for f in after["fields"] if f["field"] == "price")
+    scale = int(price["parameters"]["scale"])
+    unscaled = int.from_bytes(base64.b64decode(document["payload"]["after"]["price"]), "big")
+    return decimal.Decimal(unscaled).scaleb(-scale), scale
+
+
 def own_pipeline(stack: DevStack, debezium: Debezium, table: str) -> Config:
     """A pipeline named as ``debezium`` reading only ``public.<table>`` of its topics, with
     the connector's settings."""

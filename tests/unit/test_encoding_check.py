@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 from processor.snapshot.chunk_events import TableShape
 from processor.snapshot.connect_values import Column
 from processor.snapshot.encoding_check import (
+    avro_decimal_scales,
     avro_fields,
     declared_disagreements,
+    json_decimal_scales,
     json_fields,
     value_disagreements,
 )
@@ -169,3 +171,61 @@ def test_a_schemaless_table_is_checked_on_more_events_than_the_one_learned() -> 
     later = orjson.dumps(dict(event, after={"ba": "+/8Q"}))
     found = shape.disagreements(cols, url_safe, [b"not json", later])
     assert [d.setting for d in found] == ["binary.handling.mode"]
+
+
+def test_a_decimals_scale_is_read_from_the_events_schema_as_debezium_declares_it() -> None:
+    """A ``numeric(12,3)`` column's precision and scale, as a JSON and an Avro event
+    declare them, equal the column's own; after ``ALTER ... TYPE numeric(12,4)`` they do
+    not (the backfill then builds its event from the catalog)."""
+    decimal = {"name": "org.apache.kafka.connect.data.Decimal", "version": 1}
+    after = [
+        {
+            **decimal,
+            "type": "bytes",
+            "parameters": {"scale": "3", "connect.decimal.precision": "12"},
+            "field": "n",
+        },
+        {**decimal, "type": "bytes", "parameters": {"scale": "2"}, "field": "m"},
+        {"type": "string", "field": "s"},
+    ]
+    json_schema = {
+        "type": "struct",
+        "fields": [{"field": "after", "type": "struct", "fields": after}],
+    }
+    avro_decimal = {
+        "type": "bytes",
+        "scale": 3,
+        "precision": 12,
+        "connect.version": 1,
+        "connect.parameters": {"scale": "3", "connect.decimal.precision": "12"},
+        "connect.name": "org.apache.kafka.connect.data.Decimal",
+        "logicalType": "decimal",
+    }
+    avro_schema = {
+        "type": "record",
+        "name": "Envelope",
+        "namespace": "t",
+        "fields": [
+            {
+                "name": "after",
+                "type": [
+                    "null",
+                    {
+                        "type": "record",
+                        "name": "Value",
+                        "fields": [
+                            {"name": "n", "type": ["null", avro_decimal]},
+                            {"name": "s", "type": ["null", "string"]},
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+    numeric = column("n", "numeric", NUMERIC_12_3, "", None)
+    money = column("m", "money", -1, "", None)
+    assert json_decimal_scales(json_schema) == {"n": numeric.decimal, "m": money.decimal}
+    assert avro_decimal_scales(fastavro.parse_schema(avro_schema, {})) == {"n": numeric.decimal}
+    rescaled = column("n", "numeric", (12 << 16 | 4) + 4, "", None)
+    assert rescaled.decimal == ("12", "4") != numeric.decimal
+    assert column("nv", "numeric", -1, "", None).decimal is None  # variable scale: a struct

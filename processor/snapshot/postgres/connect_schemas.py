@@ -19,7 +19,7 @@ from typing import Any
 
 from processor.errors import UnsupportedTypeError
 from processor.snapshot.chunk_reader import TableInfo
-from processor.snapshot.postgres.values import declared_schema
+from processor.snapshot.postgres.values import decimal_parameters, declared_schema
 from tidemark.core.debezium_settings import ValueSettings
 
 #: Types whose schema is one Connect type and no logical name, whatever the settings.
@@ -108,10 +108,10 @@ def field_schema(
         schema["doc"] = "Variable scaled decimal"
         return {"type": "struct", "fields": _VARIABLE_SCALE_FIELDS, **schema}
     if name == "org.apache.kafka.connect.data.Decimal":
-        scale = settings.money_fraction_digits if type_name == "money" else (typmod - 4) & 0xFFFF
-        parameters = {"scale": str(scale)}
-        if type_name == "numeric":
-            parameters["connect.decimal.precision"] = str((typmod - 4) >> 16)
+        precision, scale = decimal_parameters(type_name, typmod, settings)
+        parameters = {"scale": scale}
+        if precision is not None:
+            parameters["connect.decimal.precision"] = precision
         return _logical(kind, name, parameters)
     return _logical(kind, name) if name else {"type": kind}
 

@@ -267,19 +267,25 @@ class PostgresChunkReader(ChunkReader):
             yield
 
     def _check_columns(self, info: TableInfo) -> None:
-        """:class:`TableChangedError` if the table's columns (names and types, in order)
-        are no longer ``info``'s."""
+        """:class:`TableChangedError` if the table's columns (names, types and type modifiers
+        such as a ``numeric``'s scale or a ``timestamp``'s precision, in order) are no
+        longer ``info``'s."""
         now = self._conn.execute(
-            "SELECT a.attname, t.typname FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+            "SELECT a.attname, t.typname, a.atttypmod "
+            "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
             "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped "
             "ORDER BY a.attnum",
             (_regclass(info.schema, info.table),),
         ).fetchall()
-        learned = [(name, kind[0]) for name, kind in zip(info.columns, info.types, strict=True)]
-        if [tuple(r) for r in now] != learned:
+        learned = [
+            (name, kind[0], kind[1]) for name, kind in zip(info.columns, info.types, strict=True)
+        ]
+        found = [tuple(r) for r in now]
+        if found != learned:
+            retyped = sorted({c[0] for c in set(found) ^ set(learned)})
             raise TableChangedError(
                 f"the columns of {info.name} changed: {[r[0] for r in now]}, "
-                f"not {list(info.columns)}"
+                f"not {list(info.columns)} (added, dropped or retyped: {retyped})"
             )
 
     def _indexes(self, relation: str, which: str) -> list[list[str]]:

@@ -84,9 +84,20 @@ def column(
     if declared is None:
         return _encoded(name, type_name, typmod, settings)
     setting, schema = declared
+    decimal = decimal_parameters(type_name, typmod, settings) if schema[1] == _DECIMAL else None
     return dataclasses.replace(
-        _encoded(name, type_name, typmod, settings), schema=schema, setting=setting
+        _encoded(name, type_name, typmod, settings), schema=schema, setting=setting, decimal=decimal
     )
+
+
+def decimal_parameters(
+    type_name: str, typmod: int, settings: ValueSettings
+) -> tuple[str | None, str]:
+    """The precision and scale Debezium declares for a fixed-scale ``numeric`` or ``money``
+    column (Connect's ``Decimal`` parameters, as text; money's precision is not declared)."""
+    if type_name == "money":
+        return None, str(settings.money_fraction_digits)
+    return str((typmod - 4) >> 16), str((typmod - 4) & 0xFFFF)
 
 
 def _encoded(name: str, type_name: str, typmod: int, settings: ValueSettings) -> Column:
