@@ -126,6 +126,10 @@ def instance_status(
             {"topic": t, "partition": p} for t, p in sorted(dataplane.assigned)
         ],
         "refused_topics": dict(dataplane.refused),
+        "refused_partitions": [
+            {"topic": t, "partition": p, "reason": reason}
+            for (t, p), reason in sorted(dataplane.reconciler.refused_partitions.items())
+        ],
         "snapshots": "leader" if coordinator.leader else "standby",
     }
 

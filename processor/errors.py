@@ -25,6 +25,12 @@ class SourceRefusedError(ProcessorError):
     """The source breaks a constraint of its envelope; its topic stops, the others go on."""
 
 
+class StateFormatError(SourceRefusedError):
+    """A state entry in a format this release does not know (a newer release wrote it, or
+    it is damaged): its input partition stops at the message that met it, the others go
+    on. Nothing is guessed from its bytes."""
+
+
 class UnfillableError(ProcessorError):
     """An unchanged-TOAST placeholder with no earlier value to fill it from."""
 

@@ -27,6 +27,12 @@ SOURCE_REFUSED = Gauge(
     "1 while an input topic is stopped because it breaks its envelope's constraints",
     ["topic"],
 )
+PARTITION_REFUSED = Gauge(
+    "tidemark_partition_refused",
+    "1 while an input partition is stopped because its state holds an entry of a format "
+    "this release cannot read",
+    ["topic", "partition"],
+)
 RESTORE_RECORDS = Counter(
     "tidemark_restore_records_total", "Changelog records applied to restore state", ["topic"]
 )

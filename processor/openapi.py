@@ -479,6 +479,11 @@ OPENAPI: dict[str, Any] = {
                     "error": {"type": ["string", "null"]},
                     "assigned_partitions": {"type": "array", "items": {"type": "object"}},
                     "refused_topics": {"type": "object"},
+                    "refused_partitions": {
+                        "type": "array",
+                        "description": "input partitions stopped by state they cannot read",
+                        "items": {"type": "object"},
+                    },
                     "snapshots": {"type": "string", "enum": ["leader", "standby"]},
                     "lifecycle": {"enum": [s.value for s in Lifecycle]},
                 },

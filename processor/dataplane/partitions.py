@@ -140,14 +140,15 @@ class Partitions:
 
     def held(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """Those of ``partitions`` that must not be read now: input partitions whose state
-        is being restored or whose source is refused, and backfill partitions whose
+        is being restored or that are stopped (their source, or their state, refused), and
+        backfill partitions whose
         input partition is held or not assigned here."""
-        refused = self._reconciler.refused
+        stopped = self._reconciler.stopped
         held = {
             (p.topic, p.partition)
             for p in partitions
             if not self.is_backfill(p.topic)
-            and (self.restoring((p.topic, p.partition)) or p.topic in refused)
+            and (self.restoring((p.topic, p.partition)) or stopped((p.topic, p.partition)))
         }
 
         def held_back(backfill: TopicPartition) -> bool:
@@ -189,7 +190,7 @@ class Partitions:
                 done.records,
                 done.seconds,
             )
-            if input_topic not in self._reconciler.refused and not self._paused():
+            if not self._reconciler.stopped((input_topic, done.partition)) and not self._paused():
                 consumer.resume(
                     [
                         TopicPartition(topic, done.partition)

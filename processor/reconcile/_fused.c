@@ -108,8 +108,8 @@ static int append_change(PyObject *records, PyObject *output, PyObject *partitio
 
 /* The judgement of a change of (major, minor) against a key's entry ``stored`` (a bytes of
  * processor/reconcile/versions.py's layout, or None): 1 newer, 0 equal, -1 older, with the
- * entry's row (or NULL) at *previous; 2 when the entry is not a change's (the Python
- * loop decides it). */
+ * entry's row (or NULL) at *previous; 2 when the entry is not a change's, or is of another
+ * format (the Python loop decides it). */
 static int judged(PyObject *stored, int64_t major, int64_t minor, const char **previous,
                   Py_ssize_t *previous_len) {
     *previous = NULL;
@@ -118,7 +118,8 @@ static int judged(PyObject *stored, int64_t major, int64_t minor, const char **p
     if (!PyBytes_Check(stored)) return 2;
     const unsigned char *entry = (const unsigned char *)PyBytes_AS_STRING(stored);
     Py_ssize_t entry_len = PyBytes_GET_SIZE(stored);
-    if (entry_len < HEAD_SIZE || entry[FLAGS_AT] > (PRESENT | TXID_FLAG)) return 2;
+    if (entry_len < HEAD_SIZE || entry[0] != ENTRY_FORMAT) return 2;
+    if (entry[FLAGS_AT] > (PRESENT | TXID_FLAG)) return 2;
     int flags = entry[FLAGS_AT];
     Py_ssize_t row_at = HEAD_SIZE + ((flags & TXID_FLAG) ? TXID_SIZE : 0);
     if (entry_len < row_at) return 2;

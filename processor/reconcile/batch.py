@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from processor import metrics
-from processor.errors import SourceRefusedError, UnfillableError
+from processor.errors import SourceRefusedError, StateFormatError, UnfillableError
 from processor.events.change import Change
 from processor.events.source_codec import SourceCodec
 from processor.events.visibility import Window
@@ -121,6 +121,9 @@ class Reconciler:
         self.topics: dict[str, InputTopic] = {}
         #: Input topics stopped because they break their envelope's constraints.
         self.refused: dict[str, str] = {}
+        #: Input partitions stopped because their state holds an entry this release cannot
+        #: read (:class:`~processor.errors.StateFormatError`).
+        self.refused_partitions: dict[TopicPartitionKey, str] = {}
         self.windows = WindowBuffers(config.processor.pipeline)
         #: The largest message reconciled; a larger one is dead-lettered as a reference.
         self.input_limit = config.kafka.max_record_bytes // 2
@@ -180,7 +183,7 @@ class Reconciler:
                 if state_tp != tp:  # a backfill partition whose input partition is not here yet
                     batch.rewinds[tp] = group[0].offset
                 continue
-            if state_tp[0] in self.refused or waiting(state_tp):
+            if self.stopped(state_tp) or waiting(state_tp):
                 batch.rewinds[tp] = group[0].offset
                 continue
             metrics.EVENTS_IN.labels(tp[0]).inc(len(group))
@@ -215,7 +218,7 @@ class Reconciler:
         releasing = []
         for tp in self.windows.pending():
             store = stores.get(tp)
-            if store is None or waiting(tp) or tp[0] in self.refused:
+            if store is None or waiting(tp) or self.stopped(tp):
                 continue
             position = reached(tp)
             if not self.windows.due(tp, position):
@@ -228,6 +231,10 @@ class Reconciler:
             self._decide_partition(self.topic(tp[0]), released, state, batch, None, False)
             releasing.append(tp)
         return releasing
+
+    def stopped(self, tp: TopicPartitionKey) -> bool:
+        """Whether input partition ``tp`` is stopped: its topic refused, or itself."""
+        return tp[0] in self.refused or tp in self.refused_partitions
 
     def state_partition(self, tp: TopicPartitionKey) -> TopicPartitionKey:
         """The input partition whose state decides ``tp``'s records (itself, or a backfill's)."""
@@ -443,7 +450,10 @@ class Reconciler:
                     asked[change.key] = codec.key_fields(change, raw)
                     continue
             except SourceRefusedError as exc:
-                self._refuse(source.topic, str(exc), raw)
+                if isinstance(exc, StateFormatError):
+                    self._refuse_partition(state_tp, str(exc), raw)
+                else:
+                    self._refuse(source.topic, str(exc), raw)
                 if advance:
                     batch.rewinds[tp] = raw.offset
                     if raw.offset > first_offset:
@@ -480,6 +490,21 @@ class Reconciler:
         key = raw.key if raw.key is not None and len(raw.key) <= self.input_limit else None
         letter = RawMessage(raw.topic, raw.partition, raw.offset, key, reference, raw.chunk)
         return InputError(reason, letter, "too-large")
+
+    def _refuse_partition(self, tp: TopicPartitionKey, reason: str, raw: RawMessage) -> None:
+        """Stop input partition ``tp`` (it stays paused at the offending message)."""
+        if tp not in self.refused_partitions:
+            log.error(
+                "input partition %s[%d] stopped at %s[%d] offset %d: %s",
+                tp[0],
+                tp[1],
+                raw.topic,
+                raw.partition,
+                raw.offset,
+                reason,
+            )
+        self.refused_partitions[tp] = reason
+        metrics.PARTITION_REFUSED.labels(tp[0], str(tp[1])).set(1)
 
     def _refuse(self, topic: str, reason: str, raw: RawMessage) -> None:
         """Stop ``topic`` (its partitions stay paused at the offending message)."""

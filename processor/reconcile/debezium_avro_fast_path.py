@@ -103,7 +103,10 @@ def decide_debezium_upsert(
             taken += 1  # Debezium's tombstone after a delete: its delete event emitted both
             continue
         layout, after_at, rest_at, _before, op, version, txid, _snapshot, _connector = scan
-        action, previous = judge(get(entry_key), version, txid)
+        judged = judge(get(entry_key), version, txid)
+        if judged is None:
+            break  # an entry of another format: the general path stops at it
+        action, previous = judged
         header = value[:5]
         if previous is not None and previous[:5] != header:
             break  # a row of another schema or format: the general path converts it

@@ -39,6 +39,7 @@ from processor.reconcile._fused import take_changes, take_fresh_rows
 from processor.reconcile.envelopes import ENTRY, HIGH_WATER, HIGH_WATER_MARK, SEEN_STALE
 from processor.reconcile.versions import (
     CHANGE_ROW_AT,
+    FORMAT_BYTE,
     HEAD,
     PRESENT_FLAG,
     Action,
@@ -134,7 +135,10 @@ def decide_debezium_upsert(
             break
         version = (scan[MAJOR], scan[MINOR])
         txid = scan[TXID]
-        action, previous = judge(get(entry_key), version, txid)
+        judged = judge(get(entry_key), version, txid)
+        if judged is None:
+            break  # an entry of another format: the general path stops at it
+        action, previous = judged
         if previous is not None and previous[:1] == MAGIC:
             break  # an Avro row: the general path converts it
         taken += 1
@@ -162,13 +166,17 @@ def decide_debezium_upsert(
     return taken, dropped, _payload(last, prefix)
 
 
-def judge(stored: bytes | None, version: Version, txid: int | None) -> tuple[Action, bytes | None]:
+def judge(
+    stored: bytes | None, version: Version, txid: int | None
+) -> tuple[Action, bytes | None] | None:
     """What ``debezium-upsert`` does with a change of ``version`` (and ``txid``) to a key whose
     entry in state is ``stored`` (:func:`~processor.reconcile.versions.decide_change`), and
     the row stored (the output's retraction), read without decoding the entry when it
-    holds a change's row."""
+    holds a change's row; ``None`` for an entry of another format (the general path's)."""
     if stored is None:
         return _APPLY, None
+    if stored[:1] != FORMAT_BYTE or len(stored) < HEAD.size:
+        return None
     _format, major, minor, flags = HEAD.unpack_from(stored)
     row_at = CHANGE_ROW_AT.get(flags)
     if row_at is not None:  # a change's row: ordered by version alone
@@ -275,6 +283,8 @@ def decide_chunk_rows(
         previous: bytes | None = None
         action = _APPLY
         if stored is not None:
+            if stored[:1] != FORMAT_BYTE:
+                break  # an entry of another format: the general path stops at it
             entry = Entry.decode(stored)
             previous = entry.value
             if entry.pending or (previous is not None and previous[:1] == MAGIC):

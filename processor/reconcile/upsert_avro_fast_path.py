@@ -67,7 +67,7 @@ def decide_flat(
         offset = msg.offset
         judged = judge(get(entry_key), offset, flushed, deleted and txid is None)
         if judged is None:
-            break  # a chunk row's or a pending entry: not a change's
+            break  # a chunk row's, a pending or another format's entry: not a change's
         action, previous = judged
         if previous is not None and previous[:5] != header:
             break  # a row of another schema or format: the general path converts it

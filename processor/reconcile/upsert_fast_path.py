@@ -24,7 +24,15 @@ import orjson
 from processor.events.change import FLAT_DELETED, FLAT_TXID, in_64_bits
 from processor.events.json_codec import JsonCodec
 from processor.reconcile.envelopes import ENTRY
-from processor.reconcile.versions import CHANGE_ROW_AT, HEAD, PRESENT_FLAG, Action, Entry, decide
+from processor.reconcile.versions import (
+    CHANGE_ROW_AT,
+    FORMAT_BYTE,
+    HEAD,
+    PRESENT_FLAG,
+    Action,
+    Entry,
+    decide,
+)
 from state.batch import BatchState
 from tidemark.core.avro_wire import MAGIC
 from tidemark.core.messages import RawMessage
@@ -45,12 +53,15 @@ def judge(
 ) -> tuple[Action | None, bytes | None] | None:
     """What ``upsert`` does with the row at input ``offset`` of a key whose entry in state
     is ``stored``, and the row stored (the output's retraction): ``None`` for an entry
-    that is not a change's (a chunk row's or a pending one: the general path's), and no
+    that is not a change's (a chunk row's, a pending one or one of another format: the
+    general path's), and no
     action for a row dropped. That is a replay below ``flushed``, or a ``bare_delete`` (a
     delete without a transaction id) of a key already deleted, which adds nothing."""
     previous: bytes | None = None
     stored_version = None
     if stored is not None:
+        if stored[:1] != FORMAT_BYTE or len(stored) < HEAD.size:
+            return None
         _format, major, minor, flags = HEAD.unpack_from(stored)
         row_at = CHANGE_ROW_AT.get(flags)
         if row_at is None:
@@ -124,7 +135,7 @@ def decide_flat(
         offset = msg.offset
         judged = judge(get(state_key), offset, flushed, value is None and txid is None)
         if judged is None:
-            break  # a chunk row's or a pending entry: not a change's
+            break  # a chunk row's, a pending or another format's entry: not a change's
         action, previous = judged
         if previous is not None and previous[:1] == MAGIC:
             break  # an Avro row: the general path converts it

@@ -37,6 +37,7 @@ import enum
 import struct
 from typing import NamedTuple
 
+from processor.errors import StateFormatError
 from processor.events.visibility import PgSnapshot, Window
 
 Version = tuple[int, int]
@@ -45,8 +46,11 @@ Version = tuple[int, int]
 HEAD = struct.Struct(">BqqB")
 TXID = struct.Struct(">q")
 _CHUNK = struct.Struct(">q")
-_FORMAT = 2
+#: The format of every entry this release writes; an entry of another stops its partition.
+FORMAT = 2
 _PRESENT, _TXID_FLAG, _SNAPSHOT_FLAG, _CHUNK_FLAG, _PENDING_FLAG = 1, 2, 4, 8, 16
+#: The first byte of every entry this release writes.
+FORMAT_BYTE = bytes([FORMAT])
 #: The snapshot of a chunk row's entry carries the WAL positions around it.
 _POSITIONS_FLAG = 32
 PRESENT_FLAG = _PRESENT
@@ -62,7 +66,7 @@ CHANGE_ROW_AT[_PRESENT | _TXID_FLAG] = HEAD.size + TXID.size
 #: ``processor/reconcile/_fused.c`` has its own, exported as ``ENTRY_LAYOUT``, and
 #: tests/unit/test_fused_loops.py holds the two equal.
 ENTRY_LAYOUT = {
-    "format": _FORMAT,
+    "format": FORMAT,
     "major_at": struct.calcsize(">B"),
     "minor_at": struct.calcsize(">Bq"),
     "flags_at": struct.calcsize(">Bqq"),
@@ -71,6 +75,18 @@ ENTRY_LAYOUT = {
     "present": _PRESENT,
     "txid_flag": _TXID_FLAG,
 }
+
+
+def unknown_format(raw: bytes) -> str:
+    """Why an entry cannot be read: its format, or its length."""
+    if raw[:1] == FORMAT_BYTE:
+        return f"a state entry of {len(raw)} bytes, shorter than an entry's head: damaged"
+    found = raw[0] if raw else "none"
+    return (
+        f"a state entry of format {found}; this release reads format {FORMAT} (an entry "
+        "written by a newer release, or damaged): run the release that wrote it, or "
+        "rebuild the partition's state (tidemark offsets reset --reset-state)"
+    )
 
 
 class Action(enum.Enum):
@@ -172,26 +188,28 @@ class Entry(NamedTuple):
         elif self.chunk is not None:
             flags |= _CHUNK_FLAG
             optional += _CHUNK.pack(self.chunk)
-        head = HEAD.pack(_FORMAT, self.version[0], self.version[1], flags)
+        head = HEAD.pack(FORMAT, self.version[0], self.version[1], flags)
         return head + optional + (self.value or b"")
 
     @staticmethod
     def encode_row(version: Version, value: bytes | None) -> bytes:
         """``Entry(version, value).encode()`` without making the entry (a hot path's)."""
         if value is None:
-            return HEAD.pack(_FORMAT, version[0], version[1], 0)
-        return HEAD.pack(_FORMAT, version[0], version[1], _PRESENT) + value
+            return HEAD.pack(FORMAT, version[0], version[1], 0)
+        return HEAD.pack(FORMAT, version[0], version[1], _PRESENT) + value
 
     @staticmethod
     def encode_change(version: Version, value: bytes | None, txid: int) -> bytes:
         """``Entry(version, value, txid).encode()`` without making the entry."""
         if value is None:
-            return _CHANGE_HEAD.pack(_FORMAT, version[0], version[1], _TXID_FLAG, txid)
-        return _CHANGE_HEAD.pack(_FORMAT, version[0], version[1], _PRESENT_TXID, txid) + value
+            return _CHANGE_HEAD.pack(FORMAT, version[0], version[1], _TXID_FLAG, txid)
+        return _CHANGE_HEAD.pack(FORMAT, version[0], version[1], _PRESENT_TXID, txid) + value
 
     @staticmethod
     def decode(raw: bytes) -> Entry:
-        """Inverse of :meth:`encode`."""
+        """Inverse of :meth:`encode` (:class:`StateFormatError` for another format)."""
+        if raw[:1] != FORMAT_BYTE or len(raw) < HEAD.size:
+            raise StateFormatError(unknown_format(raw))
         _format, major, minor, flags = HEAD.unpack_from(raw)
         if flags < _TXID_FLAG:  # the common case: a version and a value
             return Entry((major, minor), raw[HEAD.size :] if flags else None)

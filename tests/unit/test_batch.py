@@ -444,3 +444,47 @@ def test_a_dead_lettered_change_leaves_its_key_pending_not_at_the_row_before(
     )
     [applied] = comparable(registry, [(k, v) for _t, _p, k, v in whole.records])
     assert applied[3]["name"] == "B" and whole.read_again == {}
+
+
+@pytest.mark.parametrize("fmt", ["json-schemaless", "avro"])
+@pytest.mark.parametrize("envelope", ["upsert", "debezium-upsert"])
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_state_entry_of_an_unknown_format_stops_its_partition_alone(
+    fmt: str, envelope: str, fused: bool
+) -> None:
+    """An entry whose format byte this release does not know (a newer release wrote it,
+    or it is damaged) is never guessed at: its input partition stops at the message that
+    meets it, with the reason, and is read again from there; the messages before it and
+    the other partitions go on."""
+    registry = make_reconciler()[1]
+    config = Config(processor=ProcessorConfig(envelope=envelope, fused_paths=fused))
+    reconciler = Reconciler(config, SchemaCache(registry))
+    stores = {(TOPIC, 0): MemoryPartitionStore(), (TOPIC, 1): MemoryPartitionStore()}
+    first = {
+        (TOPIC, p): [RawMessage(TOPIC, p, 0, *encode(fmt, 7, event(7, "c", "A", 10)))]
+        for p in (0, 1)
+    }
+    batch = reconciler.decide(first, stores)
+    for tp, store in stores.items():
+        store.commit(batch.states[tp].updates, Checkpoint(1))
+    [entry_key] = [k for k in stores[(TOPIC, 0)].keys(b"k")]
+    newer = b"\x03" + (stores[(TOPIC, 0)].get(entry_key) or b"")[1:]
+    stores[(TOPIC, 0)].commit({entry_key: newer}, Checkpoint())
+    later = {
+        (TOPIC, p): [
+            RawMessage(TOPIC, p, 1, *encode(fmt, 8, event(8, "c", "B", 11))),
+            RawMessage(TOPIC, p, 2, *encode(fmt, 7, event(7, "u", "C", 12))),
+            RawMessage(TOPIC, p, 3, *encode(fmt, 9, event(9, "c", "D", 13))),
+        ]
+        for p in (0, 1)
+    }
+    batch = reconciler.decide(later, stores)
+    assert batch.next_offsets == {(TOPIC, 0): 2, (TOPIC, 1): 4}
+    assert batch.rewinds == {(TOPIC, 0): 2}
+    assert [r[1] for r in batch.records if r[3] is not None] == [0, 1, 1, 1]
+    [reason] = reconciler.refused_partitions.values()
+    assert "format 3" in reason and list(reconciler.refused_partitions) == [(TOPIC, 0)]
+    assert reconciler.refused == {}
+    assert stores[(TOPIC, 0)].get(entry_key) == newer  # nothing guessed, nothing rewritten
+    again = reconciler.decide({(TOPIC, 0): later[(TOPIC, 0)][1:]}, stores)
+    assert again.rewinds == {(TOPIC, 0): 2} and again.records == []
