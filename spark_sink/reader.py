@@ -233,12 +233,17 @@ def decode_range(
     each checked against ``schema`` (the rows' Spark schema) here, where a value that
     does not fit its column can stop its table alone.
 
-    A delete (``op = d`` or a tombstone) carries only the key columns.
+    A delete (``op = d`` or a tombstone) carries only the key columns. The range's last
+    event must be keyed by the table's key columns: a source whose primary key changed
+    writes every later event with the new key, and a merge on the old one would fold
+    rows of different keys together, so the table stops before it (the range's events
+    are all read before the batch's commit).
     """
     decoder = EventDecoder(context.schemas())
     builder = RowBuilder(planned, key_names)
     failpoint = Failpoint("sink-read", victim=context.driver_pid)
     verify = _make_type_verifier(schema)  # what createDataFrame would check, pyspark pinned
+    last: Message | None = None
     for msg in read_messages(context, r):
         failpoint.passed()
         row = builder.row(msg.offset() or 0, msg.timestamp()[1], _decoded(decoder, msg))
@@ -246,4 +251,18 @@ def decode_range(
             verify(row)
         except (TypeError, ValueError) as exc:
             raise TableStop(f"{r.topic}[{r.partition}] at {msg.offset()}: {exc}") from None
+        last = msg
         yield row
+    if last is not None:
+        _check_key(decoder, last, key_names)
+
+
+def _check_key(decoder: EventDecoder, msg: Message, key_names: list[str]) -> None:
+    """:class:`TableStop` if ``msg``'s key columns are not the table's ``key_names``."""
+    found = _key_names(decoder, msg)
+    if set(found) != set(key_names):
+        raise TableStop(
+            f"{msg.topic()}[{msg.partition()}] at {msg.offset()}: the events are keyed by "
+            f"{sorted(found)}, the table by {sorted(key_names)}: the source's primary key "
+            "changed; re-key the table (docs: Guarantees, primary keys that change)"
+        )

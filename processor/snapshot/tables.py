@@ -164,6 +164,15 @@ class TableChecks:
             raise SnapshotRefusedError(
                 f"Debezium's key columns {missing} are not columns of {entry.table}"
             )
+        if info.primary and set(shape.key_columns) != set(info.primary):
+            raise SnapshotRefusedError(
+                f"{entry.table}'s primary key is {sorted(info.primary)}, but {topic}'s events "
+                f"are keyed by {sorted(shape.key_columns)}: the key changed after the table's "
+                "last event (or the connector sets message.key.columns). Its rows would be "
+                "merged on the old key; change one row (so that an event with the new key "
+                "streams) and re-key the table (Guarantees: primary keys that change)",
+                reason="primary-key",
+            )
         backfill = backfill_topic(self._config.processor.pipeline, topic)
         kafka = self._config.kafka
         ensure_topics(

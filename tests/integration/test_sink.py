@@ -47,6 +47,7 @@ from tidemark.devstack.stack import DevStack
 TABLES = {
     "iso_sink_evo": "id int PRIMARY KEY, name text",
     "iso_sink_bad": "id int PRIMARY KEY, label text",
+    "iso_sink_rekey": "id int, region text, v text, PRIMARY KEY (id)",
     "iso_sink_soft": "id int PRIMARY KEY, v text",
     "iso_sink_keys": "region text, n int, amount numeric(10,2), at timestamptz, "
     "PRIMARY KEY (region, n)",
@@ -167,6 +168,37 @@ def test_a_new_column_appears_and_an_incompatible_change_stops_only_its_table(
     wait_caught_up(config)
     drain(sink)
     assert_equal(config, spark, "iso_sink_evo")
+
+
+def test_a_primary_key_change_stops_its_table_instead_of_merging_on_the_old_key(
+    pipeline: Config, spark: SparkSession
+) -> None:
+    """The source's primary key becomes ``(id, region)``: the events' keys gain a column,
+    and a merge on the table's key (``id``) would fold rows of two regions into one. The
+    sink stops the table with both keys named, before it merges any event of the new key."""
+    config = sink_config(pipeline, "rekey", ["iso_sink_rekey"])
+    execute(
+        config,
+        "INSERT INTO iso_sink_rekey SELECT i, 'eu', 'v' || i FROM generate_series(1, 10) i",
+    )
+    wait_caught_up(config)
+    sink = Sink(config, create_session(config))
+    drain(sink)
+    assert_equal(config, spark, "iso_sink_rekey")
+    execute(
+        config,
+        "ALTER TABLE iso_sink_rekey DROP CONSTRAINT iso_sink_rekey_pkey",
+        "ALTER TABLE iso_sink_rekey ADD PRIMARY KEY (id, region)",
+        "INSERT INTO iso_sink_rekey VALUES (1, 'us', 'other region')",
+        "UPDATE iso_sink_rekey SET v = 'changed' WHERE id = 2",
+    )
+    wait_caught_up(config)
+    drain(sink)
+    topic = "tidemark.reconciled.public.iso_sink_rekey"
+    assert list(sink.stopped) == [topic]
+    assert "key" in sink.stopped[topic] and "['id', 'region']" in sink.stopped[topic]
+    rows = {r["id"]: r["v"] for r in spark.table("rekey.public.iso_sink_rekey").collect()}
+    assert rows == {i: f"v{i}" for i in range(1, 11)}  # nothing merged on the old key
 
 
 def test_soft_deletes_mark_rows_and_a_reinsert_revives_them(

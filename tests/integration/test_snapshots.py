@@ -783,6 +783,38 @@ def backfill_once(stack: DevStack, config: Config, table: str, request: str, out
         processor.stop()
 
 
+def test_a_backfill_of_a_table_whose_primary_key_changed_is_refused(stack: DevStack) -> None:
+    """The primary key becomes ``(id, region)`` after the table's last event: the rows read
+    would be keyed by the events' ``id`` alone, and rows of two regions merged into one.
+    The backfill is refused with both keys named; once an event with the new key has
+    streamed, it runs."""
+    name = "iso_snaprekey_t"
+    with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {name} (id integer PRIMARY KEY, region text, v text)")
+    debezium = Debezium(stack, "snaprekey", [f"public.{name}"], {}, "json").start()
+    try:
+        with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
+            conn.execute(
+                f"INSERT INTO {name} SELECT g, 'eu', 'v' || g FROM generate_series(1, 20) g"
+            )
+            conn.execute(f"ALTER TABLE {name} DROP CONSTRAINT {name}_pkey")
+            conn.execute(f"ALTER TABLE {name} ADD PRIMARY KEY (id, region)")
+            conn.execute(f"INSERT INTO {name} VALUES (1, 'us', 'other region')")
+        wait_debezium(debezium.config, source_lsn(debezium.config))
+        config = own_pipeline(stack, debezium, name)
+        table = f"public.{name}"
+        backfill_once(stack, config, table, "rekey-1", "COMPLETED")
+        with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
+            conn.execute(f"ALTER TABLE {name} DROP CONSTRAINT {name}_pkey")
+            conn.execute(f"ALTER TABLE {name} ADD PRIMARY KEY (id, region, v)")
+        seen = backfill_once(stack, config, table, "rekey-2", "ABORTED")
+        reason = progress(config, table, "rekey-2").error or ""
+        assert "['id', 'region']" in reason and "['id', 'region', 'v']" in reason, reason
+        assert metric(seen, "tidemark_snapshot_refused_total", table=table, reason="primary-key")
+    finally:
+        debezium.stop()
+
+
 def test_a_backfill_goes_where_the_topics_partitioner_put_its_keys_or_is_refused(
     stack: DevStack,
 ) -> None:
