@@ -137,9 +137,13 @@ def source_version(source: Any) -> Version:
     """The change's position in the source's commit order.
 
     PostgreSQL: ``source.sequence`` is ``[last commit LSN, change LSN]`` as a JSON
-    string; the pair follows commit order even where plain LSNs interleave (a null
-    element counts as 0). Without ``sequence``, the LSN. MySQL: binlog file number
-    and position, then the row within the event.
+    string; the pair follows commit order even where plain LSNs interleave. Debezium's own
+    snapshot rows carry ``[null, X]``, X the position the snapshot was read at: they are
+    ``(X, X)``, after every change committed before X and before every change streamed
+    after it (a re-snapshot after a lost slot repairs the keys that changed meanwhile; as
+    ``(0, X)`` they were older than any state). A null change LSN counts as 0. Without
+    ``sequence``, the LSN. MySQL: binlog file number and position, then the row within
+    the event.
     """
     if not isinstance(source, dict):
         raise PositionError("Debezium event without a 'source' block")
@@ -151,7 +155,8 @@ def source_version(source: Any) -> Version:
     try:
         if sequence:
             commit, change = orjson.loads(sequence)
-            version = int(commit or 0), int(change or 0)
+            position = int(change or 0)
+            version = (position if commit is None else int(commit)), position
         elif source.get("lsn") is not None:
             lsn = int(source["lsn"])
             version = lsn, lsn

@@ -59,8 +59,8 @@ def decode(msg: RawMessage, envelope: str = "debezium-upsert"):  # type: ignore[
 
 def test_version_comes_from_the_sequence_pair() -> None:
     assert decode(message(event())).version == (10, 12)
-    # the first transaction a new connector sees has no previous commit LSN
-    assert decode(message(event(sequence='[null,"9"]'))).version == (0, 9)
+    # Debezium's own snapshot rows have no commit LSN: they sit at the snapshot's position
+    assert decode(message(event(sequence='[null,"9"]'))).version == (9, 9)
     assert decode(message(event(sequence=None, lsn=33))).version == (33, 33)
 
 

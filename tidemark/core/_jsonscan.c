@@ -274,10 +274,10 @@ static int sequence_quote(cursor *c, int escaped) {
     return 0;
 }
 
-/* Digits of one element of PostgreSQL's ``source.sequence``: null or "<digits>". */
+/* Digits of one element of PostgreSQL's ``source.sequence``: null (-1) or "<digits>". */
 static int sequence_element(cursor *c, int64_t *out, int escaped) {
     if (literal(c, "null", 4) == 0) {
-        *out = 0;
+        *out = -1;
         return 0;
     }
     if (sequence_quote(c, escaped)) return -1;
@@ -296,7 +296,9 @@ static int sequence_element(cursor *c, int64_t *out, int escaped) {
 }
 
 /* ``source.sequence``'s content: [a,b], its quotes escaped (a JSON string's raw bytes) or
- * not (the string's value). */
+ * not (the string's value). A null commit part (Debezium's own snapshot rows, read at the
+ * position b) is b: the rows come after every change committed before b and before every
+ * change streamed after it (processor.events.change.source_version); a null b is 0. */
 static int parse_sequence(const unsigned char *p, const unsigned char *end, int64_t *a, int64_t *b,
                           int escaped) {
     cursor c = {p, end};
@@ -308,6 +310,8 @@ static int parse_sequence(const unsigned char *p, const unsigned char *end, int6
     if (sequence_element(&c, b, escaped)) return -1;
     if (c.p >= c.end || *c.p != ']') return -1;
     c.p++;
+    if (*b < 0) *b = 0;
+    if (*a < 0) *a = *b;
     return c.p == c.end ? 0 : -1;
 }
 
