@@ -141,8 +141,7 @@ class Partitions:
     def held(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         """Those of ``partitions`` that must not be read now: input partitions whose state
         is being restored or that are stopped (their source, or their state, refused), and
-        backfill partitions whose
-        input partition is held or not assigned here."""
+        backfill partitions whose input partition is held or not assigned here."""
         stopped = self._reconciler.stopped
         held = {
             (p.topic, p.partition)

@@ -371,7 +371,7 @@ def recent_events(consumer: Consumer, topic: str, partitions: int) -> list[Recen
 def _rescaled(columns: list[Column], shape: TableShape) -> bool:
     """Whether a decimal column's precision or scale is not the one ``shape`` (an event
     written before an ``ALTER``) declares: the rows read now have the catalog's digits,
-    which the event's schema would read at its own scale (1.25 as 0.0125)."""
+    which the event's schema would read at its own scale (1.2500 as 125.00)."""
     declared = shape.decimal_scales()
     return any(
         c.decimal is not None and declared.get(c.name, c.decimal) != c.decimal for c in columns
