@@ -29,8 +29,8 @@ SOURCE_REFUSED = Gauge(
 )
 PARTITION_REFUSED = Gauge(
     "tidemark_partition_refused",
-    "1 while an input partition is stopped because its state holds an entry of a format "
-    "this release cannot read",
+    "1 while an input partition is stopped: its state holds an entry of a format this "
+    "release cannot read, or its source's positions went back (a new position epoch)",
     ["topic", "partition"],
 )
 RESTORE_RECORDS = Counter(

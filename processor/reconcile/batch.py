@@ -42,7 +42,7 @@ from processor.events.change import Change
 from processor.events.source_codec import SourceCodec
 from processor.events.visibility import Window
 from processor.reconcile import debezium_avro_fast_path as avro_fast_path
-from processor.reconcile import upsert_avro_fast_path
+from processor.reconcile import epochs, upsert_avro_fast_path
 from processor.reconcile.batch_reads import READS_KEY, BatchReads, Span
 from processor.reconcile.debezium_fast_path import (
     decide_chunk_rows,
@@ -122,8 +122,11 @@ class Reconciler:
         #: Input topics stopped because they break their envelope's constraints.
         self.refused: dict[str, str] = {}
         #: Input partitions stopped because their state holds an entry this release cannot
-        #: read (:class:`~processor.errors.StateFormatError`).
+        #: read (:class:`~processor.errors.StateFormatError`), or because their source's
+        #: positions went back (:mod:`processor.reconcile.epochs`).
         self.refused_partitions: dict[TopicPartitionKey, str] = {}
+        #: Per input partition, its newest change seen (:func:`epochs.went_back`).
+        self._newest: dict[TopicPartitionKey, epochs.Seen] = {}
         self.windows = WindowBuffers(config.processor.pipeline)
         #: The largest message reconciled; a larger one is dead-lettered as a reference.
         self.input_limit = config.kafka.max_record_bytes // 2
@@ -186,11 +189,14 @@ class Reconciler:
             if self.stopped(state_tp) or waiting(state_tp):
                 batch.rewinds[tp] = group[0].offset
                 continue
+            topic = self.topic(state_tp[0])
+            if state_tp == tp and topic.envelope != "upsert" and self._went_back(topic, group):
+                batch.rewinds[tp] = group[0].offset
+                continue
             metrics.EVENTS_IN.labels(tp[0]).inc(len(group))
             state = batch.states.get(state_tp)
             if state is None:
                 state = batch.states[state_tp] = BatchState(store)
-            topic = self.topic(state_tp[0])
             self._decide_partition(topic, group, state, batch, reached if state_tp != tp else None)
             if topic.envelope == "debezium":
                 prune_seen(state, SEEN_PAGE)
@@ -231,6 +237,37 @@ class Reconciler:
             self._decide_partition(self.topic(tp[0]), released, state, batch, None, False)
             releasing.append(tp)
         return releasing
+
+    def _went_back(self, source: InputTopic, group: list[RawMessage]) -> bool:
+        """Whether ``group``'s last change is of a new position epoch of its source
+        (:mod:`processor.reconcile.epochs`): its partition then stops before any of the
+        group is decided, with the reason. Else the group's newest change is noted."""
+        last = next((m for m in reversed(group) if m.value is not None), None)
+        if last is None:
+            return False
+        try:
+            change = source.codec.decode(last)
+        except InputError:
+            return False  # a dead letter, on the general path
+        seen = epochs.seen_of(change.version, change.event)
+        if seen is None or change.chunk is not None:
+            return False
+        tp = (last.topic, last.partition)
+        newest = self._newest.get(tp)
+        if newest is not None and epochs.went_back(newest, seen):
+            self._refuse_partition(
+                tp,
+                f"the source's positions went back: a change at {seen.version}, committed at "
+                f"{seen.committed_ms} ms, is below the newest seen, {newest.version}, committed "
+                f"at {newest.committed_ms} ms. That is a new position epoch (a failover to a "
+                "replica, another cluster, RESET MASTER), whose changes would be dropped as "
+                "older than state: drop the topic's state and backfill its table (Guarantees: "
+                "positions that start again)",
+                last,
+            )
+            return True
+        self._newest[tp] = epochs.newer(newest, seen)
+        return False
 
     def stopped(self, tp: TopicPartitionKey) -> bool:
         """Whether input partition ``tp`` is stopped: its topic refused, or itself."""

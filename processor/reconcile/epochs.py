@@ -1,0 +1,59 @@
+"""Positions that go back: a new position epoch of the source, told from a replay.
+
+Versions are source positions (:func:`processor.events.change.source_version`). Within
+one epoch of a source (one primary's WAL, one binlog history) a later commit has a
+later position. Positions go back in two ways:
+
+- **a replay**: Debezium sends a range again after a restart (at-least-once). The events
+  are the same ones, with the same commit times, all at or before the newest commit seen;
+- **a new epoch**: an asynchronous failover to a replica whose WAL is shorter, a migration
+  to another cluster, MySQL's ``RESET MASTER``. New commits then come at positions below
+  those already seen, and every change of a key with state would be dropped as older.
+
+A change at a position below the newest seen, but committed *after* it, can only be the
+second: this module says so, and the data plane stops the partition before deciding
+it (:meth:`processor.reconcile.batch.Reconciler.decide`), with the reason, instead of
+dropping the new epoch's changes in silence. Commit times come from Debezium's
+``source.ts_ms``; a margin absorbs a failover's clock difference between servers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from processor.events.change import Version
+
+#: How much later (ms) a change committed at an older position must be to mark a new
+#: epoch: more than clock differences between a primary and its replicas.
+CLOCK_MARGIN_MS = 1_000
+
+
+class Seen(NamedTuple):
+    """The newest change of a partition: its position and its commit time (ms)."""
+
+    version: Version
+    committed_ms: int
+
+
+def seen_of(version: Version, event: Any) -> Seen | None:
+    """The position and commit time of a change (``None``: its event has no commit time)."""
+    source = event.get("source") if isinstance(event, dict) else None
+    ts_ms = source.get("ts_ms") if isinstance(source, dict) else None
+    if not isinstance(ts_ms, int) or isinstance(ts_ms, bool):
+        return None
+    return Seen(version, ts_ms)
+
+
+def went_back(newest: Seen | None, change: Seen) -> bool:
+    """Whether ``change`` is of a new position epoch: below the ``newest`` position seen,
+    yet committed more than :data:`CLOCK_MARGIN_MS` after it (a replay never is)."""
+    return (
+        newest is not None
+        and change.version < newest.version
+        and change.committed_ms > newest.committed_ms + CLOCK_MARGIN_MS
+    )
+
+
+def newer(newest: Seen | None, change: Seen) -> Seen:
+    """The newest of the two, by position."""
+    return change if newest is None or change.version > newest.version else newest
