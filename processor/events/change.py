@@ -205,6 +205,13 @@ def debezium_change(state_key: bytes, payload: Any, msg: RawMessage, toast: bool
     if not isinstance(payload, dict) or "op" not in payload:
         raise InputError("not a Debezium change event (no 'op' field)", msg, "not-debezium")
     op = payload["op"]
+    if op == "t":
+        raise InputError(
+            "a TRUNCATE of the table: Tidemark does not apply truncates yet, and the table's "
+            "rows stay in the reconciled topic and in Iceberg (docs: Guarantees, TRUNCATE)",
+            msg,
+            "truncate",
+        )
     if not isinstance(op, str) or op not in OPS:
         raise InputError(f"unknown op {op!r} (expected one of c, u, d, r)", msg, "unknown-op")
     before, after, source = payload.get("before"), payload.get("after"), payload.get("source")

@@ -34,17 +34,27 @@ class SourceCodec:
         return (self.avro if key[:1] == MAGIC else self.json).decode_key(msg)
 
     def decode(self, msg: RawMessage) -> Change:
-        """The change in ``msg`` (its key present), keyed by the key's bytes in state."""
+        """The change in ``msg`` (its key present), keyed by the key's bytes in state. A
+        message without a key is a truncate event (Debezium writes them without one) or
+        no change: an :class:`InputError` says which."""
+        if msg.key is None and msg.value is not None:
+            try:
+                self._codec(msg.value).decode(msg, b"")
+            except InputError as exc:
+                if exc.kind == "truncate":
+                    raise
         state_key = self.state_key(msg)
         key = msg.key
         assert key is not None
         value = msg.value
-        codec: JsonCodec | AvroCodec = self.json
-        if (value[:1] if value is not None else key[:1]) == MAGIC:
-            codec = self.avro
+        codec = self._codec(value if value is not None else key)
         change = codec.decode(msg, state_key)
         change.codec = codec
         return change
+
+    def _codec(self, data: bytes) -> JsonCodec | AvroCodec:
+        """The codec of a key or value, by its first byte."""
+        return self.avro if data[:1] == MAGIC else self.json
 
     def key_fields(self, change: Change, msg: RawMessage) -> dict[str, object]:
         """The columns and values of ``change``'s key (a Debezium key struct), as decoded."""

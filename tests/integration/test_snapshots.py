@@ -71,6 +71,7 @@ from tidemark.cli.verify import source_lsn, wait_caught_up, wait_debezium
 from tidemark.core.config import Config, SnapshotConfig
 from tidemark.core.kafka import client_config, partition_counts
 from tidemark.core.topics import backfill_topic
+from tidemark.devstack.debezium import PUBLICATION
 from tidemark.devstack.stack import DevStack
 
 
@@ -861,6 +862,53 @@ def test_a_debezium_resnapshot_after_a_lost_slot_repairs_what_changed_meanwhile(
     finally:
         processor.stop()
         debezium.stop()
+
+
+def test_a_truncate_event_is_a_dead_letter_of_its_own_and_stops_nothing(
+    stack: DevStack,
+) -> None:
+    """Debezium with ``skipped.operations: none`` writes a truncate event (no key, no rows)
+    into one partition of the table's topic. Under the ``debezium`` envelope a keyless
+    change stops its topic; a truncate is not applied yet, so it must be a dead letter of
+    its own kind (``truncate``), and the changes after it flow."""
+    name = "iso_trunc_t"
+    with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {name} (id integer PRIMARY KEY, v text)")
+        conn.execute(f"ALTER TABLE {name} REPLICA IDENTITY FULL")
+    settings = {"skipped.operations": "none"}
+    debezium = Debezium(stack, "trunc", [f"public.{name}"], settings, "json").start()
+    # The stack's publication was made by a connector that skips truncates; its other
+    # connectors skip them whatever it publishes.
+    publish(stack, "insert, update, delete, truncate")
+    base = own_pipeline(stack, debezium, name)
+    config = dataclasses.replace(
+        base, processor=dataclasses.replace(base.processor, envelope="debezium")
+    )
+    processor = Processor(stack, config, "trunc-processor").start()
+    try:
+        with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
+            conn.execute(f"INSERT INTO {name} SELECT g, 'v' || g FROM generate_series(1, 10) g")
+            conn.execute(f"TRUNCATE {name}")
+            conn.execute(f"INSERT INTO {name} VALUES (11, 'after the truncate')")
+        dlq = f"{config.processor.pipeline}.dlq"
+        dead = wait_for("the dead letter", lambda: read_topic(config, dlq))
+        assert [r.headers["tidemark.error.kind"] for r in dead] == [b"truncate"]
+
+        def after() -> bool:
+            return (11,) in final_rows(reconciled(config, name))
+
+        wait_for("the change after the truncate", after)
+        assert "tidemark_source_refused{" not in processor.metrics()
+    finally:
+        processor.stop()
+        debezium.stop()
+        publish(stack, "insert, update, delete")
+
+
+def publish(stack: DevStack, operations: str) -> None:
+    """Set what the development stack's publication publishes."""
+    with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
+        conn.execute(f"ALTER PUBLICATION {PUBLICATION} SET (publish = '{operations}')")
 
 
 def test_a_backfill_goes_where_the_topics_partitioner_put_its_keys_or_is_refused(

@@ -576,3 +576,25 @@ def test_positions_that_go_back_with_later_commits_stop_the_partition_a_replay_d
     [reason] = reconciler.refused_partitions.values()
     assert "positions went back" in reason and "(62, 62)" in reason and "(104, 104)" in reason
     assert list(reconciler.refused_partitions) == [(TOPIC, 0)]
+
+
+@pytest.mark.parametrize("fmt", ["json-schemaless", "json", "avro"])
+@pytest.mark.parametrize("envelope", ["debezium-upsert", "debezium"])
+def test_a_truncate_event_is_a_dead_letter_that_says_so(fmt: str, envelope: str) -> None:
+    """Debezium writes a truncate (``op: t``, no key, no rows) when ``skipped.operations``
+    lets it. Tidemark does not apply it yet: it is a dead letter of its own kind, not a
+    keyless change that would stop a ``debezium`` topic, and the partition goes on."""
+    registry = make_reconciler()[1]
+    config = Config(processor=ProcessorConfig(envelope=envelope))
+    reconciler = Reconciler(config, SchemaCache(registry))
+    truncate = probe_event("t", None, '["300","300"]', 300, 300)
+    key, value = encode(fmt, 1, truncate)
+    stream = [
+        RawMessage(TOPIC, 0, 0, None, value),
+        RawMessage(TOPIC, 0, 1, *encode(fmt, 2, event(2, "c", "after", 301))),
+    ]
+    batch = reconciler.decide({TP: stream}, {TP: MemoryPartitionStore()})
+    [letter] = batch.dead_letters
+    assert letter.kind == "truncate" and "TRUNCATE" in letter.reason
+    assert reconciler.refused == {} and batch.next_offsets == {TP: 2}
+    assert len([r for r in batch.records if r[3] is not None]) == 1

@@ -5,6 +5,9 @@ string``). They are the one source of truth: backfill rows are encoded by them,
 the dev stack writes them into the connector it starts, and the processor checks
 them against the change events it sees before a backfill emits a row.
 
+``skipped.operations`` says whether the connector writes truncate events (``none``) or
+not (``t``, its default); Tidemark needs every other operation.
+
 The block also takes the connector's ``transforms`` when they are Debezium's
 ``ExtractNewRecordState`` (flattened rows, read with the ``upsert`` envelope): the
 dev stack starts its connector with them. The processor learns a flattened topic's
@@ -27,6 +30,9 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "interval.handling.mode": ("numeric", "string"),
     "hstore.handling.mode": ("json", "map"),
 }
+#: Settings of which events the connector writes (not how it encodes values): each's
+#: allowed values, the default first. Tidemark needs every operation but truncates.
+EVENTS: dict[str, tuple[str, ...]] = {"skipped.operations": ("t", "none")}
 #: Settings that take a number: the connector's default.
 NUMBERS: dict[str, int] = {"money.fraction.digits": 2}
 #: Settings of which only the connector's default is supported (another value would be
@@ -55,6 +61,7 @@ class ValueSettings:
     interval_handling_mode: str = "numeric"
     hstore_handling_mode: str = "json"
     money_fraction_digits: int = 2
+    skipped_operations: str = "t"
     #: ``transforms`` and ``transforms.<name>.<setting>`` as given (checked).
     transforms: tuple[tuple[str, str], ...] = ()
 
@@ -70,9 +77,10 @@ class ValueSettings:
             if name in transforms:
                 continue
             where = f"source.debezium.{name}"
-            if name in CHOICES:
-                if raw not in CHOICES[name]:
-                    allowed = ", ".join(CHOICES[name])
+            if name in CHOICES or name in EVENTS:
+                choices = CHOICES.get(name) or EVENTS[name]
+                if raw not in choices:
+                    allowed = ", ".join(choices)
                     raise ConfigError(f"{where}: {raw!r} is not one of {allowed}")
                 values[name.replace(".", "_")] = raw
             elif name in DEFAULT_ONLY:
@@ -86,13 +94,13 @@ class ValueSettings:
                     raise ConfigError(f"{where}: expected a whole number, got {raw!r}")
                 values[name.replace(".", "_")] = int(raw)
             else:
-                known = ", ".join([*CHOICES, *NUMBERS, *DEFAULT_ONLY, "transforms"])
+                known = ", ".join([*CHOICES, *EVENTS, *NUMBERS, *DEFAULT_ONLY, "transforms"])
                 raise ConfigError(f"source.debezium: unknown setting {name!r} (known: {known})")
         return ValueSettings(**values)  # type: ignore[arg-type]
 
     def properties(self) -> dict[str, str]:
         """The connector properties these settings are."""
-        names = [*CHOICES, *NUMBERS]
+        names = [*CHOICES, *EVENTS, *NUMBERS]
         return {n: str(getattr(self, n.replace(".", "_"))) for n in names} | dict(self.transforms)
 
 
