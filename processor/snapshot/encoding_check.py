@@ -123,12 +123,16 @@ def avro_fields(schema: Any, flat: bool = False) -> dict[str, tuple[str, str | N
 def json_fields(schema: dict[str, Any], flat: bool = False) -> dict[str, tuple[str, str | None]]:
     """The Connect schemas of a JSON converter's value schema's row fields (``after``), or
     of a ``flat`` row's (but those the flattening adds, ``__``)."""
+    return {f["field"]: (f.get("type", ""), f.get("name")) for f in json_row_fields(schema, flat)}
+
+
+def json_row_fields(schema: dict[str, Any], flat: bool = False) -> list[dict[str, Any]]:
+    """The row fields (``after``'s) of a JSON converter's value schema, in order; of a
+    ``flat`` row's schema, its fields but those the flattening adds (``__``)."""
     fields: list[dict[str, Any]] = schema.get("fields", [])
     if flat:
-        fields = [f for f in fields if not f["field"].startswith(FLAT_PREFIX)]
-    else:
-        fields = next((f for f in fields if f.get("field") == "after"), {}).get("fields", [])
-    return {f["field"]: (f.get("type", ""), f.get("name")) for f in fields}
+        return [f for f in fields if not f["field"].startswith(FLAT_PREFIX)]
+    return next((f for f in fields if f.get("field") == "after"), {}).get("fields", [])
 
 
 def _fits(value: Any, col: Column, settings: ValueSettings) -> bool:
@@ -181,13 +185,10 @@ Scale = tuple[str | None, str | None]
 def json_decimal_scales(schema: dict[str, Any], flat: bool = False) -> dict[str, Scale]:
     """The precision and scale a JSON converter's value schema declares for each ``Decimal``
     row field (``after``'s, or a ``flat`` row's)."""
-    fields: list[dict[str, Any]] = schema.get("fields", [])
-    if not flat:
-        fields = next((f for f in fields if f.get("field") == "after"), {}).get("fields", [])
     return {
         f["field"]: _scale_of(f.get("parameters") or {})
-        for f in fields
-        if f.get("name") == DECIMAL and not f["field"].startswith(FLAT_PREFIX)
+        for f in json_row_fields(schema, flat)
+        if f.get("name") == DECIMAL
     }
 
 

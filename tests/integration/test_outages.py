@@ -20,7 +20,6 @@ import psycopg
 import pytest
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
-from psycopg import sql
 from pyspark.sql import SparkSession
 
 from processor.outages import is_outage
@@ -44,6 +43,7 @@ from tests.integration.test_snapshots import (
     progress,
     read_again_requests,
     snapshot_config,
+    toasted_table,
     uncaptured_table,
 )
 from tests.integration.test_snapshots import source_rows as snapshot_rows
@@ -217,27 +217,6 @@ def test_a_long_source_outage_waits_with_its_reason_then_aborts_the_table(
         assert processor.pid == pid and pid_alive(pid)
     finally:
         processor.stop()
-
-
-def toasted_table(config: Config, name: str, rows: int) -> None:
-    """``public.<name>`` (id, n, doc): rows 1 to ``rows`` with TOASTed ``doc`` values, never
-    streamed by Debezium, under REPLICA IDENTITY DEFAULT: an update that leaves ``doc``
-    untouched carries a placeholder that no state can fill."""
-    with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
-        conn.execute("CREATE SCHEMA IF NOT EXISTS stage")
-        staged = sql.Identifier("stage", name)
-        conn.execute(
-            sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, n int, doc text)").format(staged)
-        )
-        conn.execute(sql.SQL("ALTER TABLE {} ALTER doc SET STORAGE EXTERNAL").format(staged))
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO {} SELECT g, 0, repeat(md5(g::text), 200) "
-                "FROM generate_series(1, %s) g"
-            ).format(staged),
-            (rows,),
-        )
-        conn.execute(sql.SQL("ALTER TABLE {} SET SCHEMA public").format(staged))
 
 
 def waiting_keys(config: Config, table: str) -> TableProgress | None:

@@ -1040,20 +1040,7 @@ def test_unchanged_toast_values_of_keys_with_no_state_are_read_again(
     reconciled topic and the Iceberg table end equal to the source."""
     config = tiny_chunks(stack, name, watermarks, 20)  # the kills come while it reads
     table = f"iso_{name}_doc"
-    with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
-        conn.execute("CREATE SCHEMA IF NOT EXISTS stage")
-        staged = sql.Identifier("stage", table)
-        conn.execute(
-            sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, n int, doc text)").format(staged)
-        )
-        conn.execute(sql.SQL("ALTER TABLE {} ALTER doc SET STORAGE EXTERNAL").format(staged))
-        conn.execute(
-            sql.SQL(
-                "INSERT INTO {} SELECT g, 0, repeat(md5(g::text), 200) "
-                "FROM generate_series(1, 80) g"
-            ).format(staged)
-        )
-        conn.execute(sql.SQL("ALTER TABLE {} SET SCHEMA public").format(staged))
+    toasted_table(config, table, 80)
     writer = ToastWriter(config, table, keys=80, seed=17)
     processor = Processor(stack, config, f"{name}-processor").start()
     try:
@@ -1085,6 +1072,27 @@ def test_unchanged_toast_values_of_keys_with_no_state_are_read_again(
         writer.stop()
         processor.stop()
     assert_lake_equal(config, spark, f"toast{watermarks[:4]}", table)
+
+
+def toasted_table(config: Config, name: str, rows: int) -> None:
+    """``public.<name>`` (id, n, doc): rows 1 to ``rows`` with TOASTed ``doc`` values, never
+    streamed by Debezium, under REPLICA IDENTITY DEFAULT: an update that leaves ``doc``
+    untouched carries a placeholder that no state can fill."""
+    with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA IF NOT EXISTS stage")
+        staged = sql.Identifier("stage", name)
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, n int, doc text)").format(staged)
+        )
+        conn.execute(sql.SQL("ALTER TABLE {} ALTER doc SET STORAGE EXTERNAL").format(staged))
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} SELECT g, 0, repeat(md5(g::text), 200) "
+                "FROM generate_series(1, %s) g"
+            ).format(staged),
+            (rows,),
+        )
+        conn.execute(sql.SQL("ALTER TABLE {} SET SCHEMA public").format(staged))
 
 
 def read_again_requests(config: Config) -> int:
