@@ -17,13 +17,21 @@ positions read just before it was taken (``before``) and just after (``after``),
 change's own WAL position (its LSN) places it first (:meth:`PgSnapshot.visible`):
 
 - a change written at or after ``after`` committed after the snapshot: not visible;
-- a change written before ``before`` belongs to a transaction that began before the
-  snapshot, so its id lies below ``xmax``: visible unless it is one of ``xip``;
+- a change written before ``before`` belongs to a transaction that had its id before the
+  snapshot was taken, so its id lies below the next id to assign then: visible unless it
+  is one of ``xip`` or at or above ``xmax``;
 - a change written between the two is of the snapshot's time: its extended id decides.
 
 The 32-bit id is then only ever extended near its own time. Snapshots read before the
 positions were recorded (state or records of an earlier version) have none and keep the
 extension alone.
+
+PostgreSQL's ``xmax`` is not the next id to assign, as its manual says, but the newest
+*completed* id plus one: a transaction that holds a newer id and has not ended is in no
+``xip``. So the reader also reads the next id (:meth:`PgSnapshot.with_next_xid`) and
+raises ``xmax`` to it, listing the ids between as in progress, which they were: the same
+visibility, and an ``xmax`` above every id assigned before the snapshot, as the second
+rule needs.
 
 Signal-table mode (:class:`Window`, DDD-3's watermarks), for sources without
 such snapshots: the chunk was read after its window-open row committed and
@@ -49,6 +57,9 @@ _HALF = 1 << 31
 #: Transaction ids are unsigned 64-bit (``xid8``); positions and offsets signed 64-bit.
 _XID8_END = 1 << 64
 _INT64 = 1 << 63
+#: Ids at or above a snapshot's ``xmax`` that :meth:`PgSnapshot.with_next_xid` lists in
+#: ``xip`` at most (each takes 8 bytes in the state entry of every row of the chunk).
+NEWER_OPEN_IDS = 64
 _HEAD = struct.Struct(">QQI")
 _XID = struct.Struct(">Q")
 _POSITIONS = struct.Struct(">qq")
@@ -97,6 +108,21 @@ class PgSnapshot:
             candidate += _EPOCH
         return candidate
 
+    def with_next_xid(self, next_xid: int) -> PgSnapshot:
+        """This snapshot with ``xmax`` raised to ``next_xid``, the next transaction id to
+        assign, read after it was taken: the ids from ``xmax`` up, none of which had
+        completed, listed in ``xip``. Every id keeps its visibility, and every id assigned
+        before the snapshot lies below the new ``xmax``. More than :data:`NEWER_OPEN_IDS`
+        such ids (a transaction with many subtransactions, alone on the source) would make
+        every row's state entry long: the positions are then left out, and changes are
+        placed by the extension of their id alone, exact within 2^31 ids of the snapshot."""
+        if next_xid <= self.xmax:
+            return self
+        if next_xid - self.xmax > NEWER_OPEN_IDS:
+            return PgSnapshot(self.xmin, self.xmax, self.xip)
+        opened = frozenset(range(self.xmax, next_xid))
+        return PgSnapshot(self.xmin, next_xid, self.xip | opened, self.before, self.after)
+
     def visible(self, xid32: int, lsn: int | None = None) -> bool:
         """Whether the change of transaction ``xid32`` (Debezium's ``txId``), written at WAL
         position ``lsn`` where known, committed before this snapshot."""
@@ -104,7 +130,7 @@ class PgSnapshot:
             if lsn >= self.after:
                 return False  # written after the snapshot: committed after it too
             if self.before is not None and lsn < self.before:
-                # Its transaction began before the snapshot: its id lies below xmax.
+                # Its id was assigned before the snapshot: below xmax (with_next_xid).
                 xid = self.xmax - 1 - ((self.xmax - 1 - xid32) & (_EPOCH - 1))
                 return xid < self.xmin or xid not in self.xip
         xid = self.extend(xid32)

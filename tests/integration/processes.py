@@ -325,6 +325,50 @@ def final_rows(events: list[Event]) -> dict[tuple[Any, ...], dict[str, Any]]:
     return {k: v for k, v in last.items() if v is not None}
 
 
+def differences(
+    config: Config,
+    table: str,
+    events: list[Event],
+    expected: dict[tuple[Any, ...], dict[str, Any]],
+    shown: int = 3,
+) -> str:
+    """Why ``table``'s reconciled ``events`` do not end at ``expected``: for the first
+    ``shown`` keys that differ, their records in the change topic, in the reconciled topic
+    and in the dead letters (a failed comparison names its cause, not only its rows)."""
+    got = final_rows(events)
+    keys = sorted(k for k in expected.keys() | got.keys() if got.get(k) != expected.get(k))
+    if not keys:
+        return "no key differs"
+    decode = decoder(config)
+    prefix, pipeline = config.source.topic_prefix, config.processor.pipeline
+    lines = [f"{len(keys)} keys differ: {keys[:20]}"]
+    changes = read_topic(config, f"{prefix}.public.{table}")
+    letters = records_if_any(config, f"{pipeline}.dlq")
+    backfill = f"{pipeline}.backfill.{prefix}.public.{table}"
+    rows = read_backfill(config, backfill) if records_if_any(config, backfill) else []
+    for key in keys[:shown]:
+        lines.append(f"key {key}: source {expected.get(key)}, reconciled {got.get(key)}")
+        for r in changes:
+            if r.key is not None and tuple(decode(r.key).values()) == key:
+                value = None if r.value is None else decode(r.value)
+                source = (value or {}).get("source") or {}
+                lines.append(
+                    f"  change [{r.partition}]@{r.offset}: op {(value or {}).get('op')} "
+                    f"sequence {source.get('sequence')} lsn {source.get('lsn')} "
+                    f"ts_ms {source.get('ts_ms')} after {(value or {}).get('after')}"
+                )
+        for r in rows:
+            if r.key is not None and tuple(decode(r.key).values()) == key:
+                after = None if r.value is None else (decode(r.value) or {}).get("after")
+                lines.append(f"  chunk row [{r.partition}]@{r.offset}: {r.headers} after {after}")
+        for e in events:
+            if tuple(e.key.values()) == key:
+                reason = None if e.value is None else e.value.get("tidemark", {}).get("reason")
+                lines.append(f"  output [{e.partition}]@{e.offset}: {reason} after {e.after}")
+    lines.append(f"{len(letters)} dead letters: {[r.headers for r in letters[:3]]}")
+    return "\n".join(lines)
+
+
 class SinkProcess:
     """One ``tidemark sink`` of a test in a process group of its own (the driver, its JVM and
     Python workers), started through the stack (pid recorded); ``command`` replaces how

@@ -97,6 +97,30 @@ def test_a_chunk_snapshot_shows_a_concurrent_transaction_in_progress(
     assert {r["v"] for r in named(info, chunk.rows)} == {f"ap{n}" for n in range(1, 41)}
 
 
+def test_a_change_written_before_a_chunk_by_a_transaction_still_open_is_not_in_it(
+    stack: DevStack, reader: PostgresChunkReader
+) -> None:
+    """An open transaction newer than every completed one is in no ``xip``: the snapshot's
+    ``xmax`` is the latest completed id plus one, not the next id to assign. Its change,
+    written before the chunk's snapshot, must still be placed as not in it."""
+    info = reader.table_info("public.iso_chunks_Weird Table")
+    with psycopg.connect(**stack.config.owner_conninfo()) as writer:
+        writer.execute("""UPDATE "iso_chunks_Weird Table" SET v = 'moved' WHERE region = 'eu'""")
+        found = writer.execute(
+            "SELECT pg_current_xact_id()::text::bigint, pg_current_wal_insert_lsn() - '0/0'::pg_lsn"
+        ).fetchone()
+        assert found is not None
+        xid, written = int(found[0]), int(found[1])  # ``written``: past the update's records
+        chunk = reader.read_chunk(info, ("ap", 40), ("eu", 40))
+        writer.rollback()
+    snapshot = chunk.snapshot
+    assert snapshot.before is not None and written <= snapshot.before
+    assert {r["v"] for r in named(info, chunk.rows)} == {f"eu{n}" for n in range(1, 41)}
+    # A position inside the update's records: before the snapshot's ``before``.
+    assert not snapshot.visible(xid % (1 << 32), written - 1)
+    assert not snapshot.visible(xid % (1 << 32))
+
+
 def test_tables_without_a_usable_key_are_refused(reader: PostgresChunkReader) -> None:
     with pytest.raises(ChunkError, match="no primary key"):
         reader.table_info("public.iso_chunks_nokey")

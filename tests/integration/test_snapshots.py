@@ -54,6 +54,7 @@ from tests.integration.processes import (
     Event,
     Processor,
     decoder,
+    differences,
     final_rows,
     metric,
     pipeline_config,
@@ -280,7 +281,8 @@ def test_backfill_converges_while_the_table_changes(stack: DevStack) -> None:
         writer.stop()
         wait_caught_up(config)
         events = reconciled(config, name)
-        assert final_rows(events) == source_rows(config, name)  # I1
+        expected = source_rows(config, name)
+        assert final_rows(events) == expected, differences(config, name, events, expected)  # I1
         check_monotone(events)  # I3
         # Rows the stream never carried came from the backfill.
         untouched = set(range(1, keys + 1)) - writer.touched

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from processor.errors import SnapshotFormatError
-from processor.events.visibility import PgSnapshot
+from processor.events.visibility import NEWER_OPEN_IDS, PgSnapshot
 
 EPOCH = 1 << 32
 
@@ -89,21 +89,26 @@ def test_a_positioned_encoding_round_trips(snapshot: PgSnapshot) -> None:
     assert decoded == snapshot and raw[end:] == b"tail"
 
 
-@given(positioned(), st.data())
+@given(positioned(), st.integers(0, 2 * NEWER_OPEN_IDS), st.data())
 def test_a_change_is_placed_exactly_whatever_its_distance_in_ids(
-    snapshot: PgSnapshot, data: st.DataObject
+    taken: PgSnapshot, newer: int, data: st.DataObject
 ) -> None:
-    """A change written before the snapshot (its transaction began before it, maybe 2^40
-    ids earlier), while it was taken, or after it (maybe 2^40 ids later), with the 32-bit
-    id Debezium reports: visible exactly when its 64-bit id is."""
-    assert snapshot.before is not None and snapshot.after is not None
+    """A change written before the snapshot (its id assigned before it, maybe 2^40 ids
+    earlier, maybe one of the ``newer`` ids above ``xmax`` still open), while it was
+    taken, or after it (maybe 2^40 ids later), with the 32-bit id Debezium reports:
+    visible exactly when its 64-bit id is in the snapshot as PostgreSQL took it."""
+    snapshot = taken.with_next_xid(taken.xmax + newer)
+    if snapshot.before is None or snapshot.after is None:
+        assert newer > NEWER_OPEN_IDS
+        return
     if snapshot.xmax <= 3:
         return
     when = data.draw(st.sampled_from(["before", "while", "after"]))
     if when == "before":
         lsn = data.draw(st.integers(0, snapshot.before - 1)) if snapshot.before else None
-        open_ids = st.sampled_from(sorted(snapshot.xip)) if snapshot.xip else st.nothing()
-        xid = data.draw(st.integers(3, snapshot.xmax - 1) | open_ids)
+        opened = sorted(taken.xip) + list(range(taken.xmax, taken.xmax + newer))
+        open_ids = st.sampled_from(opened) if opened else st.nothing()
+        xid = data.draw(st.integers(3, taken.xmax - 1) | open_ids)
     elif when == "after":
         lsn = data.draw(st.integers(snapshot.after, 2**62))
         open_ids = st.sampled_from(sorted(snapshot.xip)) if snapshot.xip else st.nothing()
@@ -121,8 +126,38 @@ def test_a_change_is_placed_exactly_whatever_its_distance_in_ids(
     aliases = {x % EPOCH for x in snapshot.xip if x != xid}
     if when == "before" and xid % EPOCH in aliases:
         return
-    expected = xid < snapshot.xmin or (xid < snapshot.xmax and xid not in snapshot.xip)
+    expected = xid < taken.xmin or (xid < taken.xmax and xid not in taken.xip)
     assert snapshot.visible(xid % EPOCH, lsn) is expected
+
+
+@given(snapshots(), st.integers(0, 2 * NEWER_OPEN_IDS), st.integers(-(2**31) + 1, 2**31 - 1))
+def test_the_next_id_changes_no_visibility(taken: PgSnapshot, newer: int, distance: int) -> None:
+    xid = taken.xmax + distance
+    if xid < 3:
+        return
+    raised = taken.with_next_xid(taken.xmax + newer)
+    assert raised.xmax == taken.xmax + (newer if newer <= NEWER_OPEN_IDS else 0)
+    assert raised.visible(xid % EPOCH) is taken.visible(xid % EPOCH)
+
+
+def test_an_open_transaction_newer_than_every_completed_one_is_not_in_the_snapshot() -> None:
+    """PostgreSQL's ``xmax`` is the newest completed id plus one: transaction 749, open,
+    with its change written before the snapshot, is in no ``xip`` of ``749:749:``. As read
+    (taken in a backfill under load), the change was placed in the chunk, and the chunk's
+    older row won over it."""
+    taken = PgSnapshot(749, 749, frozenset(), before=26_715_224, after=26_715_224)
+    assert taken.visible(749, 26_715_223)  # the snapshot alone misplaces it
+    snapshot = taken.with_next_xid(750)
+    assert snapshot == PgSnapshot(749, 750, frozenset({749}), 26_715_224, 26_715_224)
+    assert not snapshot.visible(749, 26_715_223)
+    assert snapshot.visible(748, 26_715_223)
+
+
+def test_too_many_newer_open_ids_leave_the_positions_out() -> None:
+    taken = PgSnapshot(100, 100, frozenset(), before=7_000, after=7_000)
+    snapshot = taken.with_next_xid(100 + NEWER_OPEN_IDS + 1)
+    assert snapshot == PgSnapshot(100, 100, frozenset())
+    assert not snapshot.visible(150, 6_000)  # open: placed by its id alone, near xmax
 
 
 def test_the_review_s_case_a_change_2_31_ids_after_a_backfill_is_not_in_it() -> None:

@@ -38,6 +38,14 @@ from processor.snapshot.chunk_reader import Chunk, ChunkReader, Key, TableInfo
 from processor.snapshot.filters import check_filter
 from processor.snapshot.postgres.positions import committed_position
 
+#: A chunk's snapshot, the WAL insert position after it, and how many ids past its
+#: ``xmax`` the next id to assign is: ``age(xid)`` counts from that next id (the
+#: transaction has none of its own), read once per transaction, after the snapshot.
+_SNAPSHOT = (
+    "SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn() - '0/0'::pg_lsn, "
+    "age((pg_snapshot_xmax(pg_current_snapshot())::text::numeric % 4294967296)::text::xid)"
+)
+
 
 class PostgresChunkReader(ChunkReader):
     """Read-only chunks of a PostgreSQL table (one connection, one transaction per chunk)."""
@@ -228,9 +236,7 @@ class PostgresChunkReader(ChunkReader):
         ):
             before = committed_position(self._conn)
         with self._locked(info, f"chunk of {info.name} after {after!r}"):
-            taken = self._conn.execute(
-                "SELECT pg_current_snapshot()::text, pg_current_wal_insert_lsn() - '0/0'::pg_lsn"
-            ).fetchone()
+            taken = self._conn.execute(_SNAPSHOT).fetchone()
             self._check_columns(info)
             # the text forms processor.snapshot.postgres.values converts
             self._conn.execute(
@@ -239,9 +245,8 @@ class PostgresChunkReader(ChunkReader):
             )
             rows = self._conn.execute(query, params).fetchall()
         assert taken is not None
-        snapshot = dataclasses.replace(
-            PgSnapshot.parse(taken[0]), before=before, after=int(taken[1])
-        )
+        read = dataclasses.replace(PgSnapshot.parse(taken[0]), before=before, after=int(taken[1]))
+        snapshot = read.with_next_xid(read.xmax + int(taken[2]))
         return Chunk(rows, snapshot, time.perf_counter() - started)
 
     def close(self) -> None:
