@@ -125,8 +125,6 @@ class Reconciler:
         #: read (:class:`~processor.errors.StateFormatError`), or because their source's
         #: positions went back (:mod:`processor.reconcile.epochs`).
         self.refused_partitions: dict[TopicPartitionKey, str] = {}
-        #: Per input partition, its newest change seen (:func:`epochs.went_back`).
-        self._newest: dict[TopicPartitionKey, epochs.Seen] = {}
         self.windows = WindowBuffers(config.processor.pipeline)
         #: The largest message reconciled; a larger one is dead-lettered as a reference.
         self.input_limit = config.kafka.max_record_bytes // 2
@@ -190,13 +188,18 @@ class Reconciler:
                 batch.rewinds[tp] = group[0].offset
                 continue
             topic = self.topic(state_tp[0])
-            if state_tp == tp and topic.envelope != "upsert" and self._went_back(topic, group):
-                batch.rewinds[tp] = group[0].offset
-                continue
+            newest = None
+            if state_tp == tp and topic.envelope != "upsert":
+                went_back, newest = self._went_back(topic, group, batch.states.get(tp) or store)
+                if went_back:
+                    batch.rewinds[tp] = group[0].offset
+                    continue
             metrics.EVENTS_IN.labels(tp[0]).inc(len(group))
             state = batch.states.get(state_tp)
             if state is None:
                 state = batch.states[state_tp] = BatchState(store)
+            if newest is not None:
+                state.put(epochs.NEWEST_SEEN, newest.encode())
             self._decide_partition(topic, group, state, batch, reached if state_tp != tp else None)
             if topic.envelope == "debezium":
                 prune_seen(state, SEEN_PAGE)
@@ -238,22 +241,30 @@ class Reconciler:
             releasing.append(tp)
         return releasing
 
-    def _went_back(self, source: InputTopic, group: list[RawMessage]) -> bool:
+    def _went_back(
+        self, source: InputTopic, group: list[RawMessage], state: BatchState | PartitionStore
+    ) -> tuple[bool, epochs.Seen | None]:
         """Whether ``group``'s last change is of a new position epoch of its source
         (:mod:`processor.reconcile.epochs`): its partition then stops before any of the
-        group is decided, with the reason. Else the group's newest change is noted."""
-        last = next((m for m in reversed(group) if m.value is not None), None)
+        group is decided, with the reason. Else the newest change seen, where the group
+        changed it (to keep in ``state``)."""
+        last = next((m for m in reversed(group) if self._decodable(m)), None)
         if last is None:
-            return False
+            return False, None
         try:
             change = source.codec.decode(last)
         except InputError:
-            return False  # a dead letter, on the general path
+            return False, None  # a dead letter, on the general path
         seen = epochs.seen_of(change.version, change.event)
         if seen is None or change.chunk is not None:
-            return False
+            return False, None
         tp = (last.topic, last.partition)
-        newest = self._newest.get(tp)
+        stored = state.get(epochs.NEWEST_SEEN)
+        try:
+            newest = None if stored is None else epochs.Seen.decode(stored)
+        except StateFormatError as exc:
+            self._refuse_partition(tp, str(exc), last)
+            return True, None
         if newest is not None and epochs.went_back(newest, seen):
             self._refuse_partition(
                 tp,
@@ -265,9 +276,14 @@ class Reconciler:
                 "positions that start again)",
                 last,
             )
-            return True
-        self._newest[tp] = epochs.newer(newest, seen)
-        return False
+            return True, None
+        newer = epochs.newer(newest, seen)
+        return False, (None if newer is newest else newer)
+
+    def _decodable(self, raw: RawMessage) -> bool:
+        """Whether ``raw`` is a change small enough to be decoded (not a tombstone, not a
+        message dead-lettered as too large)."""
+        return raw.value is not None and len(raw.value) + len(raw.key or b"") <= self.input_limit
 
     def stopped(self, tp: TopicPartitionKey) -> bool:
         """Whether input partition ``tp`` is stopped: its topic refused, or itself."""

@@ -15,12 +15,18 @@ second: this module says so, and the data plane stops the partition before decid
 it (:meth:`processor.reconcile.batch.Reconciler.decide`), with the reason, instead of
 dropping the new epoch's changes in silence. Commit times come from Debezium's
 ``source.ts_ms``; a margin absorbs a failover's clock difference between servers.
+
+The newest change seen is kept in the partition's state (:data:`NEWEST_SEEN`), written
+with the batch that saw it, so a processor started later, or another replica given the
+partition, compares with it too.
 """
 
 from __future__ import annotations
 
+import struct
 from typing import Any, NamedTuple
 
+from processor.errors import StateFormatError
 from processor.events.change import Version
 
 #: How much later (ms) a change committed at an older position must be to mark a new
@@ -28,11 +34,32 @@ from processor.events.change import Version
 CLOCK_MARGIN_MS = 1_000
 
 
+#: The state key of a partition's newest change seen: :meth:`Seen.encode`'s bytes.
+NEWEST_SEEN = b"\x00tidemark:newest-seen"
+#: Format byte, version (two parts), commit time: the only layout this release writes.
+_SEEN = struct.Struct(">Bqqq")
+_SEEN_FORMAT = 1
+
+
 class Seen(NamedTuple):
     """The newest change of a partition: its position and its commit time (ms)."""
 
     version: Version
     committed_ms: int
+
+    def encode(self) -> bytes:
+        return _SEEN.pack(_SEEN_FORMAT, *self.version, self.committed_ms)
+
+    @staticmethod
+    def decode(raw: bytes) -> Seen:
+        """From :meth:`encode`'s bytes; another layout raises :class:`StateFormatError`."""
+        if len(raw) != _SEEN.size or raw[0] != _SEEN_FORMAT:
+            raise StateFormatError(
+                f"the newest change seen is stored in a form this release does not know "
+                f"(format {raw[:1].hex() or 'none'}, {len(raw)} bytes)"
+            )
+        _format, major, minor, committed_ms = _SEEN.unpack(raw)
+        return Seen((major, minor), committed_ms)
 
 
 def seen_of(version: Version, event: Any) -> Seen | None:

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from processor.events.change import TOAST_PLACEHOLDER
+from processor.reconcile import epochs
 from processor.reconcile.batch import Reconciler
 from processor.reconcile.versions import Entry
 from state.memory import MemoryPartitionStore
@@ -531,15 +532,19 @@ def test_a_debezium_resnapshot_after_a_lost_slot_repairs_the_keys_that_changed(
     assert names == ["lost", "new", "after"]
 
 
+@pytest.mark.parametrize("restarted", [False, True])
 @pytest.mark.parametrize("envelope", ["debezium-upsert", "debezium"])
 def test_positions_that_go_back_with_later_commits_stop_the_partition_a_replay_does_not(
-    envelope: str,
+    envelope: str, restarted: bool
 ) -> None:
     """A failover to a replica with a shorter WAL: new commits come at positions below
     those already seen. Decided, each change of a key with state would be dropped as
     older. The partition stops before any of them is decided, with the reason; a replay
-    of older changes (same positions, same commit times) and the other partitions go on."""
-    reconciler = Reconciler(Config(processor=ProcessorConfig(envelope=envelope)))
+    of older changes (same positions, same commit times) and the other partitions go on.
+    The newest change seen is state: a processor started in between (``restarted``, or
+    another replica given the partition) knows it too."""
+    config = Config(processor=ProcessorConfig(envelope=envelope))
+    reconciler = Reconciler(config)
     stores = {(TOPIC, 0): MemoryPartitionStore(), (TOPIC, 1): MemoryPartitionStore()}
 
     def change(key: int, name: str, position: int, committed_ms: int, before: str) -> Any:
@@ -569,6 +574,8 @@ def test_positions_that_go_back_with_later_commits_stop_the_partition_a_replay_d
     decide(old)
     replay = decide({0: old[0][2:]})  # Debezium's at-least-once after a restart
     assert replay.rewinds == {} and reconciler.refused_partitions == {}
+    if restarted:
+        reconciler = Reconciler(config)
     failover = [change(1, "after failover", 60 + i, 90_000 + i, "v4") for i in range(3)]
     batch = decide({0: failover, 1: [change(1, "v5", 105, 50_005, "v4")]})
     assert batch.rewinds == {(TOPIC, 0): offsets[0]}
@@ -576,6 +583,16 @@ def test_positions_that_go_back_with_later_commits_stop_the_partition_a_replay_d
     [reason] = reconciler.refused_partitions.values()
     assert "positions went back" in reason and "(62, 62)" in reason and "(104, 104)" in reason
     assert list(reconciler.refused_partitions) == [(TOPIC, 0)]
+
+
+def test_a_newest_change_stored_in_an_unknown_form_stops_its_partition() -> None:
+    reconciler = Reconciler(Config(processor=ProcessorConfig(envelope="debezium-upsert")))
+    store = MemoryPartitionStore()
+    store.commit({epochs.NEWEST_SEEN: b"\x09" + bytes(24)}, Checkpoint(0))
+    change = RawMessage(TOPIC, 0, 0, *encode("json-schemaless", 1, event(1, "c", "a", 10)))
+    batch = reconciler.decide({TP: [change]}, {TP: store})
+    assert batch.rewinds == {TP: 0} and batch.records == []
+    assert "format 09" in reconciler.refused_partitions[TP]
 
 
 @pytest.mark.parametrize("fmt", ["json-schemaless", "json", "avro"])
