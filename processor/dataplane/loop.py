@@ -87,6 +87,8 @@ class DataPlane:
         self._subscribed: list[str] = []
         self._next_discovery = 0.0
         self._next_lag = 0.0
+        #: When the next check for pending keys due to be asked for again comes.
+        self._next_ask_check = 0.0
         #: Kafka not answering: the loop waits and tries again, up to a deadline.
         self.outage = Outage("data plane", config.kafka.outage_deadline_s)
         self._decided = Failpoint("batch-decided")
@@ -166,7 +168,12 @@ class DataPlane:
         timeout = 0.01 if restoring else self.config.processor.batch_timeout_ms / 1000
         messages = consumer.consume(self.config.processor.batch_size, timeout)
         self._callback_errors.raise_pending()
-        if messages or self._replays.waiting:
+        if now >= self._next_ask_check:
+            self._next_ask_check = now + 1.0
+            asks = self.reconciler.asks_due(self.partitions.stores, self.partitions.restoring)
+        else:
+            asks = False
+        if messages or self._replays.waiting or asks:
             started = time.perf_counter()
             partitions = self.partitions
             batch = self.decide(messages)

@@ -41,8 +41,8 @@ from processor.errors import SourceRefusedError, StateFormatError, UnfillableErr
 from processor.events.change import Change
 from processor.events.source_codec import SourceCodec
 from processor.events.visibility import Window
+from processor.reconcile import asked_again, epochs, upsert_avro_fast_path
 from processor.reconcile import debezium_avro_fast_path as avro_fast_path
-from processor.reconcile import epochs, upsert_avro_fast_path
 from processor.reconcile.batch_reads import READS_KEY, BatchReads, Span
 from processor.reconcile.debezium_fast_path import (
     decide_chunk_rows,
@@ -115,8 +115,18 @@ class Batch:
 class Reconciler:
     """The input topics of one pipeline and the decisions on their batches."""
 
-    def __init__(self, config: Config, schemas: SchemaCache | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        schemas: SchemaCache | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.config = config
+        #: The wall clock (seconds) that says when pending keys are asked for again.
+        self.clock = clock
+        #: Per input partition, when its first key noted as asked for is due (ms; ``None``:
+        #: none), as last read from its state (:mod:`processor.reconcile.asked_again`).
+        self._next_ask: dict[TopicPartitionKey, int | None] = {}
         self.schemas = schemas
         self.topics: dict[str, InputTopic] = {}
         #: Input topics stopped because they break their envelope's constraints.
@@ -209,6 +219,7 @@ class Reconciler:
                 if state_tp != tp:
                     with_rows.add(state_tp)
         with_rows.update(self._release_windows(batch, stores, waiting, reached))
+        self._ask_again(batch, stores, waiting)
         for tp in with_rows:
             backfill = (backfill_topic(self.config.processor.pipeline, tp[0]), tp[1])
             batch.reads[tp] = BatchReads(spans.get(tp), spans.get(backfill))
@@ -240,6 +251,73 @@ class Reconciler:
             self._decide_partition(self.topic(tp[0]), released, state, batch, None, False)
             releasing.append(tp)
         return releasing
+
+    def asks_due(
+        self,
+        stores: Mapping[TopicPartitionKey, PartitionStore],
+        waiting: Callable[[TopicPartitionKey], bool],
+    ) -> bool:
+        """Whether a partition has a pending key to ask for again now, so that a batch
+        must run even if no message came (its noted time read from state on first sight:
+        after a restart, or once restored)."""
+        now_ms = int(self.clock() * 1000)
+        due = False
+        for tp, store in stores.items():
+            if waiting(tp) or self.stopped(tp):
+                continue
+            if tp not in self._next_ask:
+                if self.topic(tp[0]).envelope != "debezium-upsert":
+                    continue
+                self._next_ask[tp] = asked_again.next_due(store)
+            due_at = self._next_ask[tp]
+            due = due or (due_at is not None and due_at <= now_ms)
+        return due
+
+    def _ask_again(
+        self,
+        batch: Batch,
+        stores: Mapping[TopicPartitionKey, PartitionStore],
+        waiting: Callable[[TopicPartitionKey], bool],
+    ) -> None:
+        """Ask again for the pending keys whose time has come, and note every key the batch
+        asks for (:mod:`processor.reconcile.asked_again`)."""
+        now_ms = int(self.clock() * 1000)
+        retry_s = self.config.processor.read_again_retry_s
+        for tp in [tp for tp in self._next_ask if tp not in stores]:
+            del self._next_ask[tp]  # revoked: read again from its state if it comes back
+        noted: set[tuple[TopicPartitionKey, bytes]] = set()
+        for tp, store in stores.items():
+            if waiting(tp) or self.stopped(tp) or self.topic(tp[0]).envelope != "debezium-upsert":
+                continue
+            state = batch.states.get(tp)
+            if tp not in self._next_ask:
+                self._next_ask[tp] = asked_again.next_due(state or store)
+            due_at = self._next_ask[tp]
+            if due_at is None or due_at > now_ms:
+                continue
+            if state is None:
+                state = batch.states[tp] = BatchState(store)
+            try:
+                due = asked_again.take_due(state, now_ms)
+            except StateFormatError as exc:
+                self._refuse_partition(tp, str(exc), RawMessage(tp[0], tp[1], -1, None, None))
+                continue
+            asked = batch.read_again.setdefault(tp, {})
+            for key, fields, count in due:
+                if (tp, key) not in noted:
+                    noted.add((tp, key))
+                    asked[key] = fields
+                    asked_again.note(state, key, fields, now_ms, retry_s, count + 1)
+            self._next_ask[tp] = asked_again.next_due(state)
+        for tp, asked in list(batch.read_again.items()):
+            state = batch.states[tp]
+            for key, fields in asked.items():
+                if (tp, key) not in noted:
+                    when = asked_again.note(state, key, fields, now_ms, retry_s, 1)
+                    due_at = self._next_ask.get(tp)
+                    self._next_ask[tp] = when if due_at is None else min(due_at, when)
+            if not asked:
+                del batch.read_again[tp]
 
     def _went_back(
         self, source: InputTopic, group: list[RawMessage], state: BatchState | PartitionStore
@@ -484,8 +562,16 @@ class Reconciler:
                             "with primary keys"
                         )
                     batch.dead_letters.append(change)
-                    if source.envelope == "debezium-upsert" and not backfill:
-                        _mark_pending(codec, raw, state)
+                    if (
+                        source.envelope == "debezium-upsert"
+                        and not backfill
+                        and _mark_pending(codec, raw, state)
+                    ):
+                        try:
+                            fields = codec.key_fields_of(raw)
+                        except InputError:
+                            continue
+                        batch.read_again.setdefault(state_tp, {})[codec.state_key(raw)] = fields
                     continue
                 if reached is not None and isinstance(change.read_in, Window):
                     if hold_below is None:
@@ -573,16 +659,17 @@ class Reconciler:
         metrics.SOURCE_REFUSED.labels(topic).set(1)
 
 
-def _mark_pending(codec: SourceCodec, raw: RawMessage, state: BatchState) -> None:
+def _mark_pending(codec: SourceCodec, raw: RawMessage, state: BatchState) -> bool:
     """A change of ``raw``'s key became a dead letter: the key's row in state is no longer
     the source's. Its entry becomes pending (at the change's version when it can be read,
-    else at its own), keeping the row last emitted as the next output's retraction: an
-    update whose unchanged TOAST values would have been filled from that row asks for the
-    key's row instead, and one that carries its whole row is applied as usual."""
+    else at its own), keeping the row last emitted as the next output's retraction, and
+    its row is to be read again (returns whether it was marked): until it comes, an update
+    whose unchanged TOAST values would have been filled from that row asks for the key's
+    row too, and one that carries its whole row is applied as usual."""
     try:
         key = ENTRY + codec.state_key(raw)
     except InputError:
-        return  # no key to mark
+        return False  # no key to mark
     stored_raw = state.get(key)
     stored = Entry.decode(stored_raw) if stored_raw is not None else None
     try:
@@ -594,8 +681,12 @@ def _mark_pending(codec: SourceCodec, raw: RawMessage, state: BatchState) -> Non
         if decide_change(change.version, change.txid, stored, positions=True) is Action.APPLY:
             entry = Entry(change.version, emitted, change.txid, pending=True)
             state.put(key, entry.encode())
-    elif stored is not None and not stored.pending:
+            return True
+        return False
+    if stored is not None and not stored.pending:
         state.put(key, stored._replace(pending=True).encode())
+        return True
+    return False
 
 
 def _avro(group: list[RawMessage]) -> bool:

@@ -1076,6 +1076,62 @@ def test_unchanged_toast_values_of_keys_with_no_state_are_read_again(
     assert_lake_equal(config, spark, f"toast{watermarks[:4]}", table)
 
 
+def test_keys_whose_read_again_was_refused_are_asked_again_and_repaired(stack: DevStack) -> None:
+    """Debezium runs with ``decimal.handling.mode=string``, the processor at the default: the
+    read-again requests for keys whose unchanged TOAST values no state can fill are
+    refused, and the keys stay pending. The processor keeps asking (here every 2 s, then
+    twice as long each time); once restarted with the connector's setting, its requests
+    succeed and the keys' rows come out equal to the source's."""
+    name = "iso_snapask_t"
+    connector = {"decimal.handling.mode": "string"}
+    debezium = Debezium(stack, "snapask", [f"public.{name}"], connector, "json").start()
+    with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA IF NOT EXISTS stage")
+        conn.execute(
+            f"CREATE TABLE stage.{name} (id int PRIMARY KEY, amount numeric(10, 2), doc text)"
+        )
+        conn.execute(f"ALTER TABLE stage.{name} ALTER doc SET STORAGE EXTERNAL")
+        conn.execute(
+            f"INSERT INTO stage.{name} SELECT g, g * 1.25, repeat(md5(g::text), 200) "
+            "FROM generate_series(1, 20) g"
+        )
+        conn.execute(f"ALTER TABLE stage.{name} SET SCHEMA public")  # rows never streamed
+        conn.execute(f"UPDATE {name} SET amount = amount + 1 WHERE id <= 5")
+    config = own_pipeline(stack, debezium, name)
+    retry = dataclasses.replace(config.processor, read_again_retry_s=2)
+    wrong = dataclasses.replace(
+        config, processor=retry, source=dataclasses.replace(config.source, debezium={})
+    )
+    processor = Processor(stack, wrong, "snapask-processor").start()
+    try:
+
+        def refused() -> float:
+            return metric(
+                processor.metrics(),
+                "tidemark_snapshot_refused_total",
+                table=f"public.{name}",
+                reason="decimal.handling.mode",
+            )
+
+        wait_for("a refused request asked again", lambda: refused() >= 2, timeout=120)
+        assert len(final_rows(reconciled(config, name))) == 0  # nothing but pending keys
+        processor.stop()
+        right = dataclasses.replace(wrong, source=config.source)
+        processor = Processor(stack, right, "snapask-processor-fixed").start()
+        with psycopg.connect(**stack.config.owner_conninfo()) as conn:
+            source = {
+                (r[0],): {"id": r[0], "amount": str(r[1]), "doc": r[2]}
+                for r in conn.execute(f"SELECT id, amount, doc FROM {name} WHERE id <= 5")
+            }
+        wait_for(
+            "the keys' rows", lambda: final_rows(reconciled(config, name)) == source, timeout=120
+        )
+        assert read_topic(config, "snapask.dlq") == []
+    finally:
+        processor.stop()
+        debezium.stop()
+
+
 def toasted_table(config: Config, name: str, rows: int) -> None:
     """``public.<name>`` (id, n, doc): rows 1 to ``rows`` with TOASTed ``doc`` values, never
     streamed by Debezium, under REPLICA IDENTITY DEFAULT: an update that leaves ``doc``

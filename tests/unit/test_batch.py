@@ -23,7 +23,9 @@ from hypothesis import strategies as st
 
 from processor.events.change import TOAST_PLACEHOLDER
 from processor.reconcile import epochs
+from processor.reconcile.asked_again import ASKED
 from processor.reconcile.batch import Reconciler
+from processor.reconcile.envelopes import ENTRY
 from processor.reconcile.versions import Entry
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
@@ -345,7 +347,8 @@ def test_a_message_too_large_for_its_output_is_a_dead_letter_reference(envelope:
     """Its output could hold the old row and the new one: an input above half the record
     limit becomes a dead letter that refers to it (the bytes may not fit the dead-letter
     topic either), and the partition goes on. State keeps the row before; under
-    ``debezium-upsert`` its entry becomes pending at the lost change's version."""
+    ``debezium-upsert`` its entry becomes pending at the lost change's version, and its row
+    is asked for (and noted, to be asked for again until it comes)."""
     limit = 64 * 1024
     config = Config(
         kafka=KafkaConfig(max_record_bytes=limit), processor=ProcessorConfig(envelope=envelope)
@@ -374,13 +377,16 @@ def test_a_message_too_large_for_its_output_is_a_dead_letter_reference(envelope:
     assert str(limit) in letter.reason
     updates = batch.states[TP].updates if TP in batch.states else {}
     if envelope == "debezium-upsert":
-        [(key, entry)] = updates.items()
+        [(key, entry)] = [(k, v) for k, v in updates.items() if not k.startswith(ASKED)]
         kept = Entry.decode(held[key] or b"")
         assert Entry.decode(entry or b"") == Entry((11, 11), kept.value, 11, pending=True)
+        assert batch.read_again == {TP: {key.removeprefix(ENTRY): {"id": 1}}}
+        [noted] = [k for k in updates if k.startswith(ASKED)]
+        assert noted.endswith(key.removeprefix(ENTRY))
     else:
-        assert not updates
+        assert not updates and not batch.read_again
     store.commit(updates, Checkpoint(2))
-    assert contents(store).keys() == held.keys()
+    assert {k for k in contents(store) if not k.startswith(ASKED)} == held.keys()
     rest = reconciler.decide({TP: [after]}, {TP: store})
     assert len(rest.records) >= 1 and rest.dead_letters == []
 
@@ -399,6 +405,48 @@ def test_an_unfillable_toast_value_asks_for_its_row_not_a_dead_letter(fmt: str) 
     assert batch.dead_letters == []
     assert len([r for r in batch.records if r[3] is not None]) == 1  # key 8's output only
     assert batch.read_again == {TP: {ENTRY_KEYS[fmt]: {"id": 7}}}
+
+
+@pytest.mark.parametrize("fmt", ["json-schemaless", "json", "avro"])
+def test_a_pending_key_is_asked_for_again_until_its_row_comes(fmt: str) -> None:
+    """A request to read a key again can be refused or aborted (the coordinator refuses a
+    table whose encoding disagrees with its topic, its queue is full): nothing would ask
+    again. A pending key is asked for again after ``read_again_retry_s``, then twice as
+    long each time, across a restart; once a change replaced the pending entry, its note
+    is dropped when due, with no request."""
+    registry = make_reconciler()[1]
+    now = [1_000.0]
+    config = Config(processor=ProcessorConfig(read_again_retry_s=60))
+    store = MemoryPartitionStore()
+    reconciler = Reconciler(config, SchemaCache(registry), clock=lambda: now[0])
+    offset = [0]
+
+    def decide(*changes: dict[str, Any]) -> Any:
+        messages = [
+            RawMessage(TOPIC, 0, offset[0] + i, *encode(fmt, c["after"]["id"], c))
+            for i, c in enumerate(changes)
+        ]
+        offset[0] += len(messages)
+        batch = reconciler.decide({TP: messages} if messages else {}, {TP: store})
+        for state in batch.states.values():
+            store.commit(state.updates, Checkpoint(offset[0]))
+        return batch
+
+    asked = {TP: {ENTRY_KEYS[fmt]: {"id": 7}}}
+    assert decide(event(7, "u", TOAST_PLACEHOLDER, 40)).read_again == asked
+    now[0] += 59
+    assert decide().read_again == {}
+    now[0] += 2
+    assert decide().read_again == asked  # 60 s after the first request
+    reconciler = Reconciler(config, SchemaCache(registry), clock=lambda: now[0])
+    now[0] += 119
+    assert decide().read_again == {}
+    now[0] += 2
+    assert decide().read_again == asked  # 120 s after the second: a restart forgets nothing
+    decide(event(7, "u", "whole", 41))  # the key's row comes with a change
+    now[0] += 3600
+    last = decide()
+    assert last.read_again == {} and not store.keys(ASKED)
 
 
 @pytest.mark.parametrize("fmt", ["json-schemaless", "json", "avro"])

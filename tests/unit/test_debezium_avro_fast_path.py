@@ -37,6 +37,10 @@ from tidemark.core.config import Config, ProcessorConfig
 from tidemark.core.messages import RawMessage
 from tidemark.core.schema_registry import MemoryRegistry, SchemaCache
 
+#: The wall clock the reconciler reads (when keys are asked for again): fixed, so that
+#: runs compare and write the same bytes.
+NOW = 1_800_000_000.0
+
 #: ``make fuzz`` runs these properties this many times longer.
 
 TP = (TOPIC, 0)
@@ -151,7 +155,7 @@ def messages(draw: st.DrawFn) -> tuple[bytes | None, bytes | None]:
 def make_reconciler(schemas: MemoryRegistry, envelope: str, fused: bool = True) -> Reconciler:
     processor = ProcessorConfig(envelopes={"public.probe": envelope}, fused_paths=fused)
     config = Config(processor=processor)
-    return Reconciler(config, SchemaCache(schemas))
+    return Reconciler(config, SchemaCache(schemas), clock=lambda: NOW)
 
 
 def seen(batch: Batch) -> dict[str, Any]:

@@ -101,7 +101,7 @@ def test_a_change_is_placed_exactly_whatever_its_distance_in_ids(
     if snapshot.before is None or snapshot.after is None:
         assert newer > NEWER_OPEN_IDS
         return
-    if snapshot.xmax <= 3:
+    if taken.xmax <= 3:
         return
     when = data.draw(st.sampled_from(["before", "while", "after"]))
     if when == "before":

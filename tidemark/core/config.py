@@ -206,6 +206,9 @@ class ProcessorConfig:
     #: general path (decode, then the envelope's rule): the same outputs and state, at a
     #: lower rate; a way to rule a fused loop out.
     fused_paths: bool = True
+    #: A pending key's row is asked for again after this many seconds, then after twice as
+    #: long each time, up to an hour, until it comes (a request can be refused or aborted).
+    read_again_retry_s: float = 300.0
 
 
 @dataclass(frozen=True)
@@ -374,6 +377,7 @@ _POSITIVE = {
     ("processor", "batch_size"),
     ("processor", "api_auth_failures_per_minute"),
     ("processor", "batch_timeout_ms"),
+    ("processor", "read_again_retry_s"),
     ("snapshot", "chunk_size"),
     ("snapshot", "min_chunk_size"),
     ("snapshot", "max_chunk_size"),
