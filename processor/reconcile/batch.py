@@ -263,15 +263,25 @@ class Reconciler:
         now_ms = int(self.clock() * 1000)
         due = False
         for tp, store in stores.items():
-            if waiting(tp) or self.stopped(tp):
-                continue
-            if tp not in self._next_ask:
-                if self.topic(tp[0]).envelope != "debezium-upsert":
-                    continue
-                self._next_ask[tp] = asked_again.next_due(store)
-            due_at = self._next_ask[tp]
-            due = due or (due_at is not None and due_at <= now_ms)
+            if self._asks_again(tp, waiting):
+                due_at = self._due_at(tp, store)
+                due = due or (due_at is not None and due_at <= now_ms)
         return due
+
+    def _asks_again(
+        self, tp: TopicPartitionKey, waiting: Callable[[TopicPartitionKey], bool]
+    ) -> bool:
+        """Whether input partition ``tp`` asks for pending keys again now: its envelope
+        has pending keys, and it is neither being restored nor stopped."""
+        if waiting(tp) or self.stopped(tp):
+            return False
+        return self.topic(tp[0]).envelope == "debezium-upsert"
+
+    def _due_at(self, tp: TopicPartitionKey, state: BatchState | PartitionStore) -> int | None:
+        """When ``tp``'s first noted key is due (ms), read from ``state`` on first sight."""
+        if tp not in self._next_ask:
+            self._next_ask[tp] = asked_again.next_due(state)
+        return self._next_ask[tp]
 
     def _ask_again(
         self,
@@ -287,12 +297,10 @@ class Reconciler:
             del self._next_ask[tp]  # revoked: read again from its state if it comes back
         noted: set[tuple[TopicPartitionKey, bytes]] = set()
         for tp, store in stores.items():
-            if waiting(tp) or self.stopped(tp) or self.topic(tp[0]).envelope != "debezium-upsert":
+            if not self._asks_again(tp, waiting):
                 continue
             state = batch.states.get(tp)
-            if tp not in self._next_ask:
-                self._next_ask[tp] = asked_again.next_due(state or store)
-            due_at = self._next_ask[tp]
+            due_at = self._due_at(tp, state or store)
             if due_at is None or due_at > now_ms:
                 continue
             if state is None:
