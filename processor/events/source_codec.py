@@ -56,23 +56,14 @@ class SourceCodec:
         """The codec of a key or value, by its first byte."""
         return self.avro if data[:1] == MAGIC else self.json
 
-    def key_fields_of(self, msg: RawMessage) -> dict[str, object]:
-        """The columns and values of ``msg``'s key, whatever its value holds
-        (:class:`InputError`: no key, or unreadable)."""
+    def key_fields(self, msg: RawMessage) -> dict[str, object]:
+        """The columns and values of ``msg``'s key (a Debezium key struct), as decoded,
+        whatever its value holds (:class:`InputError`: no key, or unreadable)."""
         if msg.key is not None and msg.key[:1] == MAGIC:
             return self.avro.key_fields(msg)
-        fields = orjson.loads(self.state_key(msg))
+        fields = orjson.loads(self.state_key(msg))  # a JSON key's bytes in state: its payload
         if not isinstance(fields, dict):
             raise InputError("a key that is not a struct of columns", msg, "no-key")
-        return fields
-
-    def key_fields(self, change: Change, msg: RawMessage) -> dict[str, object]:
-        """The columns and values of ``change``'s key (a Debezium key struct), as decoded."""
-        assert msg.key is not None
-        if msg.key[:1] == MAGIC:
-            return self.avro.key_fields(msg)
-        fields = orjson.loads(change.key)  # a JSON key's bytes in state are its payload
-        assert isinstance(fields, dict)
         return fields
 
     def encode(

@@ -570,16 +570,15 @@ class Reconciler:
                             "with primary keys"
                         )
                     batch.dead_letters.append(change)
-                    if (
-                        source.envelope == "debezium-upsert"
-                        and not backfill
-                        and _mark_pending(codec, raw, state)
-                    ):
+                    marked = None
+                    if source.envelope == "debezium-upsert" and not backfill:
+                        marked = _mark_pending(codec, raw, state)
+                    if marked is not None:
                         try:
-                            fields = codec.key_fields_of(raw)
+                            fields = codec.key_fields(raw)
                         except InputError:
                             continue
-                        batch.read_again.setdefault(state_tp, {})[codec.state_key(raw)] = fields
+                        batch.read_again.setdefault(state_tp, {})[marked] = fields
                     continue
                 if reached is not None and isinstance(change.read_in, Window):
                     if hold_below is None:
@@ -594,7 +593,7 @@ class Reconciler:
                     continue
                 if emit is not None and emit.reason == READ_AGAIN:
                     asked = batch.read_again.setdefault(state_tp, {})
-                    asked[change.key] = codec.key_fields(change, raw)
+                    asked[change.key] = codec.key_fields(raw)
                     continue
             except SourceRefusedError as exc:
                 if isinstance(exc, StateFormatError):
@@ -667,17 +666,18 @@ class Reconciler:
         metrics.SOURCE_REFUSED.labels(topic).set(1)
 
 
-def _mark_pending(codec: SourceCodec, raw: RawMessage, state: BatchState) -> bool:
+def _mark_pending(codec: SourceCodec, raw: RawMessage, state: BatchState) -> bytes | None:
     """A change of ``raw``'s key became a dead letter: the key's row in state is no longer
     the source's. Its entry becomes pending (at the change's version when it can be read,
     else at its own), keeping the row last emitted as the next output's retraction, and
-    its row is to be read again (returns whether it was marked): until it comes, an update
-    whose unchanged TOAST values would have been filled from that row asks for the key's
-    row too, and one that carries its whole row is applied as usual."""
+    its row is to be read again (returns the key's bytes in state if it was marked): until
+    it comes, an update whose unchanged TOAST values would have been filled from that row
+    asks for the key's row too, and one that carries its whole row is applied as usual."""
     try:
-        key = ENTRY + codec.state_key(raw)
+        state_key = codec.state_key(raw)
     except InputError:
-        return False  # no key to mark
+        return None  # no key to mark
+    key = ENTRY + state_key
     stored_raw = state.get(key)
     stored = Entry.decode(stored_raw) if stored_raw is not None else None
     try:
@@ -689,12 +689,12 @@ def _mark_pending(codec: SourceCodec, raw: RawMessage, state: BatchState) -> boo
         if decide_change(change.version, change.txid, stored, positions=True) is Action.APPLY:
             entry = Entry(change.version, emitted, change.txid, pending=True)
             state.put(key, entry.encode())
-            return True
-        return False
+            return state_key
+        return None
     if stored is not None and not stored.pending:
         state.put(key, stored._replace(pending=True).encode())
-        return True
-    return False
+        return state_key
+    return None
 
 
 def _avro(group: list[RawMessage]) -> bool:
