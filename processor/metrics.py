@@ -17,6 +17,16 @@ ROWS_ASKED_AGAIN = Counter(
     "fill it from)",
     ["topic"],
 )
+TRUNCATES = Counter(
+    "tidemark_truncates_total",
+    "Truncate events read from an input topic and sent to every partition's owner",
+    ["topic"],
+)
+TRUNCATED_ROWS = Counter(
+    "tidemark_truncated_rows_total",
+    "Keys deleted from the reconciled topic because their table was truncated",
+    ["topic"],
+)
 DEAD_LETTERS = Counter(
     "tidemark_dead_letters_total",
     "Input messages sent to the dead-letter topic",

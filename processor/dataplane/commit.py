@@ -131,6 +131,17 @@ class Committer:
                 produce_waiting(
                     target.producer, record[0], record[3], record[2], on_delivery, record[1]
                 )
+        for tp, markers in batch.markers.items():  # a truncate's, in its own partition's
+            target = writer(tp)
+            for record in markers:
+                produce_waiting(
+                    target.producer,
+                    record[0],
+                    record[3],
+                    record[2],
+                    target.acks.on_delivery,
+                    record[1],
+                )
         for topic, count in batch.produced.items():
             metrics.EVENTS_OUT.labels(topic).inc(count)
         for tp, keys in batch.read_again.items():

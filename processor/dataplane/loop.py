@@ -64,7 +64,11 @@ class DataPlane:
         self._rebalance = RebalanceWatch(config.kafka.stuck_rebalance_s)
         #: What the group's callbacks raised, raised again after the consume that ran them.
         self._callback_errors = RebalanceErrors()
-        self.reconciler = Reconciler(config, configured_schemas(config.kafka))
+        self.reconciler = Reconciler(
+            config,
+            configured_schemas(config.kafka),
+            partition_count=lambda topic: self.partitions.partition_counts.get(topic),
+        )
         self._admin = AdminClient(client_config(config.kafka))
         self._replays = Replays(config.processor.pipeline)
         self.partitions = Partitions(
@@ -173,6 +177,7 @@ class DataPlane:
             asks = self.reconciler.asks_due(self.partitions.stores, self.partitions.restoring)
         else:
             asks = False
+        asks = asks or self.reconciler.wipes_due(self.partitions.stores, self.partitions.restoring)
         if messages or self._replays.waiting or asks:
             started = time.perf_counter()
             partitions = self.partitions

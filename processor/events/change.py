@@ -206,12 +206,7 @@ def debezium_change(state_key: bytes, payload: Any, msg: RawMessage, toast: bool
         raise InputError("not a Debezium change event (no 'op' field)", msg, "not-debezium")
     op = payload["op"]
     if op == "t":
-        raise InputError(
-            "a TRUNCATE of the table: Tidemark does not apply truncates yet, and the table's "
-            "rows stay in the reconciled topic and in Iceberg (docs: Guarantees, TRUNCATE)",
-            msg,
-            "truncate",
-        )
+        return _truncate(payload, msg)
     if not isinstance(op, str) or op not in OPS:
         raise InputError(f"unknown op {op!r} (expected one of c, u, d, r)", msg, "unknown-op")
     before, after, source = payload.get("before"), payload.get("after"), payload.get("source")
@@ -256,6 +251,33 @@ def debezium_change(state_key: bytes, payload: Any, msg: RawMessage, toast: bool
     if tag is not None:
         change.chunk, change.read_in = tag.number, tag.read_in
     return change
+
+
+def _truncate(payload: dict[str, Any], msg: RawMessage) -> Change:
+    """A truncate event (``op: t``): a change of no key and no rows, at its position."""
+    source = payload.get("source")
+    if payload.get("before") is not None or payload.get("after") is not None:
+        raise InputError("a truncate event with a row", msg, "not-debezium")
+    if msg.chunk is not None or not isinstance(source, dict):
+        raise InputError("a truncate event without a source, or in a backfill", msg, "not-debezium")
+    try:
+        version = source_version(source)
+    except PositionError as exc:
+        raise InputError(str(exc), msg, "position") from None
+    txid = source.get("txId")
+    if not isinstance(txid, int) or isinstance(txid, bool) or not in_64_bits(txid):
+        txid = None
+    connector = source.get("connector")
+    return Change(
+        b"",
+        "t",
+        None,
+        None,
+        version,
+        connector=connector if isinstance(connector, str) else None,
+        event=payload,
+        txid=txid,
+    )
 
 
 def flat_change(

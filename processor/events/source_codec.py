@@ -8,6 +8,8 @@ are told apart the same way (an Avro row is framed like a message).
 
 from __future__ import annotations
 
+import contextlib
+
 import orjson
 
 from processor.events.avro_codec import UNREADABLE_ROW, AvroCodec
@@ -35,20 +37,31 @@ class SourceCodec:
 
     def decode(self, msg: RawMessage) -> Change:
         """The change in ``msg`` (its key present), keyed by the key's bytes in state. A
-        message without a key is a truncate event (Debezium writes them without one) or
-        no change: an :class:`InputError` says which."""
+        message without a key is a truncate event (``op`` ``t``, Debezium writes them
+        without one, its key ``b""``) or no change (an :class:`InputError` says why)."""
         if msg.key is None and msg.value is not None:
-            try:
-                self._codec(msg.value).decode(msg, b"")
-            except InputError as exc:
-                if exc.kind == "truncate":
-                    raise
+            with contextlib.suppress(InputError):
+                truncate = self.decode_truncate(msg)
+                if truncate is not None:
+                    return truncate
         state_key = self.state_key(msg)
         key = msg.key
         assert key is not None
         value = msg.value
         codec = self._codec(value if value is not None else key)
         change = codec.decode(msg, state_key)
+        change.codec = codec
+        return change
+
+    def decode_truncate(self, msg: RawMessage) -> Change | None:
+        """The truncate event in ``msg``'s value, whatever its key (``None``: a change of
+        another kind; :class:`InputError`: not a change)."""
+        if msg.value is None or self.json.envelope == "upsert":
+            return None
+        codec = self._codec(msg.value)
+        change = codec.decode(msg, b"")
+        if change.op != "t":
+            return None
         change.codec = codec
         return change
 

@@ -38,10 +38,10 @@ import orjson
 
 from processor import metrics
 from processor.errors import SourceRefusedError, StateFormatError, UnfillableError
-from processor.events.change import Change
+from processor.events.change import Change, Emit
 from processor.events.source_codec import SourceCodec
 from processor.events.visibility import Window
-from processor.reconcile import asked_again, epochs, upsert_avro_fast_path
+from processor.reconcile import asked_again, epochs, truncates, upsert_avro_fast_path
 from processor.reconcile import debezium_avro_fast_path as avro_fast_path
 from processor.reconcile.batch_reads import READS_KEY, BatchReads, Span
 from processor.reconcile.debezium_fast_path import (
@@ -110,6 +110,9 @@ class Batch:
     read_again: dict[TopicPartitionKey, dict[bytes, dict[str, object]]] = field(
         default_factory=dict
     )
+    #: Per input partition that read a truncate, its markers to every partition of the
+    #: backfill topic (:mod:`processor.reconcile.truncates`), produced in its transaction.
+    markers: dict[TopicPartitionKey, list[Record]] = field(default_factory=dict)
 
 
 class Reconciler:
@@ -120,8 +123,17 @@ class Reconciler:
         config: Config,
         schemas: SchemaCache | None = None,
         clock: Callable[[], float] = time.time,
+        partition_count: Callable[[str], int | None] = lambda _topic: None,
     ) -> None:
         self.config = config
+        #: The partitions of an input topic (``None``: unknown), for a truncate's markers.
+        self.partition_count = partition_count
+        #: Input partitions whose truncate is being applied a page at a time
+        #: (:mod:`processor.reconcile.truncates`), and those whose state was looked at.
+        self._wiping: set[TopicPartitionKey] = set()
+        self._wipes_read: set[TopicPartitionKey] = set()
+        #: Keys looked at per partition and batch while a truncate is applied.
+        self.wipe_page = truncates.WIPE_PAGE
         #: The wall clock (seconds) that says when pending keys are asked for again.
         self.clock = clock
         #: Per input partition, when its first key noted as asked for is due (ms; ``None``:
@@ -210,6 +222,8 @@ class Reconciler:
                 state = batch.states[state_tp] = BatchState(store)
             if newest is not None:
                 state.put(epochs.NEWEST_SEEN, newest.encode())
+            if state_tp == tp and topic.envelope == "debezium-upsert":
+                self._note_frame(topic, group, state)
             self._decide_partition(topic, group, state, batch, reached if state_tp != tp else None)
             if topic.envelope == "debezium":
                 prune_seen(state, SEEN_PAGE)
@@ -220,6 +234,7 @@ class Reconciler:
                     with_rows.add(state_tp)
         with_rows.update(self._release_windows(batch, stores, waiting, reached))
         self._ask_again(batch, stores, waiting)
+        self._wipe(batch, stores, waiting)
         for tp in with_rows:
             backfill = (backfill_topic(self.config.processor.pipeline, tp[0]), tp[1])
             batch.reads[tp] = BatchReads(spans.get(tp), spans.get(backfill))
@@ -371,6 +386,148 @@ class Reconciler:
         message dead-lettered as too large)."""
         return raw.value is not None and len(raw.value) + len(raw.key or b"") <= self.input_limit
 
+    def _note_frame(self, source: InputTopic, group: list[RawMessage], state: BatchState) -> None:
+        """Keep the frame of the group's last key (:func:`truncates.frame_of`), from which
+        a truncate makes the output keys of the keys it deletes."""
+        last = next((m for m in reversed(group) if m.key is not None), None)
+        if last is None or last.key is None:
+            return
+        try:
+            state_key = source.codec.state_key(last)
+        except InputError:
+            return
+        frame = truncates.frame_of(last.key, state_key)
+        if frame is not None:
+            truncates.note_frame(state, frame)
+
+    def wipes_due(
+        self,
+        stores: Mapping[TopicPartitionKey, PartitionStore],
+        waiting: Callable[[TopicPartitionKey], bool],
+    ) -> bool:
+        """Whether a partition applies a truncate, a page a batch, so that a batch must run
+        even if no message came (a wipe in progress read from state on first sight)."""
+        for tp, store in stores.items():
+            if tp not in self._wipes_read and not waiting(tp):
+                self._wipes_read.add(tp)
+                if store.get(truncates.WIPE) is not None:
+                    self._wiping.add(tp)
+        return any(tp in stores and not waiting(tp) and not self.stopped(tp) for tp in self._wiping)
+
+    def _wipe(
+        self,
+        batch: Batch,
+        stores: Mapping[TopicPartitionKey, PartitionStore],
+        waiting: Callable[[TopicPartitionKey], bool],
+    ) -> None:
+        """Apply a page of each truncate in progress: its keys older than the truncate are
+        deleted in state and in the output (:func:`truncates.wipe_page`)."""
+        self._wipes_read.intersection_update(stores)
+        if not self.wipes_due(stores, waiting):
+            return
+        for tp in sorted(self._wiping):
+            store = stores.get(tp)
+            if store is None:
+                self._wiping.discard(tp)  # revoked: its owner goes on from its state
+                continue
+            if waiting(tp) or self.stopped(tp):
+                continue
+            state = batch.states.get(tp)
+            if state is None:
+                state = batch.states[tp] = BatchState(store)
+            source = self.topic(tp[0])
+            try:
+                page = truncates.wipe_page(state, self.wipe_page)
+                if page is not None and page.wiped:
+                    self._delete_wiped(source, tp, page.wipe, page.wiped, state, batch)
+            except (StateFormatError, InputError) as exc:
+                origin = RawMessage(tp[0], tp[1], -1, None, None)
+                self._refuse_partition(tp, f"a truncate cannot be applied: {exc}", origin)
+                continue
+            if page is None:
+                self._wiping.discard(tp)
+                continue
+            truncates.write_page(state, page)
+            if page.cursor is None:
+                self._wiping.discard(tp)
+
+    def _delete_wiped(
+        self,
+        source: InputTopic,
+        tp: TopicPartitionKey,
+        wipe: truncates.Wipe,
+        wiped: list[truncates.Wiped],
+        state: BatchState,
+        batch: Batch,
+    ) -> None:
+        """The output of keys a truncate deleted: each one's delete event (its row as the
+        retraction, the truncate's position and source) and its tombstone."""
+        event = RawMessage(tp[0], wipe.origin[0], wipe.origin[1], None, wipe.event)
+        truncate = source.codec.decode_truncate(event)
+        if truncate is None:
+            raise InputError("the truncate kept in state is not a truncate event", event)
+        records: list[Record] = []
+        output = source.output
+        for key in wiped:
+            key_bytes = truncates.key_of(state, key.key)
+            if key_bytes is None:
+                raise InputError("no key of the table was ever seen in the partition", event)
+            emit = Emit("d", key.row, None, "truncate")
+            msg = event._replace(key=key_bytes)
+            out_key, value = source.codec.encode(truncate, emit, msg)
+            if value is not None:
+                records.append((output, tp[1], out_key, value))
+            records.append((output, tp[1], out_key, None))
+        batch.records += records
+        batch.produced[output] = batch.produced.get(output, 0) + 2 * len(wiped)
+        metrics.TRUNCATED_ROWS.labels(tp[0]).inc(len(wiped))
+
+    def _truncate(
+        self,
+        source: InputTopic,
+        raw: RawMessage,
+        change: Change,
+        state: BatchState,
+        batch: Batch,
+        state_tp: TopicPartitionKey,
+    ) -> None:
+        """A truncate event: from the input topic, its markers go to every partition's
+        owner; a marker (from the backfill topic) starts the truncate in this partition.
+        Where it cannot be applied it is a dead letter that says why."""
+        why = None
+        if source.envelope != "debezium-upsert":
+            why = (
+                f"a TRUNCATE of the table: not applied under the {source.envelope} envelope, "
+                "which keeps no row per key to delete; the table's rows stay in the "
+                "reconciled topic (docs: Guarantees, TRUNCATE)"
+            )
+        elif change.codec is source.codec.avro:
+            why = (
+                "a TRUNCATE of the table in Avro: not applied yet (JSON events are); the "
+                "table's rows stay in the reconciled topic (docs: Guarantees, TRUNCATE)"
+            )
+        if why is not None:
+            batch.dead_letters.append(InputError(why, raw, "truncate"))
+            return
+        assert raw.value is not None
+        if raw.topic == source.topic:
+            count = self.partition_count(source.topic)
+            if count is None:
+                why = "a TRUNCATE whose topic's partitions are unknown: not applied"
+                batch.dead_letters.append(InputError(why, raw, "truncate"))
+                return
+            backfill = backfill_topic(self.config.processor.pipeline, source.topic)
+            origin = (raw.partition, raw.offset)
+            sent = batch.markers.setdefault(state_tp, [])
+            sent += truncates.markers(backfill, count, origin, raw.value)
+            metrics.TRUNCATES.labels(source.topic).inc()
+            return
+        origin_at = truncates.origin_of(raw.key)
+        assert origin_at is not None
+        truncate = truncates.truncate_of(change.version, change.txid, change.event)
+        if truncates.receive(state, truncate, raw.value, origin_at):
+            self._wiping.add(state_tp)
+
     def stopped(self, tp: TopicPartitionKey) -> bool:
         """Whether input partition ``tp`` is stopped: its topic refused, or itself."""
         return tp[0] in self.refused or tp in self.refused_partitions
@@ -411,7 +568,11 @@ class Reconciler:
         output = source.output
         last: Change | bytes | dict[str, object] | None = None  # the last change taken
         stopped = False
-        if not self.fused or (backfill and source.envelope != "debezium-upsert"):
+        if (
+            not self.fused
+            or (backfill and source.envelope != "debezium-upsert")
+            or (not backfill and _below_floor(source, state))
+        ):
             dropped, stopped, last = self._decide_general(
                 source, group, group[0].offset, state, batch, reached, advance, flushed
             )
@@ -490,6 +651,8 @@ class Reconciler:
         codec, output, records, limit = source.codec, source.output, batch.records, self.input_limit
         envelope, avro = source.envelope, _avro(run)
         if run[0].topic != source.topic:
+            if not _after_floor(run[0], state):
+                return 0, 0, None  # rows read before a truncate: the general path drops some
             taken, dropped = decide_chunk_rows(codec.json, run, state, output, records, limit)
             return taken, dropped, None
         if envelope == "upsert" and avro:
@@ -549,6 +712,9 @@ class Reconciler:
             if raw.value is None and raw.key is not None and not upsert:
                 decoded.append((raw, None))  # Debezium's tombstone after a delete event
                 continue
+            if backfill and truncates.origin_of(raw.key) is not None:
+                decoded.append((raw, _marker(codec, raw)))
+                continue
             if backfill and not _tag_fits(raw):
                 reason = "backfill record without readable tidemark.chunk/snapshot/window headers"
                 decoded.append((raw, InputError(reason, raw, "backfill-headers")))
@@ -559,9 +725,34 @@ class Reconciler:
                 decoded.append((raw, exc))
         if source.envelope != "debezium":
             state.prefetch([ENTRY + c.key for _, c in decoded if isinstance(c, Change)])
+        # A truncate's floor, for keys without state (:mod:`processor.reconcile.truncates`).
+        floor = None
+        if source.envelope == "debezium-upsert":
+            try:
+                floor = truncates.floor(state)
+            except StateFormatError as exc:
+                self._refuse_partition(state_tp, str(exc), rest[0])
+                if advance:
+                    batch.rewinds[tp] = rest[0].offset
+                    if rest[0].offset > first_offset:
+                        batch.next_offsets[tp] = rest[0].offset
+                return 0, True, None
         for raw, change in decoded:
             if change is None:
                 continue
+            if isinstance(change, Change) and change.op == "t":
+                self._truncate(source, raw, change, state, batch, state_tp)
+                floor = truncates.floor(state)
+                continue
+            if floor is not None and isinstance(change, Change):
+                chunk = change.chunk is not None
+                if not chunk and not floor.passed and change.version >= floor.truncate.version:
+                    floor = truncates.pass_floor(state, floor)
+                if (chunk or not floor.passed) and state.get(ENTRY + change.key) is None:
+                    read_in = change.read_in if chunk else None
+                    if truncates.below_floor(floor, change.version, read_in):
+                        dropped += 1
+                        continue
             try:
                 if isinstance(change, InputError):
                     if change.kind == "no-key" and source.envelope == "debezium":
@@ -695,6 +886,42 @@ def _mark_pending(codec: SourceCodec, raw: RawMessage, state: BatchState) -> byt
         state.put(key, stored._replace(pending=True).encode())
         return state_key
     return None
+
+
+def _below_floor(source: InputTopic, state: BatchState) -> bool:
+    """Whether ``state``'s input partition has not yet read a change at or above its last
+    truncate, so that changes of keys without state must meet the truncate's floor, which
+    the fused paths do not read."""
+    if source.envelope != "debezium-upsert":
+        return False
+    try:
+        floor = truncates.floor(state)
+    except StateFormatError:
+        return True  # the general path stops the partition, with the reason
+    return floor is not None and not floor.passed
+
+
+def _after_floor(row: RawMessage, state: BatchState) -> bool:
+    """Whether backfill record ``row``'s chunk was read after its partition's last truncate
+    (or none came), so that the fused path, which does not read the floor, may take it."""
+    try:
+        floor = truncates.floor(state)
+    except StateFormatError:
+        return False  # the general path stops the partition, with the reason
+    tag = row.chunk
+    return floor is None or tag is None or floor.truncate.seen_by(tag.read_in)
+
+
+def _marker(codec: SourceCodec, raw: RawMessage) -> Change | InputError:
+    """The truncate a backfill topic's marker carries (:mod:`processor.reconcile.truncates`),
+    or why it is a dead letter."""
+    try:
+        change = codec.decode_truncate(raw)
+    except InputError as exc:
+        return exc
+    if change is None:
+        return InputError("a truncate marker that is not a truncate event", raw, "truncate")
+    return change
 
 
 def _avro(group: list[RawMessage]) -> bool:

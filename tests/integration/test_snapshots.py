@@ -61,6 +61,7 @@ from tests.integration.processes import (
     read_backfill,
     read_topic,
     reconciled,
+    records_if_any,
     run_cli,
     wait_for,
 )
@@ -866,41 +867,41 @@ def test_a_debezium_resnapshot_after_a_lost_slot_repairs_what_changed_meanwhile(
         debezium.stop()
 
 
-def test_a_truncate_event_is_a_dead_letter_of_its_own_and_stops_nothing(
-    stack: DevStack,
-) -> None:
+def test_a_truncate_deletes_the_tables_rows_in_every_partition(stack: DevStack) -> None:
     """Debezium with ``skipped.operations: none`` writes a truncate event (no key, no rows)
-    into one partition of the table's topic. Under the ``debezium`` envelope a keyless
-    change stops its topic; a truncate is not applied yet, so it must be a dead letter of
-    its own kind (``truncate``), and the changes after it flow."""
+    into one partition of the table's topic, whose keys are in all of them. Under
+    ``debezium-upsert`` every row written before the truncate is deleted in the reconciled
+    topic, whichever partition it is in, and the rows written after it stay."""
     name = "iso_trunc_t"
     with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {name} (id integer PRIMARY KEY, v text)")
-        conn.execute(f"ALTER TABLE {name} REPLICA IDENTITY FULL")
     settings = {"skipped.operations": "none"}
     debezium = Debezium(stack, "trunc", [f"public.{name}"], settings, "json").start()
     # The stack's publication was made by a connector that skips truncates; its other
     # connectors skip them whatever it publishes.
     publish(stack, "insert, update, delete, truncate")
-    base = own_pipeline(stack, debezium, name)
-    config = dataclasses.replace(
-        base, processor=dataclasses.replace(base.processor, envelope="debezium")
-    )
+    config = own_pipeline(stack, debezium, name)
+    assert config.envelope_of(f"{config.source.topic_prefix}.public.{name}") == "debezium-upsert"
     processor = Processor(stack, config, "trunc-processor").start()
     try:
         with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
-            conn.execute(f"INSERT INTO {name} SELECT g, 'v' || g FROM generate_series(1, 10) g")
+            conn.execute(f"INSERT INTO {name} SELECT g, 'v' || g FROM generate_series(1, 40) g")
+            wait_for("the rows", lambda: len(final_rows(reconciled(config, name))) == 40)
             conn.execute(f"TRUNCATE {name}")
-            conn.execute(f"INSERT INTO {name} VALUES (11, 'after the truncate')")
-        dlq = f"{config.processor.pipeline}.dlq"
-        dead = wait_for("the dead letter", lambda: read_topic(config, dlq))
-        assert [r.headers["tidemark.error.kind"] for r in dead] == [b"truncate"]
+            conn.execute(f"INSERT INTO {name} VALUES (41, 'after the truncate')")
 
-        def after() -> bool:
-            return (11,) in final_rows(reconciled(config, name))
+        def truncated() -> bool:
+            return list(final_rows(reconciled(config, name))) == [(41,)]
 
-        wait_for("the change after the truncate", after)
-        assert "tidemark_source_refused{" not in processor.metrics()
+        wait_for("the truncate applied", truncated)
+        events = reconciled(config, name)
+        assert len({e.partition for e in events}) > 1, "the table's keys span partitions"
+        deletes = [e for e in events if e.value is not None and e.value["op"] == "d"]
+        assert sorted(e.key["id"] for e in deletes) == list(range(1, 41))
+        assert {e.value["tidemark"]["reason"] for e in deletes} == {"truncate"}
+        topic = f"{config.source.topic_prefix}.public.{name}"
+        assert metric(processor.metrics(), "tidemark_truncated_rows_total", topic=topic) == 40
+        assert records_if_any(config, f"{config.processor.pipeline}.dlq") == []
     finally:
         processor.stop()
         debezium.stop()
