@@ -122,6 +122,8 @@ class AvroCodec:
         self._metadata: dict[tuple[str, int], bytes] = {}
         #: The ``tidemark`` block's last two fields (the envelope, the reason) by reason.
         self._reasons: dict[str, bytes] = {}
+        #: The last truncate event deleting keys, and its fields after ``after`` as a delete's.
+        self._truncate_rest: tuple[bytes, bytes] = (b"", b"")
         #: For :meth:`scan`, by a value schema's id bytes: its layout and the compiled
         #: programs of its ``before``, ``after``, the rest's :data:`SCANNED` fields and
         #: the whole rest (``None``: one declined).
@@ -384,6 +386,13 @@ class AvroCodec:
         assert type(decoded) is _Decoded
         layout, raw = decoded.layout, decoded.raw
         parts = [HEADER.pack(0, layout.output_id)]
+        if change.op == "t":  # a key a truncate deletes: its row, then the truncate's source
+            parts += (self._retraction(layout, emit.before) or layout.null_byte, layout.null_byte)
+            parts += (
+                self._deletion_rest(decoded, msg),
+                self.tidemark_block(msg, change.version, emit.reason),
+            )
+            return self.output_key(msg), b"".join(parts)
         before = emit.before
         if before is not None and before is change.before and self.envelope != "upsert":
             parts.append(raw[HEADER.size : decoded.row - len(layout.row_byte)])  # the input's
@@ -401,6 +410,16 @@ class AvroCodec:
             parts.append(raw[decoded.rest :])
         parts.append(self.tidemark_block(msg, change.version, emit.reason))
         return self.output_key(msg), b"".join(parts)
+
+    def _deletion_rest(self, decoded: _Decoded, msg: RawMessage) -> bytes:
+        """The fields after ``after`` of a truncate event, ``op`` a delete's: those of each
+        key the truncate deletes (the same for all of them, so written once)."""
+        cached_raw, rest = self._truncate_rest
+        if cached_raw is not decoded.raw:
+            fields, _end = read_avro(decoded.raw, decoded.rest, decoded.layout.rest, msg, "value")
+            rest = _write(decoded.layout.rest, {**fields, "op": "d"})
+            self._truncate_rest = (decoded.raw, rest)
+        return rest
 
     def _delete_event(
         self, change: Change, emit: Emit, msg: RawMessage, fallback: Layout | None

@@ -17,6 +17,10 @@ partition, in offset order, each message is decoded, then the envelope's rule
   every other source goes on;
 - a Debezium tombstone (null value after a delete) is skipped: the delete
   event itself produced the output and the output tombstone;
+- a truncate event (``debezium-upsert``) becomes markers to every partition of the
+  table's backfill topic, each of which starts the truncate in its partition: a floor,
+  and a wipe of the partition's keys a page per batch
+  (:mod:`processor.reconcile.truncates`);
 - a record of a backfill topic (:mod:`processor.events.chunk_tag`), a chunk row of an
   incremental snapshot, is decided against the state of the input partition it
   belongs to, in the same batch state as that partition's changes, after them;
@@ -500,11 +504,6 @@ class Reconciler:
                 f"a TRUNCATE of the table: not applied under the {source.envelope} envelope, "
                 "which keeps no row per key to delete; the table's rows stay in the "
                 "reconciled topic (docs: Guarantees, TRUNCATE)"
-            )
-        elif change.codec is source.codec.avro:
-            why = (
-                "a TRUNCATE of the table in Avro: not applied yet (JSON events are); the "
-                "table's rows stay in the reconciled topic (docs: Guarantees, TRUNCATE)"
             )
         if why is not None:
             batch.dead_letters.append(InputError(why, raw, "truncate"))

@@ -40,6 +40,7 @@ from tests.integration.processes import (
 )
 from tests.integration.test_chunk_events import SETTINGS, compare_under_settings
 from tests.integration.test_flattened import backfill_flattened
+from tests.integration.test_snapshots import truncate_applied
 from tidemark.cli.verify import compare_table, wait_caught_up
 from tidemark.core.config import Config, DevConfig, ProcessorConfig
 from tidemark.core.kafka import client_config
@@ -283,3 +284,31 @@ def test_a_flattened_avro_topic_is_backfilled_in_its_own_form(avro_stack: DevSta
     """``ExtractNewRecordState`` over Avro: the chunk rows carry the schema id of
     Debezium's own flattened rows (``test_flattened.py`` for JSON)."""
     backfill_flattened(avro_stack, "flatavro", "avro")
+
+
+def test_a_truncate_of_an_avro_table_empties_its_iceberg_table(
+    avro_stack: DevStack, spark: SparkSession
+) -> None:
+    """A truncate of a table with Avro events: its rows are deleted in the reconciled topic
+    (``test_snapshots.py`` has the same for JSON), then the sink's Iceberg table holds what
+    the source table holds, the one row written after the truncate."""
+    base = truncate_applied(avro_stack, "avro")
+    name = "iso_trunc_avro_t"
+    config = dataclasses.replace(
+        base,
+        sink=dataclasses.replace(
+            base.sink,
+            catalog_name="truncatelake",
+            warehouse=str(avro_stack.run_dir / "truncate-warehouse"),
+            topics=[f"{base.source.topic_prefix}.reconciled.public.{name}"],
+            metrics_port=0,
+        ),
+    )
+    sink = Sink(config, create_session(config))
+    targets = sink.ends()
+    while sink.run_batch(targets):
+        pass
+    assert not sink.stopped
+    result = compare_table(config, spark, "public", name)
+    assert result.equal, result
+    assert result.source_rows == 1

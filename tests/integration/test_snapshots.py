@@ -868,21 +868,25 @@ def test_a_debezium_resnapshot_after_a_lost_slot_repairs_what_changed_meanwhile(
 
 
 def test_a_truncate_deletes_the_tables_rows_in_every_partition(stack: DevStack) -> None:
+    truncate_applied(stack, "json")
+
+
+def truncate_applied(stack: DevStack, fmt: str) -> Config:
     """Debezium with ``skipped.operations: none`` writes a truncate event (no key, no rows)
     into one partition of the table's topic, whose keys are in all of them. Under
     ``debezium-upsert`` every row written before the truncate is deleted in the reconciled
     topic, whichever partition it is in, and the rows written after it stay."""
-    name = "iso_trunc_t"
+    name = f"iso_trunc_{fmt}_t"
     with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
         conn.execute(f"CREATE TABLE {name} (id integer PRIMARY KEY, v text)")
     settings = {"skipped.operations": "none"}
-    debezium = Debezium(stack, "trunc", [f"public.{name}"], settings, "json").start()
+    debezium = Debezium(stack, f"trunc{fmt}", [f"public.{name}"], settings, fmt).start()
     # The stack's publication was made by a connector that skips truncates; its other
     # connectors skip them whatever it publishes.
     publish(stack, "insert, update, delete, truncate")
     config = own_pipeline(stack, debezium, name)
     assert config.envelope_of(f"{config.source.topic_prefix}.public.{name}") == "debezium-upsert"
-    processor = Processor(stack, config, "trunc-processor").start()
+    processor = Processor(stack, config, f"trunc-{fmt}-processor").start()
     try:
         with psycopg.connect(**stack.config.owner_conninfo(), autocommit=True) as conn:
             conn.execute(f"INSERT INTO {name} SELECT g, 'v' || g FROM generate_series(1, 40) g")
@@ -906,6 +910,7 @@ def test_a_truncate_deletes_the_tables_rows_in_every_partition(stack: DevStack) 
         processor.stop()
         debezium.stop()
         publish(stack, "insert, update, delete")
+    return config
 
 
 def publish(stack: DevStack, operations: str) -> None:

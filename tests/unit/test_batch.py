@@ -649,7 +649,6 @@ def test_a_newest_change_stored_in_an_unknown_form_stops_its_partition() -> None
         ("json-schemaless", "debezium", "debezium envelope"),
         ("json", "debezium", "debezium envelope"),
         ("avro", "debezium", "debezium envelope"),
-        ("avro", "debezium-upsert", "in Avro: not applied yet"),
     ],
 )
 def test_a_truncate_event_not_applied_is_a_dead_letter_that_says_so(

@@ -10,8 +10,12 @@ with the fused paths and without.
 
 from __future__ import annotations
 
+import io
+import json
+import struct
 from typing import Any
 
+import fastavro
 import orjson
 import pytest
 
@@ -22,14 +26,15 @@ from processor.reconcile.batch import Batch, Reconciler
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
 from tests.unit.probe import TOPIC, probe_event
-from tests.unit.test_batch import encode, event
+from tests.unit.test_batch import encode, event, make_reconciler
 from tidemark.core.config import Config, ProcessorConfig
 from tidemark.core.messages import RawMessage
+from tidemark.core.schema_registry import SchemaCache
 from tidemark.core.topics import backfill_topic, output_topic
 
 BACKFILL = backfill_topic("tidemark", TOPIC)
 OUTPUT = output_topic("tidemark", TOPIC)
-FORMATS = ["json-schemaless", "json"]
+FORMATS = ["json-schemaless", "json", "avro"]
 
 
 class Pipeline:
@@ -38,10 +43,38 @@ class Pipeline:
 
     def __init__(self, fused: bool, page: int = truncates.WIPE_PAGE) -> None:
         config = Config(processor=ProcessorConfig(envelope="debezium-upsert", fused_paths=fused))
-        self.reconciler = Reconciler(config, partition_count=lambda _topic: 2)
+        self.registry = make_reconciler()[1]
+        self.reconciler = self.instance(config)
         self.reconciler.wipe_page = page
         self.stores = {(TOPIC, p): MemoryPartitionStore() for p in (0, 1)}
         self.offsets: dict[tuple[str, int], int] = {}
+
+    def instance(self, config: Config) -> Reconciler:
+        """A reconciler of this pipeline (another instance, given the same partitions)."""
+        return Reconciler(config, SchemaCache(self.registry), partition_count=lambda _t: 2)
+
+    def outputs(self, batch: Batch) -> dict[bytes, list[Any]]:
+        """Per output key, its events' ops and reasons (``None``: a tombstone), in order;
+        an Avro key by its body (the output's schema id is not the input's)."""
+        out: dict[bytes, list[Any]] = {}
+        for topic, _p, key, value in batch.records:
+            assert topic == OUTPUT and key is not None
+            key = body(key)
+            if value is None:
+                out.setdefault(key, []).append(None)
+                continue
+            if value[:1] == b"\x00":
+                schema_id = struct.unpack(">I", value[1:5])[0]
+                schema = fastavro.parse_schema(json.loads(self.registry.schema(schema_id)), {})
+                payload = fastavro.schemaless_reader(io.BytesIO(value[5:]), schema, None)
+            else:
+                payload = orjson.loads(value)
+                payload = payload.get("payload", payload)
+            assert isinstance(payload, dict)
+            if payload["op"] == "d":
+                assert payload["before"]["id"] is not None and payload["after"] is None
+            out.setdefault(key, []).append((payload["op"], payload["tidemark"]["reason"]))
+        return out
 
     def run(self, messages: dict[tuple[str, int], list[tuple[Any, ...]]]) -> Batch:
         groups = {}
@@ -67,26 +100,22 @@ def change(fmt: str, key: int, op: str, position: int) -> tuple[bytes, bytes | N
     return encode(fmt, key, event(key, op, None if op == "d" else f"v{position}", position))
 
 
+def body(key: bytes | None) -> bytes:
+    """An output key without its Avro header (its schema id is the output topic's)."""
+    assert key is not None
+    return key[5:] if key[:1] == b"\x00" else key
+
+
+def key_of(fmt: str, key: int) -> bytes:
+    """The bytes of ``key`` in ``fmt`` (an Avro key's body)."""
+    return body(change(fmt, key, "c", 0)[0])
+
+
 def chunk_row(fmt: str, key: int, number: int, seen: PgSnapshot) -> tuple[Any, ...]:
     payload = event(key, "r", f"chunk {number}", 0)
-    payload["source"] = {"connector": "postgresql", "snapshot": "incremental", "txId": None}
+    payload["source"] = {**payload["source"], "snapshot": "incremental", "txId": None}
     key_bytes, value = encode(fmt, key, payload)
     return key_bytes, value, ChunkTag(number, seen, "load")
-
-
-def outputs(batch: Batch) -> dict[bytes, list[Any]]:
-    """Per output key, its events' ops and reasons (``None``: a tombstone), in order."""
-    out: dict[bytes, list[Any]] = {}
-    for topic, _p, key, value in batch.records:
-        if topic == OUTPUT:
-            assert key is not None
-            if value is None:
-                out.setdefault(key, []).append(None)
-            else:
-                payload = orjson.loads(value)
-                payload = payload.get("payload", payload)
-                out.setdefault(key, []).append((payload["op"], payload["tidemark"]["reason"]))
-    return out
 
 
 def markers(batch: Batch) -> dict[tuple[str, int], list[tuple[Any, ...]]]:
@@ -115,17 +144,17 @@ def test_a_truncate_deletes_every_older_row_of_every_partition(fmt: str, fused: 
     sent = markers(batch)
     assert sorted(sent) == [(BACKFILL, 0), (BACKFILL, 1)] and list(batch.markers) == [p0]
     assert all(value == truncate for [(_key, value)] in sent.values())
-    assert list(outputs(batch)) == [change(fmt, 5, "c", 201)[0]]  # the truncate: no output yet
+    assert list(pipeline.outputs(batch)) == [key_of(fmt, 5)]  # the truncate: no output yet
     assert batch.dead_letters == []
 
     batch = pipeline.run(sent)
-    deleted = outputs(batch)
-    keys = {k: change(fmt, k, "c", 0)[0] for k in range(1, 10)}
+    deleted = pipeline.outputs(batch)
+    keys = {k: key_of(fmt, k) for k in range(1, 10)}
     # Keys 1-3 go, by their own key bytes, each a delete and a tombstone; key 4 was
     # deleted already and key 5 came after the truncate.
     assert deleted == {keys[k]: [("d", "truncate"), None] for k in (1, 2, 3)}
-    for topic, p, key, _value in batch.records:
-        assert (topic, p) == (OUTPUT, 0 if key in (keys[1], keys[2]) else 1)
+    for _topic, p, key, _value in batch.records:
+        assert p == (0 if body(key) in (keys[1], keys[2]) else 1)
     assert not pipeline.reconciler.wipes_due(pipeline.stores, lambda _tp: False)
 
     # Partition 1 lagged: its changes older than the truncate come now, then newer ones.
@@ -140,14 +169,14 @@ def test_a_truncate_deletes_every_older_row_of_every_partition(fmt: str, fused: 
             p0: [change(fmt, 5, "u", 212)],
         }
     )
-    assert outputs(batch) == {
+    assert pipeline.outputs(batch) == {
         keys[7]: [("c", "applied")],
         keys[3]: [("u", "applied")],
         keys[5]: [("u", "applied")],
     }
     # A repeat of the marker (a replay) deletes nothing again.
     again = {tp: [(key, value)] for tp, [(key, value)] in sent.items()}
-    assert outputs(pipeline.run(again)) == {}
+    assert pipeline.outputs(pipeline.run(again)) == {}
 
 
 @pytest.mark.parametrize("fused", [True, False])
@@ -159,8 +188,10 @@ def test_chunk_rows_read_before_a_truncate_bring_no_row_back(fmt: str, fused: bo
     before, after = PgSnapshot(150, 150), PgSnapshot(250, 250)  # txid 200: the truncate's
     pipeline.run({b0: [chunk_row(fmt, 2, 1, before)]})  # read, and applied, before it
     sent = markers(pipeline.run({p0: [(None, truncate_at(fmt, 200))]}))
-    keys = {k: change(fmt, k, "c", 0)[0] for k in range(1, 10)}
-    assert outputs(pipeline.run(sent)) == {keys[k]: [("d", "truncate"), None] for k in (1, 2)}
+    keys = {k: key_of(fmt, k) for k in range(1, 10)}
+    assert pipeline.outputs(pipeline.run(sent)) == {
+        keys[k]: [("d", "truncate"), None] for k in (1, 2)
+    }
     batch = pipeline.run(
         {
             b0: [
@@ -171,7 +202,7 @@ def test_chunk_rows_read_before_a_truncate_bring_no_row_back(fmt: str, fused: bo
             ]
         }
     )
-    assert outputs(batch) == {keys[4]: [("r", "snapshot")], keys[2]: [("r", "snapshot")]}
+    assert pipeline.outputs(batch) == {keys[4]: [("r", "snapshot")], keys[2]: [("r", "snapshot")]}
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -184,16 +215,16 @@ def test_a_large_table_is_wiped_a_page_per_batch(fmt: str) -> None:
     batch = pipeline.run(sent)
     batches = 1
     while True:
-        deleted += [k for k, v in outputs(batch).items() if v == [("d", "truncate"), None]]
+        deleted += [k for k, v in pipeline.outputs(batch).items() if v == [("d", "truncate"), None]]
         if not pipeline.reconciler.wipes_due(pipeline.stores, lambda _tp: False):
             break
         # A new instance given the partition goes on from the state alone.
-        pipeline.reconciler = Reconciler(pipeline.reconciler.config, partition_count=lambda _t: 2)
+        pipeline.reconciler = pipeline.instance(pipeline.reconciler.config)
         pipeline.reconciler.wipe_page = 3
         assert pipeline.reconciler.wipes_due(pipeline.stores, lambda _tp: False)
         batch = pipeline.run({})
         batches += 1
-    assert sorted(deleted) == sorted(change(fmt, k, "c", 0)[0] for k in range(10))
+    assert sorted(deleted) == sorted(key_of(fmt, k) for k in range(10))
     assert batches == 4
 
 
