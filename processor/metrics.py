@@ -27,6 +27,11 @@ TRUNCATED_ROWS = Counter(
     "Keys deleted from the reconciled topic because their table was truncated",
     ["topic"],
 )
+CONTROL_REFUSED = Counter(
+    "tidemark_control_records_refused_total",
+    "Records of the pipeline's control topic refused: not what Tidemark writes there",
+    ["key"],
+)
 DEAD_LETTERS = Counter(
     "tidemark_dead_letters_total",
     "Input messages sent to the dead-letter topic",

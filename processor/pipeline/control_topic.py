@@ -12,12 +12,16 @@ change reaches every replica:
   not at all; whoever finds one that its writer left behind completes it.
 
 Writers (the API, the CLI) need no running processor: a pipeline stopped
-before its processor starts stays stopped.
+before its processor starts stays stopped. A record that is not one Tidemark writes
+(:mod:`processor.pipeline.control_records`) is refused with a log line and
+``tidemark_control_records_refused_total``, and the view keeps what it had.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
+import re
 import time
 from typing import Any
 
@@ -25,7 +29,9 @@ import orjson
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from processor import metrics
 from processor.errors import ProcessorError
+from processor.pipeline.control_records import ControlRecordError, lifecycle_record, plan_record
 from tidemark.core.config import Config
 from tidemark.core.kafka import (
     client_config,
@@ -41,6 +47,8 @@ from tidemark.core.topics import control_topic, reader_group
 
 LIFECYCLE = b"lifecycle"
 OFFSETS_WRITE = b"offsets-write"
+
+log = logging.getLogger(__name__)
 
 
 class Lifecycle(enum.Enum):
@@ -76,18 +84,33 @@ def set_lifecycle(config: Config, state: Lifecycle, by: str) -> None:
 
 
 class ControlView:
-    """The control topic's current records, and how to read them."""
+    """The control topic's current records (of ``config``'s pipeline), and how to read
+    them."""
 
-    def __init__(self) -> None:
+    def __init__(self, config: Config) -> None:
         self.records: dict[bytes, dict[str, Any]] = {}
+        self._pipeline = config.processor.pipeline
+        self._inputs = re.compile(config.input_pattern())
 
     def apply(self, key: bytes | None, value: bytes | None) -> None:
-        if key is None:
-            return
+        """Apply one record: a tombstone deletes its key; a record Tidemark does not write
+        is refused (logged and counted), and the key keeps its value."""
+        if key not in (LIFECYCLE, OFFSETS_WRITE):
+            return  # no key Tidemark reads
         if value is None:
             self.records.pop(key, None)
-        else:
-            self.records[key] = orjson.loads(value)
+            return
+        try:
+            if key == LIFECYCLE:
+                record = lifecycle_record(value)
+            else:
+                record = plan_record(value, self._pipeline, self._inputs)
+        except ControlRecordError as exc:
+            name = key.decode()
+            log.error("control record %r of pipeline %s refused: %s", name, self._pipeline, exc)
+            metrics.CONTROL_REFUSED.labels(name).inc()
+            return
+        self.records[key] = record
 
     def read_to_end(self, consumer: Consumer, topic: str) -> int:
         """Apply every record of ``topic`` up to its end; the end offset."""
@@ -108,7 +131,7 @@ class ControlView:
 
 def read_control(config: Config) -> ControlView:
     """The control topic read once to its end (no records: a running pipeline)."""
-    view = ControlView()
+    view = ControlView(config)
     topic = control_topic(config.processor.pipeline)
     if topic not in AdminClient(client_config(config.kafka)).list_topics(timeout=10).topics:
         return view
@@ -124,7 +147,7 @@ class ControlReader(ControlView):
     """Follows the control topic from its beginning, for one instance's data plane."""
 
     def __init__(self, config: Config) -> None:
-        super().__init__()
+        super().__init__(config)
         topic = _ensure_control_topic(config)
         self._consumer = Consumer(_reader_config(config))
         end = self.read_to_end(self._consumer, topic)

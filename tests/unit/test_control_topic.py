@@ -1,14 +1,46 @@
-"""The control topic's records as every instance sees them."""
+"""The control topic's records as every instance sees them, and the records it refuses.
+
+Anyone who can write to the control topic could otherwise stop every replica for good
+(a record its reader cannot read, read again at every start) or have every data plane
+carry out a forged offsets write against any topic or consumer group (review A3).
+"""
 
 from __future__ import annotations
 
-import orjson
+from typing import Any
 
+import orjson
+import pytest
+
+from processor import metrics
 from processor.pipeline.control_topic import LIFECYCLE, OFFSETS_WRITE, ControlView, Lifecycle
+from tidemark.core.config import Config
+from tidemark.core.topics import backfill_topic, changelog_topic, dataplane_group
+
+CONFIG = Config()
+PIPELINE = CONFIG.processor.pipeline
+INPUT = f"{CONFIG.source.topic_prefix}.public.items"
+
+
+def plan(**changes: Any) -> dict[str, Any]:
+    """An offsets write as :class:`processor.pipeline.offsets.Offsets` plans one."""
+    return {
+        "group": dataplane_group(PIPELINE),
+        "delete_group": False,
+        "offsets": [[INPUT, 0, 5], [backfill_topic(PIPELINE, INPUT), 0, 0]],
+        "positions": [[INPUT, 0, None]],
+        "reset_state": [[changelog_topic(PIPELINE, INPUT), 0]],
+        "at_ms": 3,
+        **changes,
+    }
+
+
+def refused(key: bytes) -> float:
+    return metrics.CONTROL_REFUSED.labels(key.decode())._value.get()
 
 
 def test_lifecycle_is_the_last_record_and_running_without_one() -> None:
-    view = ControlView()
+    view = ControlView(CONFIG)
     assert view.lifecycle is Lifecycle.RUNNING and view.offsets_write is None
     view.apply(LIFECYCLE, orjson.dumps({"state": "STOPPED", "by": "cli", "at_ms": 1}))
     assert view.lifecycle is Lifecycle.STOPPED
@@ -19,10 +51,67 @@ def test_lifecycle_is_the_last_record_and_running_without_one() -> None:
 
 
 def test_an_offsets_write_is_pending_until_its_record_is_deleted() -> None:
-    view = ControlView()
-    plan = {"group": "g", "offsets": [["t", 0, 5]], "at_ms": 3}
-    view.apply(OFFSETS_WRITE, orjson.dumps(plan))
-    assert view.offsets_write == plan
+    view = ControlView(CONFIG)
+    view.apply(OFFSETS_WRITE, orjson.dumps(plan()))
+    assert view.offsets_write == plan()
     view.apply(None, b"ignored: no key")
     view.apply(OFFSETS_WRITE, None)
     assert view.offsets_write is None
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"nope",
+        b"[]",
+        orjson.dumps({"state": "X", "at_ms": 1}),
+        orjson.dumps({"state": None, "at_ms": 1}),
+        orjson.dumps({"state": "RUNNING"}),  # no time written
+        orjson.dumps({"state": "RUNNING", "at_ms": "soon"}),
+        b'{"state":"RUNNING","at_ms":1' + b" " * (9 << 20) + b"}",
+    ],
+)
+def test_a_lifecycle_record_tidemark_does_not_write_is_refused_and_changes_nothing(
+    value: bytes,
+) -> None:
+    view = ControlView(CONFIG)
+    view.apply(LIFECYCLE, orjson.dumps({"state": "PAUSED", "by": "api", "at_ms": 2}))
+    before = refused(LIFECYCLE)
+    view.apply(LIFECYCLE, value)
+    assert view.lifecycle is Lifecycle.PAUSED
+    assert refused(LIFECYCLE) == before + 1
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"group": "victim"},
+        {"reset_state": [["some.compacted", 0]]},
+        {"reset_state": [[changelog_topic("other", INPUT), 0]]},
+        {"reset_state": [[changelog_topic(PIPELINE, "unrelated"), 0]]},
+        {"offsets": [["victim.topic", 0, 0]]},
+        {"offsets": [[INPUT, -1, 0]]},
+        {"offsets": [[INPUT, 0, -2]]},
+        {"offsets": [[INPUT, 0, True]]},
+        {"offsets": [[INPUT, 0]]},
+        {"offsets": "all"},
+        {"positions": [[backfill_topic(PIPELINE, INPUT), 0, None]]},
+        {"positions": [[INPUT, 0, "lsn"]]},
+        {"delete_group": "yes"},
+        {"at_ms": None},
+    ],
+)
+def test_a_plan_beyond_the_pipelines_own_group_and_topics_is_refused(
+    changes: dict[str, Any],
+) -> None:
+    view = ControlView(CONFIG)
+    before = refused(OFFSETS_WRITE)
+    view.apply(OFFSETS_WRITE, orjson.dumps(plan(**changes)))
+    assert view.offsets_write is None
+    assert refused(OFFSETS_WRITE) == before + 1
+
+
+def test_keys_tidemark_does_not_read_are_ignored() -> None:
+    view = ControlView(CONFIG)
+    view.apply(b"other", b"not even JSON")
+    assert view.records == {}

@@ -1,0 +1,73 @@
+"""Records in the control topic that Tidemark does not write, against a running processor.
+
+Review A3's recipe: a ``lifecycle`` record that is not JSON crash-looped every replica
+(the compacted record is read again at every start), and a forged ``offsets-write`` plan
+with ``at_ms: 0`` was carried out at once, tombstoning another topic and moving another
+group's offsets with the processor's credentials. Both must be refused, counted, and
+change nothing, before and after a restart.
+"""
+
+from __future__ import annotations
+
+import orjson
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from tests.integration.processes import Processor, metric, pipeline_config, read_topic, wait_for
+from tidemark.core.kafka import client_config, ensure_topics, producer_config
+from tidemark.core.topics import control_topic
+from tidemark.devstack.stack import DevStack
+
+VICTIM = "victim.compacted"
+
+
+def test_forged_and_malformed_control_records_are_refused_and_change_nothing(
+    stack: DevStack,
+) -> None:
+    config = pipeline_config(stack, "ctlforge")
+    admin = AdminClient(client_config(config.kafka))
+    ensure_topics(admin, {VICTIM: 1}, 1, config={"cleanup.policy": "compact"})
+    producer = Producer(producer_config(config.kafka))
+    producer.produce(VICTIM, b"kept", b"row", 0)
+    producer.flush(10)
+    victim_group = Consumer(client_config(config.kafka, **{"group.id": "victim-group"}))
+    victim_group.commit(offsets=[TopicPartition(VICTIM, 0, 1)], asynchronous=False)
+    victim_group.close()
+
+    processor = Processor(stack, config, "ctlforge-processor").start()
+    try:
+        forged = {
+            "group": "victim-group",
+            "delete_group": False,
+            "offsets": [[VICTIM, 0, 0]],
+            "positions": [],
+            "reset_state": [[VICTIM, 0]],
+            "at_ms": 0,
+        }
+        topic = control_topic(config.processor.pipeline)
+        producer.produce(topic, b"nope", b"lifecycle", 0)
+        producer.produce(topic, orjson.dumps(forged), b"offsets-write", 0)
+        producer.flush(10)
+
+        def refused() -> bool:
+            text = processor.metrics()
+            name = "tidemark_control_records_refused_total"
+            return (
+                metric(text, name, key="lifecycle") == 1
+                and metric(text, name, key="offsets-write") == 1
+            )
+
+        wait_for("both records refused", refused)
+        pid = processor.pid
+        processor.stop()
+        processor.start()  # reads both records again at its start
+        assert processor.pid != pid and processor.health().get("status") == "ok"
+        wait_for("both records refused again", refused)
+        assert processor.health().get("status") == "ok"
+        assert [(r.key, r.value) for r in read_topic(config, VICTIM)] == [(b"row", b"kept")]
+        request = [ConsumerGroupTopicPartitions("victim-group")]
+        listed = admin.list_consumer_group_offsets(request)["victim-group"].result()
+        assert [(tp.topic, tp.offset) for tp in listed.topic_partitions] == [(VICTIM, 1)]
+    finally:
+        processor.stop()
+        admin.delete_topics([VICTIM])
