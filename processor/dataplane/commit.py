@@ -31,9 +31,9 @@ Every record of an input partition goes through that partition's
 transactional producer (:mod:`processor.dataplane.writers`), one transaction a
 batch: a zombie that lost the partition is fenced, and none of its records
 lands after the next owner's. The store's checkpoint keeps how far its
-changelog goes: the partition's end, read at most every few seconds after a
-batch is committed (only the owner writes there), so a restore replays at most
-those seconds again.
+changelog goes: the partition's end, read at most every few seconds while a
+batch's transaction is still open (after its commit a next owner may have
+written there), so a restore replays at most those seconds again.
 
 Guarantee: at least once, without loss. A crash anywhere replays at most the
 batch in flight, whose changes the rules re-emit (equal versions) instead of
@@ -166,6 +166,13 @@ class Committer:
                     target.producer.produce(changelog, value, key, partition, on_delivery)
                 except BufferError:
                     produce_waiting(target.producer, changelog, value, key, on_delivery, partition)
+        # Where each changelog goes, read before the commits: no other owner's records can
+        # be there yet (see _changelog_position).
+        positions = {
+            tp: self._changelog_position(tp)
+            for tp, state in batch.states.items()
+            if state.updates and tp in stores
+        }
         for target in used.values():
             target.commit()
         self._after_flush.passed()
@@ -176,8 +183,7 @@ class Committer:
             store = stores.get(tp)
             if store is None:
                 continue
-            position = self._changelog_position(tp) if state.updates else None
-            store.commit(state.updates, Checkpoint(batch.next_offsets.get(tp), position))
+            store.commit(state.updates, Checkpoint(batch.next_offsets.get(tp), positions.get(tp)))
         # Step 5: the input offsets in Kafka.
         if batch.next_offsets:
             consumer.commit(
@@ -202,7 +208,15 @@ class Committer:
 
     def _changelog_position(self, tp: TopicPartitionKey) -> int | None:
         """The end of ``tp``'s changelog, read at most every few seconds (``None``: not now;
-        the store keeps its last position, a lower bound)."""
+        the store keeps its last position, a lower bound).
+
+        It is read while the batch's transaction is open. If that transaction then
+        commits, no other instance had been given the partition (its writer would have
+        fenced this one's first), so the end holds none of a next owner's records. Read
+        after the commit, it could: an owner that stalled there would checkpoint records
+        its store never saw, and a later restore would skip them. What the batch wrote
+        itself may lie above it (a reader sees up to the open transaction), and a restore
+        reads it again."""
         now = time.monotonic()
         if now - self._positions_read.get(tp, 0.0) < CHANGELOG_POSITION_EVERY:
             return None

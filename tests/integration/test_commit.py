@@ -132,3 +132,56 @@ def test_a_batch_replayed_after_a_crash_decides_as_the_crashed_one_did(stack: De
     kept, stale = strip_resent([int(name[1:]) for name in names])
     assert stale == 0, names
     assert kept[-1] == 3, names
+
+
+def test_a_stalled_owner_never_checkpoints_the_next_owners_changelog_records(
+    stack: DevStack,
+) -> None:
+    """Review A6: owner A commits a batch's transaction and stalls (a GC pause, SIGSTOP)
+    right after, at the failpoint that follows the commits; owner B is given the
+    partition (its writer fences A's) and writes state of its own. A's checkpoint must not
+    reach B's records: A would take them as in its store, and a later restore of A's
+    store would skip them (stale rows, wrong retractions and TOAST fills)."""
+    config = stack.config
+    name = f"stall{uuid.uuid4().hex[:8]}"
+    output, changelog = f"{name}.out", f"{name}.changelog"
+    ensure_topics(AdminClient(client_config(config.kafka)), {changelog: 1, output: 1}, 1)
+    topic = InputTopic(
+        f"{name}.in",
+        "debezium-upsert",
+        STEPS["debezium-upsert"],
+        SourceCodec("debezium-upsert", output, None),
+        output,
+        changelog,
+    )
+    reconciler = Reconciler(config)
+    reconciler.topics[topic.topic] = topic
+    committer = Committer(config, reconciler)
+    tp = (topic.topic, 0)
+    writers = {tp: PartitionWriter(config, tp)}
+
+    def next_owner_writes() -> None:
+        taker = PartitionWriter(config, tp)  # fences A's producer
+        taker.begin()
+        for i in range(3):
+            taker.producer.produce(changelog, b"B's", f"b{i}".encode(), 0)
+        taker.commit()
+        taker.close()
+
+    committer._after_flush.passed = next_owner_writes  # type: ignore[method-assign]
+    store = MemoryPartitionStore()
+    batch = Batch()
+    batch.records.append((output, 0, b'{"id":1}', b'{"after":{"id":1}}'))
+    state = batch.states[tp] = BatchState(store)
+    state.put(b"a", b"A's")
+    consumer = Consumer(consumer_config(config.kafka, f"{name}-group"))
+    try:
+        committer.commit(batch, {tp: store}, writers, consumer)
+        records = read_topic(config, changelog)
+        first_of_b = min(r.offset for r in records if r.key is not None and r.key[:1] == b"b")
+        position = store.checkpoint().changelog_offset
+        assert position is not None and position <= first_of_b, (position, records)
+    finally:
+        consumer.close()
+        committer.close()
+        writers[tp].close()
