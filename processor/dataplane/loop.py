@@ -50,7 +50,7 @@ from tidemark.core.kafka import (
 )
 from tidemark.core.messages import RawMessage
 from tidemark.core.schema_registry import configured_schemas
-from tidemark.core.topics import backfill_prefix, backfill_topic, dataplane_group
+from tidemark.core.topics import backfill_prefix, backfill_topic, dataplane_group, instances_topic
 
 log = logging.getLogger(__name__)
 
@@ -147,11 +147,12 @@ class DataPlane:
             kafka.replication_factor,
             config=record_topic_config(kafka),
         )
+        pipeline = self.config.processor.pipeline
         ensure_topics(
             self._admin,
-            {self._committer.positions_topic: 1},
+            {self._committer.positions_topic: 1, instances_topic(pipeline): 1},
             kafka.replication_factor,
-            config={"cleanup.policy": "compact"},
+            config=record_topic_config(kafka, **{"cleanup.policy": "compact"}),
         )
         control = ControlReader(self.config)
         self.running = True

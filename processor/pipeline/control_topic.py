@@ -42,6 +42,7 @@ from tidemark.core.kafka import (
     producer_config,
     read_range,
     reader_config,
+    record_topic_config,
 )
 from tidemark.core.topics import control_topic, reader_group
 
@@ -169,7 +170,7 @@ def _ensure_control_topic(config: Config) -> str:
         AdminClient(client_config(config.kafka)),
         {topic: 1},
         config.kafka.replication_factor,
-        config={"cleanup.policy": "compact"},
+        config=record_topic_config(config.kafka, **{"cleanup.policy": "compact"}),
     )
     return topic
 

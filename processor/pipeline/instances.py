@@ -30,6 +30,7 @@ from tidemark.core.kafka import (
     ensure_topics,
     newest_by_key,
     producer_config,
+    record_topic_config,
 )
 from tidemark.core.topics import instances_topic, reader_group
 
@@ -57,7 +58,7 @@ class Reporter:
             AdminClient(client_config(config.kafka)),
             {self._topic: 1},
             config.kafka.replication_factor,
-            config={"cleanup.policy": "compact"},
+            config=record_topic_config(config.kafka, **{"cleanup.policy": "compact"}),
         )
         self._producer = Producer(producer_config(config.kafka, **{"linger.ms": 0}))
         self._acks = Acknowledgements(self._producer)

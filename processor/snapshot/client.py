@@ -29,6 +29,7 @@ from tidemark.core.kafka import (
     producer_config,
     read_newest,
     reader_config,
+    record_topic_config,
 )
 from tidemark.core.topics import notification_topic, progress_topic, reader_group, signal_topic
 
@@ -47,7 +48,10 @@ def send_signal(config: Config, kind: str, data: dict[str, Any], signal_id: str 
     pipeline = config.processor.pipeline
     topic = signal_topic(pipeline)
     ensure_topics(
-        AdminClient(client_config(config.kafka)), {topic: 1}, config.kafka.replication_factor
+        AdminClient(client_config(config.kafka)),
+        {topic: 1},
+        config.kafka.replication_factor,
+        config=record_topic_config(config.kafka),
     )
     producer = Producer(producer_config(config.kafka))
     errors: list[str] = []

@@ -76,6 +76,7 @@ from tidemark.core.kafka import (
     last_value,
     producer_config,
     reader_config,
+    record_topic_config,
 )
 from tidemark.core.schema_registry import SchemaCache
 from tidemark.core.topics import (
@@ -183,10 +184,11 @@ class Coordinator:
     def _join(self) -> None:
         """The pipeline's snapshot topics, and membership of the group that elects a leader."""
         replication = self.config.kafka.replication_factor
-        ensure_topics(self._admin, {self.signals: 1, self.notifications: 1}, replication)
-        ensure_topics(
-            self._admin, {self.progress: 1}, replication, config={"cleanup.policy": "compact"}
-        )
+        kafka = self.config.kafka
+        records = record_topic_config(kafka)
+        ensure_topics(self._admin, {self.signals: 1, self.notifications: 1}, replication, records)
+        compacted = record_topic_config(kafka, **{"cleanup.policy": "compact"})
+        ensure_topics(self._admin, {self.progress: 1}, replication, config=compacted)
         errors = self._callback_errors
         self._group.subscribe(
             [self.signals],

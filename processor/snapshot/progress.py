@@ -45,6 +45,7 @@ from processor.snapshot.signals import (
     Signal,
     StopSnapshot,
 )
+from tidemark.core.config import MIN_RECORD_BYTES
 
 FORMAT_VERSION = 1
 #: The key of the progress record in the compacted progress topic.
@@ -55,6 +56,11 @@ HISTORY = 50
 #: Tables queued or being read at once, over every request: with the bounds of one
 #: signal (:mod:`processor.snapshot.signals`) the progress record stays a few MB at most.
 MAX_QUEUED_TABLES = 2 * MAX_TABLES
+#: The most bytes the progress record may hold: three quarters of the least record every
+#: topic Tidemark makes takes (``kafka.max_record_bytes`` is at least ``MIN_RECORD_BYTES``),
+#: which a full queue of the longest filters fits. A request that would pass it is
+#: refused; read-again requests hold up to 1 MB of keys each, asked for again later.
+RECORD_LIMIT = MIN_RECORD_BYTES * 3 // 4
 
 QUEUED, RUNNING, COMPLETED, ABORTED = "queued", "running", "completed", "aborted"
 PENDING = (QUEUED, RUNNING)
@@ -190,8 +196,14 @@ class SnapshotState:
         """Act on a signal; the notifications it causes."""
         ms = int(now * 1000)
         if isinstance(signal, ExecuteSnapshot):
-            if signal.keys and self._add_keys(signal.tables[0], signal.keys):
-                return []
+            added = self._add_keys(signal.tables[0], signal.keys) if signal.keys else None
+            if added is not None:
+                entry, before = added
+                if self._fits():
+                    return []
+                assert entry.keys is not None
+                del entry.keys[before:]
+                return [self._too_large(signal, ms)]
             collections = ",".join(signal.tables)
             if len(self.pending()) + len(signal.tables) > MAX_QUEUED_TABLES:
                 error = (
@@ -200,6 +212,7 @@ class SnapshotState:
                 )
                 data = {"data_collections": collections, "error": error}
                 return [Notification("ABORTED", signal.request_id, data, ms)]
+            queued = len(self.tables)
             for table in signal.tables:  # each request reads its tables, queued after the rest
                 self.tables.append(
                     TableProgress(
@@ -210,6 +223,9 @@ class SnapshotState:
                         list(signal.keys) or None,
                     )
                 )
+            if not self._fits():
+                del self.tables[queued:]
+                return [self._too_large(signal, ms)]
             return [
                 Notification("STARTED", signal.request_id, {"data_collections": collections}, ms)
             ]
@@ -222,6 +238,7 @@ class SnapshotState:
             notes = []
             for entry in stopped:
                 entry.status, entry.finished_at, entry.error = ABORTED, now, "stopped by signal"
+                _finished(entry)
                 notes.append(
                     Notification(
                         "ABORTED",
@@ -240,17 +257,34 @@ class SnapshotState:
         was, self.paused = self.paused, False
         return [Notification("RESUMED", signal.request_id, {}, ms)] if was else []
 
-    def _add_keys(self, table: str, keys: tuple[dict[str, Any], ...]) -> bool:
+    def _add_keys(
+        self, table: str, keys: tuple[dict[str, Any], ...]
+    ) -> tuple[TableProgress, int] | None:
         """Add ``keys`` to a queued ``keys`` request of ``table`` that has room for them
-        (so that asking for rows again does not fill the queue); whether one had."""
+        (so that asking for rows again does not fill the queue): that request and how many
+        keys it had, if one had room."""
         for entry in self.pending():
             if entry.table == table and entry.status == QUEUED and entry.keys is not None:
                 known = {orjson.dumps(k) for k in entry.keys}
                 new = [k for k in keys if orjson.dumps(k) not in known]
                 if len(entry.keys) + len(new) <= MAX_KEYS:
+                    before = len(entry.keys)
                     entry.keys.extend(new)
-                    return True
-        return False
+                    return entry, before
+        return None
+
+    def _fits(self) -> bool:
+        """Whether the progress record is within :data:`RECORD_LIMIT`."""
+        return len(self.to_json()) <= RECORD_LIMIT
+
+    def _too_large(self, signal: ExecuteSnapshot, ms: int) -> Notification:
+        """The refusal of a request that would take the progress record past its bound."""
+        error = (
+            f"the snapshot progress record would pass {RECORD_LIMIT} bytes: signal again "
+            "once some of the queue is done (keys asked for again are, by the data plane)"
+        )
+        data = {"data_collections": ",".join(signal.tables), "error": error}
+        return Notification("ABORTED", signal.request_id, data, ms)
 
     def begin(
         self,
@@ -322,6 +356,7 @@ class SnapshotState:
     def scanned(self, entry: TableProgress, now: float) -> list[Notification]:
         """``entry``'s table is read to its end (or was empty)."""
         entry.status, entry.finished_at = COMPLETED, now
+        _finished(entry)
         ms = int(now * 1000)
         notes = [
             Notification(
@@ -341,6 +376,7 @@ class SnapshotState:
     def abort(self, entry: TableProgress, error: str, now: float) -> list[Notification]:
         """Give up ``entry``'s table (it cannot be read); the queue goes on."""
         entry.status, entry.finished_at, entry.error = ABORTED, now, error
+        _finished(entry)
         ms = int(now * 1000)
         notes = [
             Notification(
@@ -413,6 +449,13 @@ class SnapshotState:
                 for topic, offsets in doc["signal_offsets"].items()
             },
         )
+
+
+def _finished(entry: TableProgress) -> None:
+    """A finished ``keys`` request keeps no keys, nor the filter made of them: the history
+    of finished requests would otherwise hold megabytes of them."""
+    if entry.keys is not None:
+        entry.keys, entry.condition = [], None
 
 
 def key_to_json(key: tuple[Any, ...] | None) -> list[Any] | None:

@@ -11,11 +11,19 @@ from __future__ import annotations
 
 import orjson
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConfigResource
 
 from tests.integration.processes import Processor, metric, pipeline_config, read_topic, wait_for
-from tidemark.core.kafka import client_config, ensure_topics, producer_config
-from tidemark.core.topics import control_topic
+from tidemark.core.kafka import client_config, ensure_topics, producer_config, record_topic_config
+from tidemark.core.topics import (
+    control_topic,
+    dead_letter_topic,
+    instances_topic,
+    notification_topic,
+    positions_topic,
+    progress_topic,
+    signal_topic,
+)
 from tidemark.devstack.stack import DevStack
 
 VICTIM = "victim.compacted"
@@ -65,9 +73,36 @@ def test_forged_and_malformed_control_records_are_refused_and_change_nothing(
         wait_for("both records refused again", refused)
         assert processor.health().get("status") == "ok"
         assert [(r.key, r.value) for r in read_topic(config, VICTIM)] == [(b"row", b"kept")]
+        # Review A2: every topic of the pipeline's own takes its largest records (on a stock
+        # broker, 1 MiB otherwise), the compacted ones compacted.
+        pipeline = config.processor.pipeline
+        limit = record_topic_config(config.kafka)["max.message.bytes"]
+        compacted = {control_topic, positions_topic, progress_topic, instances_topic}
+        for make in (*compacted, dead_letter_topic, signal_topic, notification_topic):
+            resource = ConfigResource(ConfigResource.Type.TOPIC, make(pipeline))
+            found = admin.describe_configs([resource])[resource].result()
+            assert found["max.message.bytes"].value == limit, make(pipeline)
+            policy = found.get("cleanup.policy")  # unset: the broker's default, delete
+            expected = "compact" if make in compacted else "delete"
+            assert (policy.value if policy else "delete") == expected, make(pipeline)
         request = [ConsumerGroupTopicPartitions("victim-group")]
         listed = admin.list_consumer_group_offsets(request)["victim-group"].result()
         assert [(tp.topic, tp.offset) for tp in listed.topic_partitions] == [(VICTIM, 1)]
     finally:
         processor.stop()
         admin.delete_topics([VICTIM])
+
+
+def test_a_topic_made_without_tidemarks_settings_gets_them(stack: DevStack) -> None:
+    """A topic of the pipeline made by an earlier release, or auto-created by a producer
+    before Tidemark made it, has the broker's defaults (1 MiB records on Apache Kafka):
+    making sure of it sets what Tidemark needs."""
+    admin = AdminClient(client_config(stack.config.kafka))
+    name = "made.elsewhere"
+    ensure_topics(admin, {name: 1}, 1)
+    wanted = record_topic_config(stack.config.kafka, **{"cleanup.policy": "compact"})
+    ensure_topics(admin, {name: 1}, 1, config=wanted)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+    found = admin.describe_configs([resource])[resource].result()
+    assert {key: found[key].value for key in wanted} == wanted
+    admin.delete_topics([name])

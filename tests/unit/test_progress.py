@@ -15,6 +15,7 @@ from processor.snapshot.progress import (
     COMPLETED,
     MAX_QUEUED_TABLES,
     PENDING,
+    RECORD_LIMIT,
     RUNNING,
     SnapshotState,
     TableProgress,
@@ -23,6 +24,7 @@ from processor.snapshot.progress import (
 )
 from processor.snapshot.signals import (
     MAX_FILTER_BYTES,
+    MAX_KEY_BYTES,
     MAX_KEYS,
     MAX_TABLES,
     ExecuteSnapshot,
@@ -304,3 +306,31 @@ def test_the_queue_is_bounded_and_its_record_stays_small() -> None:
     assert "queue" in refused[0].additional_data["error"]
     assert len(state.pending()) == MAX_QUEUED_TABLES
     assert len(state.to_json()) < MIN_RECORD_BYTES * 3 // 4
+
+
+def test_keys_requests_keep_the_progress_record_under_its_bound() -> None:
+    """Review A2: every read-again request kept its keys (and, once read, their SQL) in the
+    one progress record, so a few dozen of 1,000 keys outgrew a stock broker's 1 MiB and
+    every leader failed to commit it in turn. The record now stays under its bound: a
+    request that would pass it is refused (the data plane asks for its keys again later),
+    and a finished request keeps no keys."""
+    state = SnapshotState()
+    long_key = "k" * (MAX_KEY_BYTES - 20)
+    accepted = refused = 0
+    for number in range(40):
+        keys = tuple({"id": f"{long_key}{number:04d}{i:04d}"} for i in range(MAX_KEYS))
+        notes = state.apply(ExecuteSnapshot(f"k{number}", (f"public.t{number}",), keys=keys), 1.0)
+        if [n.type for n in notes] == ["ABORTED"]:
+            refused += 1
+            assert "progress record" in notes[0].additional_data["error"]
+        else:
+            accepted += 1
+        assert len(state.to_json()) <= RECORD_LIMIT
+    assert accepted >= 4 and refused > 0
+    assert RECORD_LIMIT + 1024 <= MIN_RECORD_BYTES  # any topic Tidemark makes takes it
+    while (entry := state.current()) is not None:
+        state.begin(entry, ["z"], MAX_KEYS, 2.0)
+        entry.condition = "id IN (" + ",".join("'x'" for _ in range(MAX_KEYS)) + ")"
+        state.scanned(entry, 3.0)
+        assert entry.keys == [] and entry.condition is None
+    assert len(state.to_json()) < 100_000

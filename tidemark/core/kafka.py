@@ -8,13 +8,20 @@ writes to a missing topic makes the broker create it with its own defaults.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
 
 from tidemark.core.config import KafkaConfig
 from tidemark.core.errors import DeliveryError, TopicError
@@ -24,6 +31,8 @@ from tidemark.core.errors import DeliveryError, TopicError
 #: Python for each acknowledged record (about 1.8 CPU-µs per record here), and still
 #: frees each record's callback state.
 FAILURES_ONLY: dict[str, Any] = {"delivery.report.only.error": True}
+
+log = logging.getLogger(__name__)
 
 
 Rebalance = Callable[[Consumer, list[TopicPartition]], None]
@@ -192,9 +201,12 @@ def ensure_topics(
     config: Mapping[str, str] | None = None,
     timeout: float = 30.0,
 ) -> None:
-    """Create the missing topics among ``partitions`` (name to partition count) and wait."""
+    """Create the missing topics among ``partitions`` (name to partition count) and wait;
+    the settings ``config`` names are set on those that exist too (:func:`align_configs`)."""
     existing = admin.list_topics(timeout=10).topics
     missing = [name for name in partitions if name not in existing]
+    if config:
+        align_configs(admin, [name for name in partitions if name in existing], config, timeout)
     if not missing:
         return
     futures = admin.create_topics(
@@ -211,6 +223,45 @@ def ensure_topics(
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise TopicError(f"cannot create topic {name}: {exc.args[0].str()}") from None
     _wait_visible(admin, missing, timeout)
+
+
+def align_configs(
+    admin: AdminClient, topics: list[str], config: Mapping[str, str], timeout: float = 30.0
+) -> None:
+    """Set, on each of ``topics``, the settings of ``config`` it does not have: a topic
+    made by an earlier release, or auto-created by a producer or a broker before Tidemark
+    made it, would otherwise keep the broker's defaults (1 MiB records on Apache Kafka).
+    Settings it cannot change are logged, not raised: the topic still works for records
+    within what it takes."""
+    if not topics:
+        return
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in topics]
+    for resource, future in admin.describe_configs(resources, request_timeout=timeout).items():
+        try:
+            current = future.result()
+            differ = {
+                key: value
+                for key, value in config.items()
+                if key not in current or current[key].value != value
+            }
+            if not differ:
+                continue
+            entries = [
+                ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+                for key, value in differ.items()
+            ]
+            target = ConfigResource(
+                ConfigResource.Type.TOPIC, resource.name, incremental_configs=entries
+            )
+            admin.incremental_alter_configs([target], request_timeout=timeout)[target].result()
+            log.info("topic %s: set %s", resource.name, differ)
+        except KafkaException as exc:
+            log.warning(
+                "topic %s keeps its settings, not %s: %s",
+                resource.name,
+                dict(config),
+                exc.args[0].str(),
+            )
 
 
 def partition_counts(admin: AdminClient, topics: Iterable[str]) -> dict[str, int]:
