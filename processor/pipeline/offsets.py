@@ -34,6 +34,7 @@ import orjson
 from confluent_kafka import (
     Consumer,
     ConsumerGroupTopicPartitions,
+    KafkaError,
     KafkaException,
     Producer,
     TopicPartition,
@@ -79,11 +80,11 @@ Partition = tuple[str, int]
 class Offsets:
     """The offsets of one pipeline, read and written through Kafka."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, admin: AdminClient | None = None) -> None:
         self.config = config
         self.pipeline = config.processor.pipeline
         self.group = dataplane_group(self.pipeline)
-        self.admin = AdminClient(client_config(config.kafka))
+        self.admin = admin or AdminClient(client_config(config.kafka))
 
     # -- reading ---------------------------------------------------------------
 
@@ -103,12 +104,20 @@ class Offsets:
         return found
 
     def members(self) -> bool:
-        """Whether any instance is in the data plane's group (running or paused)."""
+        """Whether any instance is in the data plane's group (running or paused). Only a
+        group that does not exist is taken for empty: any other error (a timeout, a
+        coordinator still loading, a missing ACL) raises, so that no write goes ahead."""
         future = self.admin.describe_consumer_groups([self.group])[self.group]
         try:
             description = future.result()
-        except KafkaException:
-            return False  # the group does not exist: nobody is in it
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() == KafkaError.GROUP_ID_NOT_FOUND:
+                return False
+            raise TidemarkError(
+                f"cannot tell whether instances of pipeline {self.pipeline!r} run (consumer "
+                f"group {self.group}): {error.str()}; nothing was written, try again"
+            ) from None
         state = getattr(description.state, "name", str(description.state))
         # Only EMPTY and DEAD are known to be empty: a group being joined may show
         # UNKNOWN (the embedded broker) or a rebalance state, with no members listed yet.
