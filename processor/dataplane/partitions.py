@@ -66,6 +66,8 @@ class Partitions:
         self._released = released
         #: Partitions of each input topic, learned when it is first assigned.
         self.partition_counts: dict[str, int] = {}
+        #: Input topics stopped because partitions were added to them.
+        self._grown: set[str] = set()
 
     # -- the group's callbacks -----------------------------------------------------
 
@@ -84,10 +86,13 @@ class Partitions:
             outputs = {topic(t).output: counts[t] for t in new}
             changelogs = {topic(t).changelog: counts[t] for t in new}
             ensure_topics(self._admin, {**outputs, **changelogs}, replication, config=compacted)
+        self._refuse_grown(topics)
         consumer.assign(partitions + backfills)
         stores = {}
         for p in partitions:
             tp = (p.topic, p.partition)
+            if self._reconciler.stopped(tp) and p.topic in self._grown:
+                continue  # no changelog partition to restore from, no output to write to
             # The producer first: once it exists, the previous owner can write no more.
             started = time.monotonic()
             self.writers[tp] = PartitionWriter(self._config, tp)
@@ -108,6 +113,36 @@ class Partitions:
             len(waiting),
             ", ".join(f"{p.topic}[{p.partition}]" for p in partitions),
         )
+
+    def _refuse_grown(self, topics: set[str]) -> None:
+        """Stop each of ``topics`` that has more partitions than the topics made for it
+        (its output, changelog and backfill topic): partitions were added to it after.
+        Its new partitions have no changelog to restore from and no output partition,
+        and its keys moved between partitions, so its state no longer holds them."""
+        derived = {t: self._derived(t) for t in topics}
+        counts = partition_counts(
+            self._admin, [*topics, *(d for ds in derived.values() for d in ds)]
+        )
+        for topic in topics:
+            made = [counts[d] for d in derived[topic] if d in counts]
+            if topic not in counts or not made or counts[topic] <= min(made):
+                continue
+            self._grown.add(topic)
+            reason = (
+                f"{topic} has {counts[topic]} partitions, but the topics made for it have "
+                f"{min(made)}: partitions were added to it, which moves keys between "
+                "partitions and leaves the new ones without state. Keep a change topic's "
+                "partition count; to change it, give the pipeline a new name (or delete its "
+                "output, changelog and backfill topics), and backfill the table"
+            )
+            if topic not in self._reconciler.refused:
+                log.error("input topic %s stopped: %s", topic, reason)
+            self._reconciler.refuse_topic(topic, reason)
+
+    def _derived(self, topic: str) -> list[str]:
+        """The topics Tidemark made for input ``topic``."""
+        made = self._reconciler.topic(topic)
+        return [made.output, made.changelog, backfill_topic(self._pipeline, topic)]
 
     def on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         """Release the input partitions the group took away."""

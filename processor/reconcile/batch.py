@@ -207,7 +207,9 @@ class Reconciler:
             state_tp = self.state_partition(tp)
             store = stores.get(state_tp)
             if store is None:
-                if state_tp != tp:  # a backfill partition whose input partition is not here yet
+                # A backfill partition whose input partition is not here yet, or a partition
+                # of a topic stopped before its state was opened: read again later.
+                if state_tp != tp or self.stopped(state_tp):
                     batch.rewinds[tp] = group[0].offset
                 continue
             if self.stopped(state_tp) or waiting(state_tp):
@@ -852,6 +854,10 @@ class Reconciler:
                 raw.offset,
                 reason,
             )
+        self.refuse_topic(topic, reason)
+
+    def refuse_topic(self, topic: str, reason: str) -> None:
+        """Stop input ``topic`` for ``reason``: its partitions stay paused."""
         self.refused[topic] = reason
         metrics.SOURCE_REFUSED.labels(topic).set(1)
 
