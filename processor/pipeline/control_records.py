@@ -34,12 +34,15 @@ class ControlRecordError(ValueError):
 
 
 def lifecycle_record(value: bytes) -> dict[str, Any]:
-    """The lifecycle record in ``value``: its ``state`` one of :data:`STATES`."""
+    """The lifecycle record in ``value``: its ``state`` one of :data:`STATES` (and its time,
+    if it has one, a time: a record without one is still obeyed, so that no stopped
+    pipeline starts for want of it)."""
     record = _object(value)
     state = record.get("state")
     if state not in STATES:
         raise ControlRecordError(f"lifecycle state {str(state)[:40]!r} is none of {sorted(STATES)}")
-    _check_at_ms(record)
+    if "at_ms" in record:
+        _check_at_ms(record)
     return record
 
 

@@ -48,6 +48,8 @@ def test_lifecycle_is_the_last_record_and_running_without_one() -> None:
     assert view.lifecycle is Lifecycle.PAUSED
     view.apply(LIFECYCLE, None)  # a deleted record: running again
     assert view.lifecycle is Lifecycle.RUNNING
+    view.apply(LIFECYCLE, orjson.dumps({"state": "STOPPED"}))  # no time: still obeyed
+    assert view.lifecycle is Lifecycle.STOPPED
 
 
 def test_an_offsets_write_is_pending_until_its_record_is_deleted() -> None:
@@ -66,7 +68,6 @@ def test_an_offsets_write_is_pending_until_its_record_is_deleted() -> None:
         b"[]",
         orjson.dumps({"state": "X", "at_ms": 1}),
         orjson.dumps({"state": None, "at_ms": 1}),
-        orjson.dumps({"state": "RUNNING"}),  # no time written
         orjson.dumps({"state": "RUNNING", "at_ms": "soon"}),
         b'{"state":"RUNNING","at_ms":1' + b" " * (9 << 20) + b"}",
     ],
