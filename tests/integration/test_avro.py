@@ -172,22 +172,9 @@ def test_the_sink_merges_avro_events_with_their_types(
 ) -> None:
     """The reconciled Avro topic of the test above, decoded through the registry by the sink:
     the Iceberg table equals the source, column by column, with Debezium's logical types."""
-    base = avro_stack.config
-    config = dataclasses.replace(
-        base,
-        sink=dataclasses.replace(
-            base.sink,
-            catalog_name="avrolake",
-            warehouse=str(avro_stack.run_dir / "avro-warehouse"),
-            topics=["tidemark.reconciled.public.kinds"],
-            metrics_port=0,
-        ),
+    config = sink_caught_up(
+        avro_stack, avro_stack.config, "avrolake", "tidemark.reconciled.public.kinds"
     )
-    sink = Sink(config, create_session(config))
-    targets = sink.ends()
-    while sink.run_batch(targets):
-        pass
-    assert not sink.stopped
     types = dict(spark.table("avrolake.public.kinds").dtypes)
     assert types == {
         "id": "int",
@@ -207,6 +194,27 @@ def test_the_sink_merges_avro_events_with_their_types(
     result = compare_table(config, spark, "public", "kinds")
     assert result.equal, result
     assert result.source_rows == 7
+
+
+def sink_caught_up(stack: DevStack, base: Config, catalog: str, topic: str) -> Config:
+    """Run the sink over ``topic`` into catalog ``catalog`` (a warehouse of its own) until
+    it has read everything written so far; its configuration."""
+    config = dataclasses.replace(
+        base,
+        sink=dataclasses.replace(
+            base.sink,
+            catalog_name=catalog,
+            warehouse=str(stack.run_dir / f"{catalog}-warehouse"),
+            topics=[topic],
+            metrics_port=0,
+        ),
+    )
+    sink = Sink(config, create_session(config))
+    targets = sink.ends()
+    while sink.run_batch(targets):
+        pass
+    assert not sink.stopped
+    return config
 
 
 def test_avro_backfill_rows_are_debeziums_own(avro_stack: DevStack) -> None:
@@ -294,21 +302,8 @@ def test_a_truncate_of_an_avro_table_empties_its_iceberg_table(
     the source table holds, the one row written after the truncate."""
     base = truncate_applied(avro_stack, "avro")
     name = "iso_trunc_avro_t"
-    config = dataclasses.replace(
-        base,
-        sink=dataclasses.replace(
-            base.sink,
-            catalog_name="truncatelake",
-            warehouse=str(avro_stack.run_dir / "truncate-warehouse"),
-            topics=[f"{base.source.topic_prefix}.reconciled.public.{name}"],
-            metrics_port=0,
-        ),
-    )
-    sink = Sink(config, create_session(config))
-    targets = sink.ends()
-    while sink.run_batch(targets):
-        pass
-    assert not sink.stopped
+    topic = f"{base.source.topic_prefix}.reconciled.public.{name}"
+    config = sink_caught_up(avro_stack, base, "truncatelake", topic)
     result = compare_table(config, spark, "public", name)
     assert result.equal, result
     assert result.source_rows == 1

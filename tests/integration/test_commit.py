@@ -32,28 +32,33 @@ from state.memory import MemoryPartitionStore
 from tests.integration.processes import Processor, pipeline_config, read_topic, reconciled, wait_for
 from tests.oracle import strip_resent
 from tidemark.cli.verify import processor_lag
+from tidemark.core.config import Config
 from tidemark.core.errors import DeliveryError
 from tidemark.core.kafka import Acknowledgements, client_config, consumer_config, ensure_topics
 from tidemark.core.topics import backfill_topic
 from tidemark.devstack.stack import DevStack
 
 
+def committer_of(
+    config: Config, name: str, envelope: str, changelog_partitions: int
+) -> tuple[Committer, InputTopic]:
+    """A committer of one input topic ``<name>.in`` (one output partition, its changelog
+    of ``changelog_partitions``), with the topics made."""
+    output, changelog = f"{name}.out", f"{name}.changelog"
+    admin = AdminClient(client_config(config.kafka))
+    ensure_topics(admin, {changelog: changelog_partitions, output: 1}, 1)
+    codec = SourceCodec(envelope, output, None)
+    topic = InputTopic(f"{name}.in", envelope, STEPS[envelope], codec, output, changelog)
+    reconciler = Reconciler(config)
+    reconciler.topics[topic.topic] = topic
+    return Committer(config, reconciler), topic
+
+
 def test_no_changelog_record_is_durable_before_the_batchs_outputs(stack: DevStack) -> None:
     config = stack.config
     name = f"commit{uuid.uuid4().hex[:8]}"
-    output, changelog = f"{name}.out", f"{name}.changelog"
-    ensure_topics(AdminClient(client_config(config.kafka)), {changelog: 3, output: 1}, 1)
-    topic = InputTopic(
-        f"{name}.in",
-        "debezium",
-        STEPS["debezium"],
-        SourceCodec("debezium", output, None),
-        output,
-        changelog,
-    )
-    reconciler = Reconciler(config)
-    reconciler.topics[topic.topic] = topic
-    committer = Committer(config, reconciler)
+    committer, topic = committer_of(config, name, "debezium", 3)
+    output, changelog = topic.output, topic.changelog
     writers = {(topic.topic, 2): PartitionWriter(config, (topic.topic, 2))}
     batch = Batch()
     # An output Kafka cannot take: its topic has one partition.
@@ -72,8 +77,8 @@ def test_no_changelog_record_is_durable_before_the_batchs_outputs(stack: DevStac
         committer.close()
 
 
-def _change(table: str, op: str, name: str, txid: int | None) -> bytes:
-    """A Debezium-shaped event of key 1 (``txid`` None: a backfill's chunk row)."""
+def change_event(table: str, op: str, name: str, txid: int | None, key: int = 1) -> bytes:
+    """A Debezium-shaped event of ``key`` (``txid`` None: a backfill's chunk row)."""
     source = {
         "version": "3.6.3.Final",
         "connector": "postgresql",
@@ -87,7 +92,7 @@ def _change(table: str, op: str, name: str, txid: int | None) -> bytes:
         "txId": txid,
         "lsn": txid,
     }
-    after = {"id": 1, "name": name}
+    after = {"id": key, "name": name}
     return orjson.dumps({"before": None, "after": after, "source": source, "op": op, "ts_ms": 2})
 
 
@@ -110,7 +115,7 @@ def test_a_batch_replayed_after_a_crash_decides_as_the_crashed_one_did(stack: De
         producer.produce(target, value, b'{"id":1}', 0, acks.on_delivery, headers=headers)
         acks.wait("test records")
 
-    send(topic, _change(table, "c", "c1", 101))
+    send(topic, change_event(table, "c", "c1", 101))
     processor = Processor(stack, config, "replay-processor").start()
     try:
         wait_for(
@@ -120,10 +125,10 @@ def test_a_batch_replayed_after_a_crash_decides_as_the_crashed_one_did(stack: De
         processor.stop()
         processor.start(failpoint="outputs-acked:1")
         tag = ChunkTag(1, PgSnapshot.parse("200:200:"), "replay-1")
-        send(backfill, _change(table, "r", "c3", None), tag.headers())
+        send(backfill, change_event(table, "r", "c3", None), tag.headers())
         processor.crashed()  # the row's output is in Kafka, its state is not
-        send(topic, _change(table, "u", "c2", 102))
-        send(topic, _change(table, "u", "c3", 103))
+        send(topic, change_event(table, "u", "c2", 102))
+        send(topic, change_event(table, "u", "c3", 103))
         processor.start()
         wait_for("the pipeline", lambda: not any(processor_lag(config).values()))
     finally:
@@ -144,19 +149,8 @@ def test_a_stalled_owner_never_checkpoints_the_next_owners_changelog_records(
     store would skip them (stale rows, wrong retractions and TOAST fills)."""
     config = stack.config
     name = f"stall{uuid.uuid4().hex[:8]}"
-    output, changelog = f"{name}.out", f"{name}.changelog"
-    ensure_topics(AdminClient(client_config(config.kafka)), {changelog: 1, output: 1}, 1)
-    topic = InputTopic(
-        f"{name}.in",
-        "debezium-upsert",
-        STEPS["debezium-upsert"],
-        SourceCodec("debezium-upsert", output, None),
-        output,
-        changelog,
-    )
-    reconciler = Reconciler(config)
-    reconciler.topics[topic.topic] = topic
-    committer = Committer(config, reconciler)
+    committer, topic = committer_of(config, name, "debezium-upsert", 1)
+    output, changelog = topic.output, topic.changelog
     tp = (topic.topic, 0)
     writers = {tp: PartitionWriter(config, tp)}
 

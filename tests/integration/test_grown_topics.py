@@ -24,29 +24,10 @@ from tests.integration.processes import (
     read_topic,
     wait_for,
 )
+from tests.integration.test_commit import change_event
 from tidemark.core.kafka import Acknowledgements, client_config, ensure_topics
 from tidemark.core.topics import backfill_topic, changelog_topic, output_topic
 from tidemark.devstack.stack import DevStack
-
-
-def change(table: str, key: int, position: int) -> tuple[bytes, bytes]:
-    """A Debezium insert of ``key`` into ``table`` at ``position``."""
-    source = {
-        "version": "3.6.3.Final",
-        "connector": "postgresql",
-        "name": "tidemark",
-        "ts_ms": 1,
-        "snapshot": "false",
-        "db": "postgres",
-        "sequence": f'["{position}","{position}"]',
-        "schema": "public",
-        "table": table,
-        "txId": position,
-        "lsn": position,
-    }
-    after = {"id": key, "name": f"v{key}"}
-    value = {"before": None, "after": after, "source": source, "op": "c", "ts_ms": 2}
-    return orjson.dumps({"id": key}), orjson.dumps(value)
 
 
 def test_a_change_topic_given_more_partitions_stops_alone_with_its_reason(
@@ -65,8 +46,8 @@ def test_a_change_topic_given_more_partitions_stops_alone_with_its_reason(
     acks = Acknowledgements(producer)
 
     def send(topic: str, partition: int, key: int, position: int) -> None:
-        key_bytes, value = change(topic.rsplit(".", 1)[1], key, position)
-        producer.produce(topic, value, key_bytes, partition, acks.on_delivery)
+        value = change_event(topic.rsplit(".", 1)[1], "c", f"v{key}", position, key)
+        producer.produce(topic, value, orjson.dumps({"id": key}), partition, acks.on_delivery)
         acks.wait("test changes")
 
     def arrived(topic: str, key: int) -> bool:
