@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import orjson
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from processor.events.change import Change
@@ -164,6 +164,26 @@ def arrivals(draw: st.DrawFn, db: Database) -> list[Arrival]:
     return merged
 
 
+def id_taken_again(stream: list[Arrival]) -> bool:
+    """Whether a change, committed before a chunk's snapshot, arrives after the chunk's
+    row while its 32-bit id is that of a transaction the snapshot saw in progress: the
+    database ran through 2^32 ids between the two, and the id came round again. Neither
+    the id nor the change's WAL position can tell these two transactions apart, and the
+    rule takes the change for the one in progress (a documented limit: Guarantees,
+    transaction-id wraparound)."""
+    for i, row in enumerate(stream):
+        snapshot = row.snapshot
+        if snapshot is None:
+            continue
+        for change in stream[i + 1 :]:
+            if change.txid is None or change.time[0] > row.time[0]:
+                continue  # a row, or committed after the snapshot
+            top = snapshot.xmax - 1
+            if top - ((top - change.txid) & ((1 << 32) - 1)) in snapshot.xip:
+                return True
+    return False
+
+
 @pytest.mark.parametrize("step", [debezium_upsert, upsert], ids=["debezium-upsert", "upsert"])
 @settings(max_examples=400, deadline=None)
 @given(st.data())
@@ -173,6 +193,7 @@ def test_snapshot_rows_and_changes_converge_and_stay_monotone(
     # The flattened rows of upsert carry no WAL position: they meet no long history.
     db = data.draw(histories(long=step is debezium_upsert))
     stream = data.draw(arrivals(db))
+    assume(not id_taken_again(stream))
     store = MemoryPartitionStore()
     emitted: dict[int, list[Arrival]] = {}
     last: dict[int, object] = {}
