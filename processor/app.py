@@ -34,8 +34,10 @@ from processor.dataplane.loop import DataPlane
 from processor.history import INTERVAL_S, History
 from processor.openapi import PREFIX
 from processor.pipeline.instances import REPORT_EVERY_S, Reporter
+from processor.snapshot import slot_watch
 from processor.snapshot.coordinator import Coordinator
 from processor.snapshot.postgres.connector import PostgresConnector
+from processor.snapshot.slot_watch import WATCH_EVERY_S
 from processor.web.guard import FailureLimit, Tokens, guard
 from processor.web.sessions import Sessions
 from state.rocksdb import RocksDBBackend
@@ -210,6 +212,15 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
     @app.timer(interval=INTERVAL_S)
     async def sample_history() -> None:
         history.sample()
+
+    async def watch_slot() -> None:
+        slot = config.source.replication_slot
+        await asyncio.get_running_loop().run_in_executor(
+            None, slot_watch.watch, slot, connector.slot_state
+        )
+
+    app.task(watch_slot)  # at start, then every WATCH_EVERY_S
+    app.timer(interval=WATCH_EVERY_S)(watch_slot)
 
     register_api(app, config, dataplane, coordinator, connector, history)
     register_console(app, pc.pipeline, tokens, limit, sessions)

@@ -42,6 +42,34 @@ SOURCE_REFUSED = Gauge(
     "1 while an input topic is stopped because it breaks its envelope's constraints",
     ["topic"],
 )
+SLOT_MISSING = Gauge(
+    "tidemark_source_slot_missing",
+    "1 while the source has no replication slot of this name (source.replication_slot)",
+    ["slot"],
+)
+SLOT_ACTIVE = Gauge(
+    "tidemark_source_slot_active", "1 while a client (Debezium) streams from the slot", ["slot"]
+)
+SLOT_RETAINED_WAL = Gauge(
+    "tidemark_source_slot_retained_wal_bytes",
+    "Bytes of WAL the replication slot holds back on the source",
+    ["slot"],
+)
+SLOT_WAL_STATUS = Gauge(
+    "tidemark_source_slot_wal_status",
+    "1 for the slot's wal_status: reserved, extended, unreserved (WAL past "
+    "max_slot_wal_keep_size, about to be lost) or lost (the slot can stream no more)",
+    ["slot", "status"],
+)
+SLOT_SAFE_WAL = Gauge(
+    "tidemark_source_slot_safe_wal_bytes",
+    "Bytes of WAL that may still be written before the slot is lost (-1: no limit)",
+    ["slot"],
+)
+SLOT_READ_FAILURES = Counter(
+    "tidemark_source_slot_read_failures_total",
+    "Readings of the replication slot that failed: the source could not be reached or refused",
+)
 PARTITION_REFUSED = Gauge(
     "tidemark_partition_refused",
     "1 while an input partition is stopped: its state holds an entry of a format this "

@@ -29,6 +29,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -49,21 +50,32 @@ from spark_sink.errors import (
     TableRetry,
     TableStop,
 )
+from spark_sink.gaps import Gap, Partition, gap, needs_first_unread, unread_age_ms
 from spark_sink.reader import (
     Range,
     decode_range,
-    end_offsets,
+    delete_retention_ms,
+    first_unread,
     plan,
     read_context,
     sample,
     scan,
     sink_topics,
     split,
+    topic_offsets,
 )
 from spark_sink.schema import Spec, evolve, union
 from spark_sink.session import create_session, stop_session
 from spark_sink.status import StatusBoard
-from spark_sink.writer import DELETED, OFFSET, TIME, Table, commit_conflict, quote
+from spark_sink.writer import (
+    DELETED,
+    OFFSET,
+    TIME,
+    Table,
+    commit_conflict,
+    quote,
+    unread_since_of,
+)
 from tidemark.core.config import Config
 from tidemark.core.failpoints import Failpoint
 from tidemark.core.kafka import client_config
@@ -91,6 +103,13 @@ class Sink:
         self.context = read_context(config, os.getpid())
         self.admin = AdminClient(client_config(config.kafka))
         self.progress: dict[str, dict[int, int]] = {}
+        #: Per topic and partition, a time (ms) before which no unread record was written.
+        self.unread_since: dict[str, dict[int, int]] = {}
+        #: Per topic, its partitions' first offsets and when its ends were last read (ms).
+        self._starts: dict[str, dict[int, int]] = {}
+        self._read_ms: dict[str, int] = {}
+        #: Per topic, its ``delete.retention.ms`` (``None``: not compacted), read once.
+        self._retention: dict[str, int | None] = {}
         #: Stopped tables: topic to the reason.
         self.stopped: dict[str, str] = {}
         #: Tables whose batch is being tried again: topic to since when (monotonic).
@@ -101,14 +120,21 @@ class Sink:
         self.board = StatusBoard(config)
 
     def ends(self) -> dict[str, dict[int, int]]:
-        """The current end offsets of every reconciled topic whose table runs."""
+        """The current end offsets of every reconciled topic whose table runs (and, once
+        per topic, its ``delete.retention.ms``)."""
         sink = self.config.sink
         topics = sink_topics(self.admin, self.config.sink_pattern(), sink.topics)
-        return {
-            topic: end_offsets(self.context.consumer, topic, partitions)
-            for topic, partitions in topics.items()
-            if topic not in self.stopped
-        }
+        ends = {}
+        for topic, partitions in topics.items():
+            if topic not in self.stopped:
+                self._read_ms[topic] = int(time.time() * 1000)
+                self._starts[topic], ends[topic] = topic_offsets(
+                    self.context.consumer, topic, partitions
+                )
+                if topic not in self._retention:
+                    with contextlib.suppress(TableRetry):  # asked again by its batch
+                        self._retention[topic] = delete_retention_ms(self.admin, topic)
+        return ends
 
     def run_batch(self, targets: dict[str, dict[int, int]]) -> int:
         """Merge every topic up to ``targets`` (capped per batch); the ranges read."""
@@ -143,6 +169,7 @@ class Sink:
         """Try ``topic``'s batch again from its table's commits (1), or stop the table once
         it has been tried for longer than the outage deadline (0)."""
         self.progress.pop(topic, None)
+        self.unread_since.pop(topic, None)
         self._shapes.pop(topic, None)
         lasted = time.monotonic() - self.retrying.setdefault(topic, time.monotonic())
         deadline = self.config.kafka.outage_deadline_s
@@ -175,17 +202,84 @@ class Sink:
     def _topic_batch(self, topic: str, ends: dict[int, int]) -> int:
         table = self.table(topic)
         if topic not in self.progress:
-            self.progress[topic] = table.committed()[0]
+            self.progress[topic], holder = table.committed()
+            self.unread_since[topic] = unread_since_of(holder)
+        committed, since = self.progress[topic], self.unread_since[topic]
+        read_ms = self._read_ms.get(topic, int(time.time() * 1000))
+        starts = self._starts.get(topic, {})
         for partition, end in ends.items():
-            lag = end - self.progress[topic].get(partition, 0)
+            if committed.get(partition) == end:
+                since[partition] = read_ms  # caught up: what comes next is newer
+            lag = end - committed.get(partition, starts.get(partition, 0))
             metrics.LAG.labels(topic, str(partition)).set(lag)
-        ranges = plan(topic, self.progress[topic], ends, self.config.sink.max_records_per_partition)
+        found = self._gap(topic, ends)
+        if found is not None:
+            if not (found.rebuildable and self.config.sink.rebuild_on_gap):
+                raise TableStop(found.reason)
+            return self._rebuild(topic, table, ends, found)
+        ranges = plan(topic, committed, ends, self.config.sink.max_records_per_partition, starts)
         if ranges:
+            reached = {r.partition: read_ms for r in ranges if r.end == ends[r.partition]}
             with metrics.BATCH_SECONDS.labels(table.path).time():
-                self._merge(topic, table, ranges)
+                self._merge(topic, table, ranges, {**since, **reached})
         return len(ranges)
 
-    def _merge(self, topic: str, table: Table, ranges: list[Range]) -> None:
+    def _gap(self, topic: str, ends: dict[int, int]) -> Gap | None:
+        """The first partition of ``topic`` the table cannot merge on (:mod:`spark_sink.gaps`);
+        sets each partition's unread age."""
+        if topic not in self._retention:
+            self._retention[topic] = delete_retention_ms(self.admin, topic)
+        retention = self._retention[topic]
+        committed, since = self.progress[topic], self.unread_since[topic]
+        starts = self._starts.get(topic, {})
+        now_ms = int(time.time() * 1000)
+        partitions = [
+            Partition(p, committed.get(p), starts.get(p, 0), end, since.get(p))
+            for p, end in sorted(ends.items())
+        ]
+        wanted = {
+            p.partition: p.committed
+            for p in partitions
+            if p.committed is not None and needs_first_unread(p, now_ms, retention)
+        }
+        firsts = first_unread(self.context, topic, wanted) if wanted else {}
+        if retention is not None:
+            metrics.DELETE_RETENTION.labels(topic).set(retention / 1000)
+        for p in partitions:
+            found = gap(topic, p, now_ms, retention, firsts.get(p.partition))
+            if found is not None:
+                return found
+            first = firsts.get(p.partition)
+            if first is not None and first.offset == p.committed:
+                since[p.partition] = first.timestamp_ms  # dates every unread record
+            aged = Partition(p.partition, p.committed, p.start, p.end, since.get(p.partition))
+            age = unread_age_ms(aged, now_ms) / 1000
+            metrics.UNREAD_AGE.labels(topic, str(p.partition)).set(age)
+        return None
+
+    def _rebuild(self, topic: str, table: Table, ends: dict[int, int], found: Gap) -> int:
+        """Make ``topic``'s table again from the whole topic, in one batch: every key's
+        newest record is still there, and rows whose key is not are deleted."""
+        log.warning("%s: %s; the table is made again from the whole topic", topic, found.reason)
+        starts = self._starts.get(topic, {})
+        ranges = [Range(topic, p, starts.get(p, 0), end) for p, end in sorted(ends.items())]
+        ranges = [r for r in ranges if r.end > r.start]
+        read_ms = self._read_ms.get(topic, int(time.time() * 1000))
+        with metrics.BATCH_SECONDS.labels(table.path).time():
+            self._merge(topic, table, ranges, {r.partition: read_ms for r in ranges}, whole=True)
+        for r in ranges:
+            metrics.LAG.labels(topic, str(r.partition)).set(0)
+        metrics.REBUILDS.labels(table.path).inc()
+        return len(ranges)
+
+    def _merge(
+        self,
+        topic: str,
+        table: Table,
+        ranges: list[Range],
+        since: dict[int, int],
+        whole: bool = False,
+    ) -> None:
         started = time.monotonic()
         known = self._shape(topic, table)
         sampled: list[Spec] = []
@@ -196,7 +290,7 @@ class Sink:
             sampled, keys = sample(self.context, ranges)
             specs = sampled
         try:
-            merged = self._apply(topic, table, ranges, union(specs, topic), keys)
+            merged = self._apply(topic, table, ranges, union(specs, topic), keys, since, whole)
         except Exception as exc:  # Spark wraps what the executors raised
             if DRIFT_MARKER not in str(exc):
                 raise
@@ -204,8 +298,10 @@ class Sink:
             everything = self.spark.sparkContext.parallelize(ranges, len(ranges))
             context = self.context
             found = everything.flatMap(lambda r: scan(context, r)).distinct().collect()
-            merged = self._apply(topic, table, ranges, union(sampled + found, topic), keys)
+            planned = union(sampled + found, topic)
+            merged = self._apply(topic, table, ranges, planned, keys, since, whole)
         self._committed.passed()
+        self.unread_since[topic] = since
         for r in ranges:
             self.progress[topic][r.partition] = r.end
             metrics.COMMITTED_OFFSET.labels(topic, str(r.partition)).set(r.end)
@@ -231,9 +327,17 @@ class Sink:
         return known
 
     def _apply(
-        self, topic: str, table: Table, ranges: list[Range], specs: list[Spec], keys: list[str]
+        self,
+        topic: str,
+        table: Table,
+        ranges: list[Range],
+        specs: list[Spec],
+        keys: list[str],
+        since: dict[int, int],
+        whole: bool,
     ) -> int:
-        """Create or evolve the table for ``specs``, then merge the ranges; rows merged."""
+        """Create or evolve the table for ``specs``, then merge the ranges (``whole``: the
+        whole topic, a rebuild); rows merged."""
         known = self._shape(topic, table)
         if known is None:
             if not specs:  # only deletes of rows the table never had
@@ -251,7 +355,7 @@ class Sink:
         offsets = dict(self.progress[topic])
         offsets.update({r.partition: r.end for r in ranges})
         batch = self.batch_frame(ranges, planned, keys)
-        return table.merge(batch, keys, [c.name for c in planned], offsets)
+        return table.merge(batch, keys, [c.name for c in planned], offsets, since, whole)
 
     def batch_frame(self, ranges: list[Range], planned: list[Spec], keys: list[str]) -> DataFrame:
         """The events of ``ranges`` as rows ``(offset, deleted, time, *planned)``, read and

@@ -36,3 +36,19 @@ RETRIES = Counter(
     "Batches of a table tried again: a read stalled, Kafka did not answer, a commit conflicted",
     ["table"],
 )
+UNREAD_AGE = Gauge(
+    "tidemark_sink_unread_age_seconds",
+    "How long a partition's oldest unread record may have waited (0: none waits); past its "
+    "topic's delete.retention.ms, compaction may remove deletes the table never saw",
+    ["topic", "partition"],
+)
+DELETE_RETENTION = Gauge(
+    "tidemark_sink_delete_retention_seconds",
+    "The delete.retention.ms of a compacted reconciled topic, in seconds",
+    ["topic"],
+)
+REBUILDS = Counter(
+    "tidemark_sink_table_rebuilds_total",
+    "Tables made again from their whole topic after a gap (sink.rebuild_on_gap)",
+    ["table"],
+)

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConfigResource
 from pyspark.sql.types import StructType, _make_type_verifier
 
 from spark_sink.errors import SchemaError, TableRetry, TableStop
 from spark_sink.events import Decoded, EventDecoder, RowBuilder, specs_of
+from spark_sink.gaps import BROKER_DELETE_RETENTION_MS, FirstUnread
 from spark_sink.schema import Spec
 from tidemark.core.config import Config, KafkaConfig
 from tidemark.core.errors import InputError
@@ -105,23 +106,68 @@ def sink_topics(
         time.sleep(pause_s)
 
 
-def end_offsets(consumer_conf: dict[str, Any], topic: str, partitions: int) -> dict[int, int]:
-    """The end offset of every partition of ``topic``."""
+def topic_offsets(
+    consumer_conf: dict[str, Any], topic: str, partitions: int
+) -> tuple[dict[int, int], dict[int, int]]:
+    """``(first offsets, end offsets)`` of every partition of ``topic``."""
     consumer = Consumer(consumer_conf)
     try:
-        ends = exact_end_offsets(consumer, [TopicPartition(topic, p) for p in range(partitions)])
-        return {p: end for (_t, p), end in ends.items()}
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        starts = {tp.partition: max(0, consumer.get_watermark_offsets(tp, 10)[0]) for tp in tps}
+        ends = exact_end_offsets(consumer, tps)
+        return starts, {p: end for (_t, p), end in ends.items()}
     finally:
         consumer.close()
 
 
+def first_unread(
+    context: ReadContext, topic: str, committed: dict[int, int]
+) -> dict[int, FirstUnread]:
+    """The first record at or after each partition's ``committed`` offset (one past it
+    where compaction removed the record there): :mod:`spark_sink.gaps` dates the unread
+    records by it. A partition that sends none within ``context.stall_s`` is left out."""
+    consumer = Consumer(context.consumer)
+    found: dict[int, FirstUnread] = {}
+    try:
+        consumer.assign([TopicPartition(topic, p, o) for p, o in committed.items()])
+        deadline = time.monotonic() + context.stall_s
+        while len(found) < len(committed) and time.monotonic() < deadline:
+            for msg in consumer.consume(100, 0.2):
+                partition = msg.partition() or 0
+                if msg.error() is None and partition not in found:
+                    found[partition] = FirstUnread(msg.offset() or 0, msg.timestamp()[1])
+        return found
+    finally:
+        consumer.close()
+
+
+def delete_retention_ms(admin: AdminClient, topic: str) -> int | None:
+    """``topic``'s ``delete.retention.ms`` (the broker's default where it does not say), or
+    ``None`` for a topic that is not compacted; :class:`TableRetry` if Kafka cannot say."""
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    try:
+        found = admin.describe_configs([resource], request_timeout=10)[resource].result()
+    except KafkaException as exc:
+        raise TableRetry(f"{topic}: its settings cannot be read: {exc.args[0].str()}") from None
+    policy = found.get("cleanup.policy")
+    if policy is None or "compact" not in (policy.value or ""):
+        return None
+    retention = found.get("delete.retention.ms")
+    return BROKER_DELETE_RETENTION_MS if retention is None else int(retention.value)
+
+
 def plan(
-    topic: str, committed: dict[int, int], ends: dict[int, int], max_records: int
+    topic: str,
+    committed: dict[int, int],
+    ends: dict[int, int],
+    max_records: int,
+    starts: dict[int, int] | None = None,
 ) -> list[Range]:
-    """Ranges from the committed offsets to the ends, at most ``max_records`` each."""
+    """Ranges from the committed offsets (a partition never committed: from its first
+    offset in ``starts``) to the ends, at most ``max_records`` each."""
     ranges = []
     for partition, end in sorted(ends.items()):
-        start = committed.get(partition, 0)
+        start = committed.get(partition, (starts or {}).get(partition, 0))
         if end > start:
             ranges.append(Range(topic, partition, start, min(end, start + max_records)))
     return ranges

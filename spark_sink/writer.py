@@ -6,6 +6,8 @@ Iceberg's ``CommitMetadata.withCommitProperties``: data and offsets are one
 atomic commit, so a restart resumes exactly after the last merged batch. They
 are read back from the newest snapshot in the current snapshot's lineage that
 carries them (``tidemark sink maintain`` carries them into its own commits).
+The same commit records, per partition, a time before which no unread record was
+written (:mod:`spark_sink.gaps`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 OFFSETS_PROPERTY = "tidemark.offsets"
+UNREAD_SINCE_PROPERTY = "tidemark.unread-since"
 KEY_PROPERTY = "tidemark.key"
 #: Columns of a batch that are not table columns (the time: the record's, in ms).
 OFFSET, DELETED, TIME = "__tidemark_offset", "__tidemark_deleted", "__tidemark_time"
@@ -45,6 +48,13 @@ def parse_offsets(text: str) -> dict[int, int]:
 def format_offsets(offsets: dict[int, int]) -> str:
     """Offsets as a snapshot summary property."""
     return orjson.dumps({str(p): o for p, o in sorted(offsets.items())}).decode()
+
+
+def unread_since_of(snapshot: Any) -> dict[int, int]:
+    """The times a commit recorded with its offsets (:mod:`spark_sink.gaps`); none for a
+    commit of an earlier release."""
+    value = None if snapshot is None else snapshot.summary().get(UNREAD_SINCE_PROPERTY)
+    return {} if value is None else parse_offsets(value)
 
 
 class Table:
@@ -123,9 +133,17 @@ class Table:
         return {}, None
 
     def merge(
-        self, batch: DataFrame, keys: list[str], columns: list[str], offsets: dict[int, int]
+        self,
+        batch: DataFrame,
+        keys: list[str],
+        columns: list[str],
+        offsets: dict[int, int],
+        unread_since: dict[int, int],
+        whole: bool = False,
     ) -> int:
-        """MERGE the newest event per key of ``batch``; commit ``offsets`` with it.
+        """MERGE the newest event per key of ``batch``; commit ``offsets`` and
+        ``unread_since`` with it. With ``whole`` the batch is the whole topic, and rows
+        whose key it does not have are deleted (a rebuild).
 
         Returns the rows merged (events left after the newest per key was taken).
         """
@@ -139,8 +157,11 @@ class Table:
         try:
             merged = latest.count()
             latest.createOrReplaceTempView(view + "_latest")
-            statement = self._statement(view + "_latest", keys, columns)
-            properties = {OFFSETS_PROPERTY: format_offsets(offsets)}
+            statement = self._statement(view + "_latest", keys, columns, whole)
+            properties = {
+                OFFSETS_PROPERTY: format_offsets(offsets),
+                UNREAD_SINCE_PROPERTY: format_offsets(unread_since),
+            }
             with_commit_properties(self.spark, properties, lambda: self.spark.sql(statement))
         finally:
             latest.unpersist()
@@ -148,20 +169,27 @@ class Table:
             self.spark.catalog.dropTempView(view + "_latest")
         return merged
 
-    def _statement(self, source: str, keys: list[str], columns: list[str]) -> str:
+    def _statement(self, source: str, keys: list[str], columns: list[str], whole: bool) -> str:
         on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in keys)
         sets = [f"t.{quote(c)} = s.{quote(c)}" for c in columns]
         names = [quote(c) for c in columns]
         values = [f"s.{quote(c)}" for c in columns]
         if not self.soft_delete:
+            gone = " WHEN NOT MATCHED BY SOURCE THEN DELETE" if whole else ""
             return (
                 f"MERGE INTO {self.name} t USING {source} s ON {on} "
                 f"WHEN MATCHED AND s.{DELETED} THEN DELETE "
                 f"WHEN MATCHED THEN UPDATE SET {', '.join(sets)} "
                 f"WHEN NOT MATCHED AND NOT s.{DELETED} "
-                f"THEN INSERT ({', '.join(names)}) VALUES ({', '.join(values)})"
+                f"THEN INSERT ({', '.join(names)}) VALUES ({', '.join(values)})" + gone
             )
         flag, at = quote(SOFT_DELETED), quote(SOFT_DELETED_AT)
+        gone = (
+            f" WHEN NOT MATCHED BY SOURCE AND NOT t.{flag} "
+            f"THEN UPDATE SET t.{flag} = true, t.{at} = current_timestamp()"
+            if whole
+            else ""
+        )
         return (
             f"MERGE INTO {self.name} t USING {source} s ON {on} "
             f"WHEN MATCHED AND s.{DELETED} AND NOT t.{flag} "
@@ -169,7 +197,7 @@ class Table:
             f"WHEN MATCHED AND NOT s.{DELETED} "
             f"THEN UPDATE SET {', '.join(sets)}, t.{flag} = false, t.{at} = NULL "
             f"WHEN NOT MATCHED AND NOT s.{DELETED} THEN INSERT ({', '.join(names + [flag, at])}) "
-            f"VALUES ({', '.join(values)}, false, NULL)"
+            f"VALUES ({', '.join(values)}, false, NULL)" + gone
         )
 
 

@@ -46,6 +46,7 @@ from tidemark.core.kafka import (
     data_messages,
     ensure_topics,
     partition_counts,
+    queue_topic_config,
     record_topic_config,
 )
 from tidemark.core.messages import RawMessage
@@ -365,7 +366,7 @@ class DataPlane:
                 self._admin,
                 {b: counts[wanted[b]] for b in missing if wanted[b] in counts},
                 self.config.kafka.replication_factor,
-                config=record_topic_config(self.config.kafka),
+                config=queue_topic_config(self.config.kafka),
             )
         names = sorted([*inputs, *wanted])
         if names != self._subscribed:

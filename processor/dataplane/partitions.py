@@ -27,6 +27,7 @@ from tidemark.core.config import Config
 from tidemark.core.kafka import (
     consumer_config,
     ensure_topics,
+    output_topic_config,
     partition_counts,
     record_topic_config,
 )
@@ -80,12 +81,14 @@ class Partitions:
         if new:
             counts = partition_counts(self._admin, new)
             self.partition_counts.update(counts)
-            replication = self._config.kafka.replication_factor
-            compacted = record_topic_config(self._config.kafka, **{"cleanup.policy": "compact"})
+            kafka = self._config.kafka
+            replication = kafka.replication_factor
+            compacted = record_topic_config(kafka, **{"cleanup.policy": "compact"})
             topic = self._reconciler.topic
             outputs = {topic(t).output: counts[t] for t in new}
             changelogs = {topic(t).changelog: counts[t] for t in new}
-            ensure_topics(self._admin, {**outputs, **changelogs}, replication, config=compacted)
+            ensure_topics(self._admin, changelogs, replication, config=compacted)
+            ensure_topics(self._admin, outputs, replication, output_topic_config(kafka))
         self._refuse_grown(topics)
         consumer.assign(partitions + backfills)
         stores = {}

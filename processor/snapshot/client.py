@@ -27,9 +27,9 @@ from tidemark.core.kafka import (
     last_value,
     partition_counts,
     producer_config,
+    queue_topic_config,
     read_newest,
     reader_config,
-    record_topic_config,
 )
 from tidemark.core.topics import notification_topic, progress_topic, reader_group, signal_topic
 
@@ -51,7 +51,7 @@ def send_signal(config: Config, kind: str, data: dict[str, Any], signal_id: str 
         AdminClient(client_config(config.kafka)),
         {topic: 1},
         config.kafka.replication_factor,
-        config=record_topic_config(config.kafka),
+        config=queue_topic_config(config.kafka),
     )
     producer = Producer(producer_config(config.kafka))
     errors: list[str] = []

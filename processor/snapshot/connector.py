@@ -26,6 +26,7 @@ from typing import Any
 
 from processor.snapshot.chunk_reader import ChunkReader, TableInfo
 from processor.snapshot.connect_values import Column
+from processor.snapshot.slot_watch import SlotState
 from processor.snapshot.watermarks import WatermarkWriter
 
 
@@ -50,3 +51,9 @@ class Connector(ABC):
         """The Connect field schemas (the JSON converter's form) that Debezium's connector
         declares for the key and the row of ``info``, from the catalog alone, for a table
         with no event yet; :class:`~processor.errors.UnsupportedTypeError` where it cannot."""
+
+    def slot_state(self) -> SlotState | None:
+        """Debezium's replication slot now, or ``None`` for a database without one;
+        :class:`~processor.errors.SourceUnavailableError` when the source cannot be
+        reached."""
+        return None

@@ -75,6 +75,7 @@ from tidemark.core.kafka import (
     ensure_topics,
     last_value,
     producer_config,
+    queue_topic_config,
     reader_config,
     record_topic_config,
 )
@@ -185,8 +186,9 @@ class Coordinator:
         """The pipeline's snapshot topics, and membership of the group that elects a leader."""
         replication = self.config.kafka.replication_factor
         kafka = self.config.kafka
+        ensure_topics(self._admin, {self.signals: 1}, replication, queue_topic_config(kafka))
         records = record_topic_config(kafka)
-        ensure_topics(self._admin, {self.signals: 1, self.notifications: 1}, replication, records)
+        ensure_topics(self._admin, {self.notifications: 1}, replication, records)
         compacted = record_topic_config(kafka, **{"cleanup.policy": "compact"})
         ensure_topics(self._admin, {self.progress: 1}, replication, config=compacted)
         errors = self._callback_errors

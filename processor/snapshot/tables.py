@@ -49,7 +49,7 @@ from tidemark.core.kafka import (
     ensure_topics,
     newest_records,
     partition_counts,
-    record_topic_config,
+    queue_topic_config,
 )
 from tidemark.core.partitioners import contradiction
 from tidemark.core.schema_registry import SchemaCache
@@ -179,7 +179,7 @@ class TableChecks:
             self._admin,
             {backfill: count},
             kafka.replication_factor,
-            config=record_topic_config(kafka),
+            config=queue_topic_config(kafka),
         )
         prepared = PreparedTable(info, event, backfill)
         self._prepared[(entry.table, entry.request_id)] = prepared

@@ -16,6 +16,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from tests.integration.processes import Processor, metric, pipeline_config, read_topic, wait_for
 from tidemark.core.kafka import client_config, ensure_topics, producer_config, record_topic_config
 from tidemark.core.topics import (
+    backfill_topic,
+    change_topic,
     control_topic,
     dead_letter_topic,
     instances_topic,
@@ -42,6 +44,8 @@ def test_forged_and_malformed_control_records_are_refused_and_change_nothing(
     victim_group.commit(offsets=[TopicPartition(VICTIM, 0, 1)], asynchronous=False)
     victim_group.close()
 
+    change = change_topic(config.source.topic_prefix, "public.iso_ctlforge_queue")
+    ensure_topics(admin, {change: 1}, 1)  # the processor makes its backfill topic
     processor = Processor(stack, config, "ctlforge-processor").start()
     try:
         forged = {
@@ -85,6 +89,27 @@ def test_forged_and_malformed_control_records_are_refused_and_change_nothing(
             policy = found.get("cleanup.policy")  # unset: the broker's default, delete
             expected = "compact" if make in compacted else "delete"
             assert (policy.value if policy else "delete") == expected, make(pipeline)
+        # Review A8: rows and signals that wait to be read keep an explicit retention, and
+        # no size limit of the cluster's.
+        backfill = backfill_topic(pipeline, change)
+        wait_for(backfill, lambda: backfill in admin.list_topics(timeout=10).topics)
+        for name in (signal_topic(pipeline), backfill):
+            resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+            found = admin.describe_configs([resource])[resource].result()
+            assert found["retention.ms"].value == str(config.kafka.queue_retention_ms), name
+            assert found["retention.bytes"].value == "-1", name
+        # The processor shows Debezium's replication slot (read every 30 s).
+        slot = config.source.replication_slot
+
+        def slot_shown() -> bool:
+            text = processor.metrics()
+            return (
+                metric(text, "tidemark_source_slot_active", slot=slot) == 1
+                and metric(text, "tidemark_source_slot_wal_status", slot=slot, status="reserved")
+                == 1
+            )
+
+        wait_for("the replication slot shown", slot_shown, timeout=60)
         request = [ConsumerGroupTopicPartitions("victim-group")]
         listed = admin.list_consumer_group_offsets(request)["victim-group"].result()
         assert [(tp.topic, tp.offset) for tp in listed.topic_partitions] == [(VICTIM, 1)]

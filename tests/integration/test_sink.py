@@ -1,6 +1,7 @@
 """The Spark sink against real Debezium output: schema evolution, soft deletes, the JDBC
 catalog on PostgreSQL, maintenance that keeps the committed offsets (between batches and
-beside a running sink), a value that does not fit its column, and a stalled read.
+beside a running sink), a value that does not fit its column, a stalled read, and gaps
+(a topic made again, a sink behind its topic's delete retention).
 
 A processor of its own reconciles the ``iso_sink_*`` tables; each test merges
 them into a catalog of its own through the session's Spark, with a
@@ -24,6 +25,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from prometheus_client import REGISTRY
 from psycopg import sql
 from pyspark.sql import SparkSession
@@ -42,6 +44,7 @@ from tests.integration.processes import (
 )
 from tidemark.cli.verify import compare_table, wait_caught_up
 from tidemark.core.config import Config, dump_config
+from tidemark.core.kafka import client_config, ensure_topics, output_topic_config
 from tidemark.devstack.stack import DevStack
 
 TABLES = {
@@ -55,6 +58,8 @@ TABLES = {
     "iso_sink_wide": "id int PRIMARY KEY, v numeric(50,2)",
     "iso_sink_fits": "id int PRIMARY KEY, v numeric(50,2)",
     "iso_sink_stall": "id int PRIMARY KEY, v text",
+    "iso_sink_gone": "id int PRIMARY KEY, v text",
+    "iso_sink_late": "id int PRIMARY KEY, v text",
 }
 
 #: In-process compactions beside the continuous sink, after the CLI's.
@@ -242,6 +247,22 @@ def test_soft_deletes_mark_rows_and_a_reinsert_revives_them(
     drain(sink)
     row = spark.table("soft.public.iso_sink_soft").where("id = 2").collect()[0]
     assert (row["v"], row["tidemark_deleted"], row["tidemark_deleted_at"]) == ("again", False, None)
+
+    # A rebuild (review A7) marks the rows whose key the topic no longer has.
+    spark.sql(
+        "INSERT INTO soft.public.iso_sink_soft (id, v, tidemark_deleted, tidemark_deleted_at) "
+        "VALUES (77, 'its delete compacted away', false, NULL)"
+    )
+    shorten_delete_retention(config, "tidemark.reconciled.public.iso_sink_soft", 3000)
+    execute(config, "UPDATE iso_sink_soft SET v = 'late' WHERE id = 1")
+    wait_caught_up(config)
+    time.sleep(3.5)
+    rebuilt = Sink(config, create_session(config))
+    drain(rebuilt)
+    assert rebuilt.stopped == {}
+    rows = {r["id"]: r for r in spark.table("soft.public.iso_sink_soft").collect()}
+    assert {i for i, r in rows.items() if r["tidemark_deleted"]} == {4, 77}
+    assert rows[77]["tidemark_deleted_at"] is not None and rows[1]["v"] == "late"
 
 
 def snapshots(spark: SparkSession, table: str) -> int:
@@ -501,3 +522,95 @@ def test_a_stalled_read_is_tried_again_not_stopped(
     )
     assert retries is not None and retries >= 1
     assert_equal(config, spark, "iso_sink_stall")
+
+
+def topic_settings(admin: AdminClient, topic: str) -> dict[str, str]:
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    found = admin.describe_configs([resource])[resource].result()
+    return {key: entry.value for key, entry in found.items()}
+
+
+def shorten_delete_retention(config: Config, topic: str, ms: int) -> None:
+    """Set ``topic``'s ``delete.retention.ms`` to ``ms``: a sink made after it is behind
+    the retention once its unread records wait longer."""
+    admin = AdminClient(client_config(config.kafka))
+    entry = ConfigEntry("delete.retention.ms", str(ms), incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[entry])
+    admin.incremental_alter_configs([resource])[resource].result()
+
+
+def test_a_topic_made_again_stops_its_table_instead_of_waiting_past_its_old_offsets(
+    pipeline: Config, spark: SparkSession
+) -> None:
+    """Review A7: a reconciled topic deleted and made again starts below the table's
+    offsets. The sink read nothing until the new topic passed them, then skipped what
+    came before; now the table stops with the reason."""
+    config = sink_config(pipeline, "gone", ["iso_sink_gone"])
+    execute(config, "INSERT INTO iso_sink_gone SELECT i, 'v' || i FROM generate_series(1, 30) i")
+    wait_caught_up(config)
+    sink = Sink(config, create_session(config))
+    drain(sink)
+    assert_equal(config, spark, "iso_sink_gone")
+    topic = "tidemark.reconciled.public.iso_sink_gone"
+    admin = AdminClient(client_config(config.kafka))
+    count = len(admin.list_topics(topic, timeout=10).topics[topic].partitions)
+    admin.delete_topics([topic])[topic].result()
+    wait_for("the topic gone", lambda: topic not in admin.list_topics(timeout=10).topics)
+    ensure_topics(admin, {topic: count}, 1, output_topic_config(config.kafka))
+    restarted = Sink(config, create_session(config))
+    drain(restarted)
+    assert list(restarted.stopped) == [topic]
+    assert "was deleted and made again" in restarted.stopped[topic], restarted.stopped
+    assert spark.table("gone.public.iso_sink_gone").count() == 30  # kept as it was
+
+
+def test_a_sink_behind_its_topics_delete_retention_rebuilds_the_table_an_idle_one_not(
+    pipeline: Config, spark: SparkSession
+) -> None:
+    """Review A7: compaction removes a delete's tombstone ``delete.retention.ms`` after it
+    cleaned it, and a sink behind by longer kept the row for good. The processor sets the
+    retention on its outputs; a sink whose unread records waited longer rebuilds the
+    table from the whole topic (or stops it, with ``sink.rebuild_on_gap: false``), and a
+    sink that was only idle that long goes on. The embedded broker does not compact: a
+    row whose delete compaction removed is put into the table by hand."""
+    config = sink_config(pipeline, "late", ["iso_sink_late"])
+    topic = "tidemark.reconciled.public.iso_sink_late"
+    execute(config, "INSERT INTO iso_sink_late SELECT i, 'v' || i FROM generate_series(1, 40) i")
+    wait_caught_up(config)
+    admin = AdminClient(client_config(config.kafka))
+    settings = topic_settings(admin, topic)
+    assert settings["cleanup.policy"] == "compact"
+    assert settings["delete.retention.ms"] == str(config.kafka.output_delete_retention_ms)
+    assert settings["min.compaction.lag.ms"] == str(config.kafka.output_min_compaction_lag_ms)
+    drain(Sink(config, create_session(config)))
+    assert_equal(config, spark, "iso_sink_late")
+
+    shorten_delete_retention(config, topic, 3000)
+    sink = Sink(config, create_session(config))  # reads the new retention
+
+    def rebuilds() -> float:
+        found = REGISTRY.get_sample_value(
+            "tidemark_sink_table_rebuilds_total", {"table": "late.public.iso_sink_late"}
+        )
+        return found or 0.0
+
+    time.sleep(3.5)  # idle past the retention, then one change: nothing was missed
+    execute(config, "UPDATE iso_sink_late SET v = 'w' WHERE id = 1")
+    wait_caught_up(config)
+    drain(sink)
+    assert sink.stopped == {} and rebuilds() == 0
+    assert_equal(config, spark, "iso_sink_late")
+
+    spark.sql("INSERT INTO late.public.iso_sink_late VALUES (999, 'its delete compacted away')")
+    execute(config, "DELETE FROM iso_sink_late WHERE id <= 10")
+    wait_caught_up(config)
+    time.sleep(3.5)  # behind past the retention
+    strict = Sink(sink_config(pipeline, "late", ["iso_sink_late"], rebuild_on_gap=False), spark)
+    drain(strict)
+    assert list(strict.stopped) == [topic]
+    assert "longer than the topic's delete.retention.ms" in strict.stopped[topic]
+    drain(sink)
+    assert sink.stopped == {} and rebuilds() == 1
+    assert_equal(config, spark, "iso_sink_late")  # row 999 and the deleted rows are gone
+    drain(sink)  # and then it goes on as usual
+    assert rebuilds() == 1

@@ -59,6 +59,20 @@ class KafkaConfig:
     #: the ``max.message.bytes`` of the topics it creates. An input message above half of it
     #: (its output may carry the old row and the new) becomes a dead letter that refers to it.
     max_record_bytes: int = 32 * 1024 * 1024
+    #: How long a reconciled topic keeps a delete's tombstone once compaction reached it
+    #: (its ``delete.retention.ms``, 7 days): a sink, or one stopped table, that lags the
+    #: topic by longer may never see the delete, and stops its table rather than keep the
+    #: row (``docs: Sink, gaps``). Set it above the longest sink outage you plan for.
+    output_delete_retention_ms: int = 7 * 24 * 3600 * 1000
+    #: The least age of a reconciled record before compaction may replace it with a newer
+    #: one of its key (its ``min.compaction.lag.ms``; 0 lets the cleaner take any record
+    #: outside the active segment). Raise it for readers that want every version.
+    output_min_compaction_lag_ms: int = 0
+    #: How long backfill rows and snapshot signals wait in their topics for the data plane
+    #: and the coordinator (their ``retention.ms``, 7 days; ``retention.bytes`` is set
+    #: unlimited, so a cluster's size limit cannot take them sooner). A pipeline stopped
+    #: or paused for longer, with a backfill's rows unread, loses them: backfill again.
+    queue_retention_ms: int = 7 * 24 * 3600 * 1000
     #: Consumer groups: a member that sends no heartbeat for ``session_timeout_ms``, or
     #: polls no batch for ``max_poll_interval_ms``, loses its partitions. Short, so that a
     #: dead instance's partitions move soon (and a group join does not wait minutes).
@@ -277,6 +291,10 @@ class SinkConfig:
     read_stall_s: float = 60.0
     #: Deletes set ``tidemark_deleted`` and ``tidemark_deleted_at`` instead of removing rows.
     soft_delete: bool = False
+    #: A table whose unread records waited longer than its topic's ``delete.retention.ms``
+    #: (compaction may have removed deletes it never saw) is made again from the whole
+    #: topic, in one batch; ``false``: it stops with the reason.
+    rebuild_on_gap: bool = True
     #: How new tables apply updates and deletes: ``copy-on-write`` rewrites the data files
     #: they touch; ``merge-on-read`` writes delete files (compacted by ``sink maintain``).
     write_mode: Literal["copy-on-write", "merge-on-read"] = "copy-on-write"
@@ -567,6 +585,13 @@ def _check_ranges(config: Config) -> None:
             "kafka.stuck_rebalance_s: 0 (off) or at least 3 max_poll_interval_ms (a rebalance "
             f"may take that long), not {kafka.stuck_rebalance_s}"
         )
+    if kafka.output_delete_retention_ms < 60_000 or kafka.output_min_compaction_lag_ms < 0:
+        raise ConfigError(
+            "kafka.output_delete_retention_ms: at least 60000 (a minute), and "
+            "kafka.output_min_compaction_lag_ms: 0 or more"
+        )
+    if kafka.queue_retention_ms < 3_600_000 and kafka.queue_retention_ms != -1:
+        raise ConfigError("kafka.queue_retention_ms: at least 3600000 (an hour), or -1 (forever)")
     if config.kafka.max_record_bytes < MIN_RECORD_BYTES:
         raise ConfigError(
             f"kafka.max_record_bytes: must be at least {MIN_RECORD_BYTES} (16 MiB): a full "

@@ -161,6 +161,30 @@ def record_topic_config(kafka: KafkaConfig, **extra: str) -> dict[str, str]:
     return {"max.message.bytes": str(kafka.max_record_bytes + RECORD_FRAMING), **extra}
 
 
+def output_topic_config(kafka: KafkaConfig) -> dict[str, str]:
+    """The configuration of a reconciled topic: compacted, with how long compaction keeps
+    a delete's tombstone and spares a new record set explicitly (a broker's defaults, 24 h
+    and 0, would leave the sink a day to see a delete)."""
+    return record_topic_config(
+        kafka,
+        **{
+            "cleanup.policy": "compact",
+            "delete.retention.ms": str(kafka.output_delete_retention_ms),
+            "min.compaction.lag.ms": str(kafka.output_min_compaction_lag_ms),
+        },
+    )
+
+
+def queue_topic_config(kafka: KafkaConfig) -> dict[str, str]:
+    """The configuration of a topic whose records wait to be read once (backfill rows,
+    snapshot signals): a retention of its own, and no size limit, set explicitly (a
+    cluster's ``retention.bytes`` would otherwise drop rows a stopped pipeline has not
+    read)."""
+    return record_topic_config(
+        kafka, **{"retention.ms": str(kafka.queue_retention_ms), "retention.bytes": "-1"}
+    )
+
+
 #: How long a consumer whose prefetch queue is full waits before fetching again. A
 #: broker may answer one fetch with a whole partition (the development broker does), and
 #: librdkafka's default (1 s) then left consumers idle with a backlog waiting: a backfill's

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
+
 from processor.snapshot.chunk_reader import ChunkReader, TableInfo
 from processor.snapshot.connect_values import Column
 from processor.snapshot.connector import Connector
 from processor.snapshot.postgres.connect_schemas import key_and_row_fields
-from processor.snapshot.postgres.reader import PostgresChunkReader
+from processor.snapshot.postgres.reader import PostgresChunkReader, source_errors
+from processor.snapshot.postgres.slot import slot_state
 from processor.snapshot.postgres.values import column
 from processor.snapshot.postgres.watermarks import PostgresWatermarkWriter
+from processor.snapshot.slot_watch import SlotState
 from processor.snapshot.watermarks import WatermarkWriter
 from tidemark.core.config import Config
 
@@ -36,3 +40,8 @@ class PostgresConnector(Connector):
 
     def key_and_row_fields(self, info: TableInfo) -> tuple[list[Any], list[Any]]:
         return key_and_row_fields(info, self._config.source.value_settings())
+
+    def slot_state(self) -> SlotState:
+        what = "reading the replication slot"
+        with source_errors(what), psycopg.connect(**self._config.source.session()) as conn:
+            return slot_state(conn, self._config.source.replication_slot)
