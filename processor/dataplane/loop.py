@@ -18,6 +18,7 @@ import logging
 import re
 import threading
 import time
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -32,7 +33,8 @@ from processor.events.chunk_records import framed_rows, rows_of
 from processor.events.chunk_tag import ChunkTags
 from processor.outages import Outage, is_outage
 from processor.pipeline.control_topic import ControlReader, ControlView, Lifecycle
-from processor.pipeline.offsets import ABANDONED_WRITE_SECONDS, complete_write
+from processor.pipeline.offsets import complete_write
+from processor.pipeline.offsets_lease import Lease, LeaseLost, abandoned, new_writer
 from processor.reconcile.batch import Batch, Reconciler, TopicPartitionKey
 from processor.tuning import keep_freed_memory, tune_garbage_collector
 from state.store import StateBackend
@@ -261,15 +263,15 @@ class DataPlane:
     def _obey(self, control: ControlView) -> bool:
         """Apply the pipeline's lifecycle; whether to consume now.
 
-        An offsets write in progress keeps the data plane out of the group; one
-        its writer left for longer than ``ABANDONED_WRITE_SECONDS`` is completed here.
+        An offsets write in progress keeps the data plane out of the group; one its
+        writer has not renewed for ``processor.offsets_write_abandoned_s`` is completed
+        here, by one instance.
         """
         wanted = control.lifecycle
         pending = control.offsets_write
         if pending is not None:
-            if time.time() * 1000 - pending["at_ms"] > ABANDONED_WRITE_SECONDS * 1000:
-                log.warning("completing an offsets write its writer left unfinished")
-                complete_write(self.config, pending)
+            if abandoned(self.config, pending, int(time.time() * 1000)):
+                self._complete_left(pending)
             wanted = Lifecycle.STOPPED
         if wanted is Lifecycle.STOPPED:
             if self._consumer is not None:
@@ -285,6 +287,21 @@ class DataPlane:
             log.info("data plane %s", "paused" if paused else "resumed")
         self.lifecycle = wanted
         return True
+
+    def _complete_left(self, plan: dict[str, Any]) -> None:
+        """Claim an offsets write its writer left, and complete it if the claim holds
+        (:mod:`processor.pipeline.offsets_lease`)."""
+        lease = Lease(self.config, plan, new_writer("dataplane"))
+        log.warning("claiming an offsets write its writer left unfinished (%s)", lease.writer)
+        if not lease.claim():
+            log.info("another instance claimed the offsets write; it completes it")
+            return
+        try:
+            complete_write(self.config, lease.plan, lease=lease)
+        except LeaseLost as exc:
+            log.warning("%s", exc)
+            return
+        log.warning("completed the offsets write its writer left unfinished")
 
     def _join(self) -> None:
         self._consumer = Consumer(

@@ -26,6 +26,8 @@ MAX_RECORD_BYTES = 8 << 20
 #: The lifecycle states a record may name (``processor.pipeline.control_topic.Lifecycle``).
 STATES = frozenset({"RUNNING", "PAUSED", "STOPPED"})
 _MAX_PARTITION = (1 << 31) - 1
+#: The longest writer id of an offsets-write plan.
+MAX_WRITER = 100
 _MAX_OFFSET = (1 << 63) - 1
 
 
@@ -94,6 +96,9 @@ def plan_record(value: bytes, pipeline: str, inputs: re.Pattern[str]) -> dict[st
                 raise ControlRecordError(f"a plan's offset {str(item[2])[:40]} is not an offset")
             if last == "position" and item[2] is not None and not isinstance(item[2], dict):
                 raise ControlRecordError("a plan's source position is not an object")
+    writer = record.get("writer", "")
+    if not isinstance(writer, str) or len(writer) > MAX_WRITER:
+        raise ControlRecordError("a plan whose writer is not a short text")
     _check_at_ms(record)
     return record
 

@@ -43,6 +43,7 @@ from confluent_kafka.admin import AdminClient
 
 from processor.errors import InvalidOffsetsError, PipelineActiveError
 from processor.pipeline.control_topic import OFFSETS_WRITE, ControlView, read_control, write_control
+from processor.pipeline.offsets_lease import Lease, abandoned, new_writer
 from processor.pipeline.offsets_schema import VERSION, validate
 from processor.snapshot.client import read_state
 from tidemark.core.config import Config
@@ -67,8 +68,6 @@ from tidemark.core.topics import (
     reader_group,
 )
 
-#: A plan in the control topic older than this has lost its writer: whoever sees it completes it.
-ABANDONED_WRITE_SECONDS = 60
 #: Where ``reset`` can go.
 RESET_TARGETS = ("beginning", "end", "timestamp")
 #: Changelog keys ``--reset-state`` remembers as tombstoned, to skip their repeats.
@@ -311,22 +310,34 @@ class Offsets:
         control = read_control(self.config)
         left = control.offsets_write
         if left is not None:
-            # A writer died: finish its write, keeping its record (which holds every data
-            # plane out) until this write's own plan replaces it.
-            complete_write(self.config, left, release=False)
+            # A writer left its write: finish it (:mod:`.offsets_lease`), keeping its record
+            # (which holds every data plane out) until this write's own plan replaces it.
+            # One still renewed is another writer's, at work.
+            taken = Lease(self.config, left, new_writer("offsets"))
+            if not abandoned(self.config, left, int(time.time() * 1000)) or not taken.claim():
+                raise self._in_progress()
+            complete_write(self.config, taken.plan, release=False, lease=taken)
         if self.members():
             if left is not None:
                 write_control(self.config, OFFSETS_WRITE, None)
             raise self._active()
         previous = self.read(control)
-        write_control(self.config, OFFSETS_WRITE, plan)
+        lease = Lease(self.config, plan, new_writer("offsets"))
+        lease.write()
         # An instance may have joined between the check and the plan; it leaves on seeing
         # the plan, but the write does not wait for that: it is refused.
         if self.members():
             write_control(self.config, OFFSETS_WRITE, None)
             raise self._active()
-        complete_write(self.config, plan)
+        complete_write(self.config, lease.plan, lease=lease)
         return {"previous": previous, "current": self.read()}
+
+    def _in_progress(self) -> PipelineActiveError:
+        """The refusal of a write while another writer's is being applied."""
+        return PipelineActiveError(
+            f"an offsets write of pipeline {self.pipeline!r} is being applied by another "
+            "writer; try again once it is done"
+        )
 
     def _active(self) -> PipelineActiveError:
         """The refusal of a write while instances are in the group."""
@@ -352,16 +363,21 @@ class Offsets:
                 )
 
 
-def complete_write(config: Config, plan: dict[str, Any], *, release: bool = True) -> None:
-    """Apply an offsets write's ``plan`` and (``release``) remove it from the control topic.
+def complete_write(
+    config: Config, plan: dict[str, Any], *, lease: Lease, release: bool = True
+) -> None:
+    """Apply an offsets write's ``plan`` under ``lease`` (renewed as it goes; it stops at
+    :class:`~processor.pipeline.offsets_lease.LeaseLost`), and (``release``) remove it from
+    the control topic.
 
     Each step gives the same result when run again, so a plan found half
     applied is completed by running it whole.
     """
     admin = AdminClient(client_config(config.kafka))
     for topic, partition in plan["reset_state"]:
-        _delete_state(config, topic, partition)
+        _delete_state(config, topic, partition, lease)
     Failpoint("offsets-write").passed()
+    lease.renew()
     group = plan["group"]
     if plan["delete_group"]:
         try:
@@ -382,7 +398,7 @@ def complete_write(config: Config, plan: dict[str, Any], *, release: bool = True
         body = None if value is None else orjson.dumps(value)
         producer.produce(topic, body, f"{name}/{partition}".encode(), 0, acks.on_delivery)
     acks.wait("source positions")
-    if release:
+    if release and lease.held():
         write_control(config, OFFSETS_WRITE, None)
 
 
@@ -391,7 +407,7 @@ def _unknown_positions(kinds: dict[Partition, str]) -> dict[Partition, dict[str,
     return {tp: None for tp, kind in kinds.items() if kind == "input"}
 
 
-def _delete_state(config: Config, topic: str, partition: int) -> None:
+def _delete_state(config: Config, topic: str, partition: int, lease: Lease) -> None:
     """Write a tombstone for every key of a changelog partition that has a value, streamed:
     a changelog may hold more keys than memory, so they are not collected first. A key
     written often gets a tombstone per value (idempotent) unless seen lately."""
@@ -400,6 +416,7 @@ def _delete_state(config: Config, topic: str, partition: int) -> None:
     on_delivery = acks.on_delivery  # one object: each record in flight holds a reference
     recent: set[bytes] = set()
     for key, value in _read_all(config, topic, partition):
+        lease.renew()
         if key is None or value is None or key in recent:
             continue
         if len(recent) >= RECENT_KEYS:
@@ -419,7 +436,7 @@ def _read_all(
     )
     try:
         end = exact_end_offsets(consumer, [TopicPartition(topic, partition)])[(topic, partition)]
-        for msg in read_range(consumer, topic, partition, 0, end, timeout=300):
+        for msg in read_range(consumer, topic, partition, 0, end, timeout=60):
             yield msg.key(), msg.value()
     finally:
         consumer.close()

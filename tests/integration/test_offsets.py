@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 from unittest.mock import patch
 
 from confluent_kafka import Producer
@@ -20,6 +21,7 @@ from confluent_kafka.admin import AdminClient
 
 from processor.pipeline import offsets
 from processor.pipeline.control_topic import read_control
+from processor.pipeline.offsets_lease import Lease
 from tests.integration.processes import (
     Processor,
     metric,
@@ -58,7 +60,12 @@ def versions(config: Config, table: Table) -> Counter[tuple[Any, ...]]:
 
 def test_offsets_rewind_with_state_kept_or_reset(stack: DevStack) -> None:
     kv, full = Table("iso_offs_kv"), Table("iso_offs_full", replica_full=True)
-    config = pipeline_config(stack, "offs", envelopes={"public.iso_offs_full": "debezium"})
+    config = pipeline_config(
+        stack,
+        "offs",
+        envelopes={"public.iso_offs_full": "debezium"},
+        offsets_write_abandoned_s=8.0,
+    )
     pipeline = config.processor.pipeline
     workload = Workload(config, [kv, full], seed=31)
     workload.create_tables()
@@ -154,7 +161,9 @@ def test_offsets_rewind_with_state_kept_or_reset(stack: DevStack) -> None:
         emitted_each(2)
 
         # A writer killed between deleting state and committing offsets leaves its plan;
-        # no data plane joins while it is there, and the next writer completes it first.
+        # no data plane joins while it is there. A writer that comes before the plan is
+        # abandoned is refused (it may be another writer's, at work, review A11); once
+        # abandoned, one data plane claims it and completes it, and the pipeline rejoins.
         lifecycle("stop", members=False)
         killed = run_cli(
             processor,
@@ -167,11 +176,13 @@ def test_offsets_rewind_with_state_kept_or_reset(stack: DevStack) -> None:
         )
         assert killed.returncode == -9, killed.stderr
         assert read_control(config).offsets_write is not None
+        early = run_cli(processor, "offsets", "reset", "--to", "end")
+        assert early.returncode != 0 and "being applied by another writer" in early.stderr, early
         cli(processor, "pipeline", "resume")
-        time.sleep(4)
+        time.sleep(2)
         assert not call("GET", offsets_url)[1]["members"]  # kept out by the plan
-        cli(processor, "offsets", "reset", "--to", "beginning")  # completes the plan, then this
-        assert read_control(config).offsets_write is None
+        wait_for("the left plan completed", lambda: read_control(config).offsets_write is None)
+        assert "completed the offsets write its writer left" in processor.log.read_text()
         wait_for("the rejoin", lambda: call("GET", offsets_url)[1]["members"])
         emitted_each(3)
         assert read_topic(config, f"{pipeline}.dlq") == []
@@ -224,7 +235,9 @@ def reset_peak(config: Config, records: int) -> int:
         produce_waiting(producer, topic, None, key, acks.on_delivery, 0)
     acks.wait("the changelog")
     with patch.object(offsets, "RECENT_KEYS", 1_000):
-        peak = peak_bytes(lambda: offsets._delete_state(config, topic, 0))
+        # No plan in the control topic: nothing to renew.
+        unrenewed = cast(Lease, SimpleNamespace(renew=lambda: None))
+        peak = peak_bytes(lambda: offsets._delete_state(config, topic, 0, unrenewed))
     live: dict[bytes, bytes] = {}
     for record in read_topic(config, topic):
         assert record.key is not None

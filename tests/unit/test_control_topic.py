@@ -7,6 +7,7 @@ carry out a forged offsets write against any topic or consumer group (review A3)
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import orjson
@@ -14,6 +15,7 @@ import pytest
 
 from processor import metrics
 from processor.pipeline.control_topic import LIFECYCLE, OFFSETS_WRITE, ControlView, Lifecycle
+from processor.pipeline.offsets_lease import abandoned, renew_every_s
 from tidemark.core.config import Config
 from tidemark.core.topics import backfill_topic, changelog_topic, dataplane_group
 
@@ -100,6 +102,8 @@ def test_a_lifecycle_record_tidemark_does_not_write_is_refused_and_changes_nothi
         {"positions": [[INPUT, 0, "lsn"]]},
         {"delete_group": "yes"},
         {"at_ms": None},
+        {"writer": 7},
+        {"writer": "w" * 101},
     ],
 )
 def test_a_plan_beyond_the_pipelines_own_group_and_topics_is_refused(
@@ -116,3 +120,17 @@ def test_keys_tidemark_does_not_read_are_ignored() -> None:
     view = ControlView(CONFIG)
     view.apply(b"other", b"not even JSON")
     assert view.records == {}
+
+
+def test_a_plan_is_abandoned_only_once_its_writer_stopped_renewing_it() -> None:
+    """Review A11: the time counts from the plan's last renewal, not its first write."""
+    config = dataclasses.replace(
+        CONFIG, processor=dataclasses.replace(CONFIG.processor, offsets_write_abandoned_s=60.0)
+    )
+    renewed = plan(at_ms=1_000_000, writer="offsets-1")
+    assert not abandoned(config, renewed, 1_000_000 + 60_000)
+    assert abandoned(config, renewed, 1_000_000 + 60_001)
+    assert renew_every_s(config) == 10.0
+    view = ControlView(config)
+    view.apply(OFFSETS_WRITE, orjson.dumps(renewed))
+    assert view.offsets_write == renewed

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
-from confluent_kafka import Producer
+import time
 
-from tidemark.core.errors import DeliveryError
-from tidemark.core.kafka import FAILURES_ONLY, Acknowledgements
+import pytest
+from confluent_kafka import Producer, TopicPartition
+
+from tidemark.core.errors import DeliveryError, TopicError
+from tidemark.core.kafka import FAILURES_ONLY, Acknowledgements, read_range
 
 
 def test_a_failures_only_producer_still_reports_a_record_kafka_never_acknowledged() -> None:
@@ -19,3 +21,49 @@ def test_a_failures_only_producer_still_reports_a_record_kafka_never_acknowledge
     with pytest.raises(DeliveryError, match="timed out"):
         acks.wait("test record", timeout=10)
     assert acks.failures == []  # reported once, then cleared
+
+
+class _Record:
+    def __init__(self, offset: int) -> None:
+        self._offset = offset
+
+    def offset(self) -> int:
+        return self._offset
+
+    def error(self) -> None:
+        return None
+
+
+class _SlowConsumer:
+    """A consumer whose records come one per call, ``pause`` apart (a long partition on a
+    slow broker), and none after ``stops_at``."""
+
+    def __init__(self, pause: float, stops_at: int) -> None:
+        self.pause, self.stops_at, self.next = pause, stops_at, 0
+
+    def assign(self, _partitions: object) -> None: ...
+
+    def unassign(self) -> None: ...
+
+    def consume(self, _count: int, timeout: float) -> list[_Record]:
+        if self.next >= self.stops_at:
+            time.sleep(timeout)
+            return []
+        time.sleep(self.pause)
+        self.next += 1
+        return [_Record(self.next - 1)]
+
+    def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(partitions[0].topic, 0, self.next)]
+
+
+def test_a_read_that_goes_on_is_never_cut_short_and_one_that_stalls_is() -> None:
+    """Review A11: a changelog partition that took longer to read than a total timeout
+    could never be reset. The timeout is a stall: the longest wait for the next record."""
+    slow = _SlowConsumer(pause=0.02, stops_at=40)  # 0.8 s in all, never 0.1 s apart
+    assert len(list(read_range(slow, "t", 0, 0, 40, timeout=0.1))) == 40  # type: ignore[arg-type]
+    stalled = _SlowConsumer(pause=0.0, stops_at=5)
+    started = time.monotonic()
+    with pytest.raises(TopicError, match="stopped at 5 of 40"):
+        list(read_range(stalled, "t", 0, 0, 40, timeout=0.3))  # type: ignore[arg-type]
+    assert time.monotonic() - started < 2

@@ -223,6 +223,10 @@ class ProcessorConfig:
     #: A pending key's row is asked for again after this many seconds, then after twice as
     #: long each time, up to an hour, until it comes (a request can be refused or aborted).
     read_again_retry_s: float = 300.0
+    #: An offsets write whose writer has not renewed it for this long (seconds) was left
+    #: unfinished: one data plane claims it and completes it. Its writer renews it every
+    #: sixth of this while it works.
+    offsets_write_abandoned_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -611,6 +615,8 @@ def _check_ranges(config: Config) -> None:
     sink = config.sink
     if sink.catalog_type != "hadoop" and not sink.catalog_uri:
         raise ConfigError(f"sink.catalog_uri: a {sink.catalog_type} catalog needs its URI")
+    if config.processor.offsets_write_abandoned_s < 1:
+        raise ConfigError("processor.offsets_write_abandoned_s: at least 1")
     if config.processor.state_cache_mb < 0:
         raise ConfigError("processor.state_cache_mb: must be 0 (no cache) or more")
     if sink.snapshot_retention_hours < 0:

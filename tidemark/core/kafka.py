@@ -477,7 +477,8 @@ def read_range(
     consumer: Consumer, topic: str, partition: int, start: int, end: int, timeout: float = 30.0
 ) -> Iterator[Message]:
     """The records of ``topic[partition]`` from ``start`` to ``end``, streamed (assigns
-    ``consumer`` until the last is read); ``timeout`` bounds the whole read."""
+    ``consumer`` until the last is read); :class:`TopicError` when no record comes for
+    ``timeout`` seconds (a stall: a long range that keeps coming is read whole)."""
     if start >= end:
         return
     assigned = [TopicPartition(topic, partition, start)]
@@ -488,6 +489,7 @@ def read_range(
         while position < end:
             if time.monotonic() > deadline:
                 raise TopicError(f"{topic}[{partition}] stopped at {position} of {end}")
+            before = position
             # as many as are left: the call returns once they are here, not at its timeout
             for msg in data_messages(consumer.consume(min(1000, end - position), _POLL_S)):
                 position = (msg.offset() or 0) + 1
@@ -495,5 +497,7 @@ def read_range(
                     yield msg
             # The consumer's position passes transaction markers, which are no messages.
             position = max(position, consumer.position(assigned)[0].offset)
+            if position > before:
+                deadline = time.monotonic() + timeout
     finally:
         consumer.unassign()
