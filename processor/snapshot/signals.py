@@ -142,12 +142,16 @@ def parse_signal(signal_id: str, kind: str, data: str | bytes | None) -> Signal:
     return ExecuteSnapshot(signal_id, tables, conditions, surrogate or None, keys)
 
 
+#: What the id of every read-again request starts with.
+READ_AGAIN = "read-again-"
+
+
 def read_again_signals(table: str, keys: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
     """Records for the signal topic, ``(id, value)``, asking to read ``keys`` of ``table``
     again (at most :data:`MAX_KEYS` a record)."""
     records = []
     for start in range(0, len(keys), MAX_KEYS):
-        request_id = f"read-again-{uuid.uuid4().hex}"
+        request_id = f"{READ_AGAIN}{uuid.uuid4().hex}"
         data = {
             "data-collections": [table],
             "type": "incremental",

@@ -7,7 +7,9 @@ change topic: source blocks with a list where a scalar belongs, positions and
 transaction ids beyond 64-bit integers, an op that is not a string, and a
 message above the input limit. Each becomes a dead letter (the last one as a
 reference to it), both tables converge to the source, ``/health`` answers 200
-throughout and the process never restarts.
+throughout and the process never restarts. The poison's key is read again from the
+source: ``wait_caught_up`` waits for that too (it returned before the row came, under
+load).
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import time
 
 import orjson
 import psycopg
+import pytest
 from confluent_kafka import Producer
 
+from processor.snapshot.client import send_signal
 from tests.integration.processes import (
     Processor,
     final_rows,
@@ -31,6 +35,7 @@ from tests.integration.processes import (
 )
 from tests.integration.test_api import TOKEN, VIEWER, call
 from tests.integration.workload import Table, Workload, source_rows
+from tidemark.cli.errors import NotCaughtUpError
 from tidemark.cli.verify import wait_caught_up
 from tidemark.core.config import TOKEN_ENV, VIEWER_TOKEN_ENV, Config
 from tidemark.core.kafka import producer_config
@@ -88,6 +93,9 @@ def test_poison_and_a_10_mb_row_stop_nothing(stack: DevStack) -> None:
 
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
+    # The poison's key is asked for again from the source (each dead-lettered change's key
+    # is): with snapshots paused, that read waits, and so does wait_caught_up.
+    send_signal(config, "pause-snapshot", {"type": "incremental"})
     workload.start()
     try:
         with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
@@ -110,6 +118,9 @@ def test_poison_and_a_10_mb_row_stop_nothing(stack: DevStack) -> None:
     finally:
         workload.stop()
     try:
+        with pytest.raises(NotCaughtUpError, match="asked again"):
+            wait_caught_up(config, timeout=20)
+        send_signal(config, "resume-snapshot", {"type": "incremental"})
         wait_caught_up(config, timeout=300)
         big = final_rows(reconciled(config, "iso_poison_big"))
         assert big[(1,)] == {"id": 1, "title": "after the poison", "body": body}

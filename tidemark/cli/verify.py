@@ -21,11 +21,13 @@ import psycopg
 from confluent_kafka import Consumer, TopicPartition
 from psycopg import sql
 
+from processor.snapshot.client import read_state
 from processor.snapshot.postgres.positions import committed_position, confirmed_flush_lsn
+from processor.snapshot.signals import READ_AGAIN
 from tidemark.cli.errors import NotCaughtUpError
 from tidemark.core.config import Config
 from tidemark.core.kafka import client_config, exact_end_offsets
-from tidemark.core.topics import backfilled_topic, dataplane_group
+from tidemark.core.topics import backfilled_topic, dataplane_group, signal_topic
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -85,22 +87,48 @@ def processor_lag(config: Config) -> dict[str, int]:
         consumer.close()
 
 
+def rows_asked_again(config: Config) -> tuple[int, int]:
+    """``(the signal topic's end, read-again requests not yet served)``: signals the
+    snapshot coordinator has not read count as unserved requests."""
+    topic = signal_topic(config.processor.pipeline)
+    consumer = Consumer(client_config(config.kafka, **{"group.id": "tidemark-verify"}))
+    try:
+        if topic not in consumer.list_topics(timeout=10).topics:
+            return 0, 0
+        end = exact_end_offsets(consumer, [TopicPartition(topic, 0)])[(topic, 0)]
+    finally:
+        consumer.close()
+    state = read_state(config)
+    read = state.signal_offsets.get(topic, {}).get(0, 0) if state else 0
+    waiting = sum(1 for t in state.pending() if t.request_id.startswith(READ_AGAIN)) if state else 0
+    return end, max(0, end - read) + waiting
+
+
 def wait_caught_up(config: Config, timeout: float = 180) -> None:
     """Wait until every source change up to now went through Debezium and the processor.
 
     Every transaction committed before the call ends at or before :func:`source_lsn`; once the
     slot confirmed it, their events are in Kafka (:func:`wait_debezium`), in topics listed
     from then on; and the data plane commits an input offset only after the outputs of
-    the messages before it were acknowledged.
+    the messages before it were acknowledged. A key whose row the data plane asked for
+    again (:func:`rows_asked_again`) emits once its row, read again, went through: so the
+    wait also needs no such request unserved, the same before and after the lag was read
+    (a batch that asks writes its request before it commits).
     """
     deadline = time.monotonic() + timeout
     wait_debezium(config, source_lsn(config), timeout)
+    lag: dict[str, int] = {}
+    asked = (0, 0)
     while time.monotonic() < deadline:
+        asked = rows_asked_again(config)
         lag = processor_lag(config)
-        if lag and not any(lag.values()):
+        if lag and not any(lag.values()) and not asked[1] and rows_asked_again(config) == asked:
             return
         time.sleep(0.5)
-    raise NotCaughtUpError(f"the processor did not catch up within {timeout:.0f} s: {lag}")
+    raise NotCaughtUpError(
+        f"the processor did not catch up within {timeout:.0f} s: {lag}"
+        + (f"; {asked[1]} requests for rows asked again wait" if asked[1] else "")
+    )
 
 
 @dataclass(frozen=True)
