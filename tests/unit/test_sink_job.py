@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
+from pyspark.sql import SparkSession
 
+from spark_sink import job
 from spark_sink.errors import TableRetry, TableStop
-from spark_sink.job import _verdict
+from spark_sink.job import Sink, _verdict
+from tidemark.core.config import Config
 
 
 class Py4JLike(Exception):
@@ -67,3 +72,18 @@ def test_other_failures_end_the_sink() -> None:
     assert _verdict(fatal) is fatal
     spark = Py4JLike("java.lang.OutOfMemoryError: Java heap space")
     assert _verdict(spark) is spark
+
+
+def test_a_first_unread_record_that_does_not_come_is_tried_again_not_a_gap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When the sink must date its unread records by the first of them and Kafka sends
+    none in time, nothing is known of a gap: the batch is tried again, where taking it for
+    one made the table again from the whole topic."""
+    topic = "p.reconciled.public.t"
+    sink = Sink(Config(), cast(SparkSession, None))
+    sink._retention[topic] = 24 * 3600 * 1000
+    sink.progress[topic], sink.unread_since[topic] = {0: 5}, {}  # an earlier release's table
+    monkeypatch.setattr(job, "first_unread", lambda _context, _topic, _wanted: {})
+    with pytest.raises(TableRetry, match="first unread record did not come"):
+        sink._gap(topic, {0: 9})
