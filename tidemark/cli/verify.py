@@ -26,7 +26,7 @@ from processor.snapshot.postgres.positions import committed_position, confirmed_
 from processor.snapshot.signals import READ_AGAIN
 from tidemark.cli.errors import NotCaughtUpError
 from tidemark.core.config import Config
-from tidemark.core.kafka import client_config, exact_end_offsets
+from tidemark.core.kafka import client_config, exact_end_offsets, read_range
 from tidemark.core.topics import backfilled_topic, dataplane_group, signal_topic
 
 if TYPE_CHECKING:
@@ -89,19 +89,23 @@ def processor_lag(config: Config) -> dict[str, int]:
 
 def rows_asked_again(config: Config) -> tuple[int, int]:
     """``(the signal topic's end, read-again requests not yet served)``: signals the
-    snapshot coordinator has not read count as unserved requests."""
+    snapshot coordinator has not read count as unserved requests. (The records after
+    the coordinator's offset are read, not counted: a transaction's commit marker, which
+    no reader is given, can sit there, as the data plane writes its requests in its
+    transactions.)"""
     topic = signal_topic(config.processor.pipeline)
-    consumer = Consumer(client_config(config.kafka, **{"group.id": "tidemark-verify"}))
-    try:
-        if topic not in consumer.list_topics(timeout=10).topics:
-            return 0, 0
-        end = exact_end_offsets(consumer, [TopicPartition(topic, 0)])[(topic, 0)]
-    finally:
-        consumer.close()
     state = read_state(config)
     read = state.signal_offsets.get(topic, {}).get(0, 0) if state else 0
     waiting = sum(1 for t in state.pending() if t.request_id.startswith(READ_AGAIN)) if state else 0
-    return end, max(0, end - read) + waiting
+    consumer = Consumer(client_config(config.kafka, **{"group.id": "tidemark-verify"}))
+    try:
+        if topic not in consumer.list_topics(timeout=10).topics:
+            return 0, waiting
+        end = exact_end_offsets(consumer, [TopicPartition(topic, 0)])[(topic, 0)]
+        unread = sum(1 for _ in read_range(consumer, topic, 0, read, end))
+    finally:
+        consumer.close()
+    return end, unread + waiting
 
 
 def wait_caught_up(config: Config, timeout: float = 180) -> None:
