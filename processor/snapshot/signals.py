@@ -43,9 +43,12 @@ WINDOW_TYPES = frozenset({OPEN, CLOSE})
 MAX_TABLES = 1000
 MAX_FILTER_BYTES = 2048
 MAX_ID_CHARS = 256
-#: Keys of one ``keys`` request, and the JSON size of one key.
+#: Keys of one ``keys`` request, the JSON size of one key, and of all of them: a primary
+#: key's JSON can take several KB (PostgreSQL indexes values up to about 2.7 KB, and JSON
+#: writes some characters in six bytes), and a request stays one modest record.
 MAX_KEYS = 1000
-MAX_KEY_BYTES = 1024
+MAX_KEY_BYTES = 16 << 10
+MAX_REQUEST_KEY_BYTES = 1 << 20
 
 #: ``schema.table``: one dot between two non-empty names (quoted names may hold spaces).
 TABLE_PATTERN = r"^[^.]+\.[^.]+$"
@@ -148,15 +151,22 @@ READ_AGAIN = "read-again-"
 
 def read_again_signals(table: str, keys: list[dict[str, Any]]) -> list[tuple[str, bytes]]:
     """Records for the signal topic, ``(id, value)``, asking to read ``keys`` of ``table``
-    again (at most :data:`MAX_KEYS` a record)."""
+    again (at most :data:`MAX_KEYS` and :data:`MAX_REQUEST_KEY_BYTES` of keys a record).
+    A key longer than :data:`MAX_KEY_BYTES` still goes, in a request the coordinator
+    refuses with the reason, so that it takes no other key down with it."""
+    groups: list[list[dict[str, Any]]] = []
+    size = 0
+    for key in keys:
+        length = len(orjson.dumps(key)) + 1
+        if not groups or len(groups[-1]) == MAX_KEYS or size + length > MAX_REQUEST_KEY_BYTES:
+            groups.append([])
+            size = 0
+        groups[-1].append(key)
+        size += length
     records = []
-    for start in range(0, len(keys), MAX_KEYS):
+    for group in groups:
         request_id = f"{READ_AGAIN}{uuid.uuid4().hex}"
-        data = {
-            "data-collections": [table],
-            "type": "incremental",
-            "keys": keys[start : start + MAX_KEYS],
-        }
+        data = {"data-collections": [table], "type": "incremental", "keys": group}
         value = {"id": request_id, "type": "execute-snapshot", "data": data}
         records.append((request_id, orjson.dumps(value)))
     return records
@@ -171,6 +181,7 @@ def _keys(signal_id: str, value: Any, tables: tuple[str, ...]) -> tuple[dict[str
         raise SignalError(f"signal {signal_id}: keys must be a non-empty list of key objects")
     if len(value) > MAX_KEYS:
         raise SignalError(f"signal {signal_id}: more than {MAX_KEYS} keys in one request")
+    total = 0
     for key in value:
         if (
             not isinstance(key, dict)
@@ -181,8 +192,15 @@ def _keys(signal_id: str, value: Any, tables: tuple[str, ...]) -> tuple[dict[str
                 f"signal {signal_id}: a key must map each key column to a number, text or "
                 f"boolean, not {str(key)[:100]!r}"
             )
-        if len(orjson.dumps(key)) > MAX_KEY_BYTES:
+        length = len(orjson.dumps(key))
+        if length > MAX_KEY_BYTES:
             raise SignalError(f"signal {signal_id}: a key is longer than {MAX_KEY_BYTES} bytes")
+        total += length + 1
+        if total > MAX_REQUEST_KEY_BYTES:
+            raise SignalError(
+                f"signal {signal_id}: more than {MAX_REQUEST_KEY_BYTES} bytes of keys in one "
+                "request"
+            )
     return tuple(value)
 
 

@@ -24,8 +24,8 @@ from processor.snapshot.progress import (
 )
 from processor.snapshot.signals import (
     MAX_FILTER_BYTES,
-    MAX_KEY_BYTES,
     MAX_KEYS,
+    MAX_REQUEST_KEY_BYTES,
     MAX_TABLES,
     ExecuteSnapshot,
     PauseSnapshot,
@@ -315,7 +315,7 @@ def test_keys_requests_keep_the_progress_record_under_its_bound() -> None:
     request that would pass it is refused (the data plane asks for its keys again later),
     and a finished request keeps no keys."""
     state = SnapshotState()
-    long_key = "k" * (MAX_KEY_BYTES - 20)
+    long_key = "k" * (MAX_REQUEST_KEY_BYTES // MAX_KEYS - 20)  # requests of their most bytes
     accepted = refused = 0
     for number in range(40):
         keys = tuple({"id": f"{long_key}{number:04d}{i:04d}"} for i in range(MAX_KEYS))

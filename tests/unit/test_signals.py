@@ -9,6 +9,8 @@ from processor.errors import SignalError
 from processor.snapshot.signals import (
     MAX_FILTER_BYTES,
     MAX_ID_CHARS,
+    MAX_KEY_BYTES,
+    MAX_REQUEST_KEY_BYTES,
     MAX_TABLES,
     ExecuteSnapshot,
     PauseSnapshot,
@@ -101,7 +103,10 @@ def test_a_keys_request_reads_chosen_keys_of_one_table() -> None:
         ({"data-collections": ["public.t", "public.u"], "keys": [{"id": 5}]}, "exactly one"),
         ({"data-collections": ["public.t"], "keys": []}, "non-empty"),
         ({"data-collections": ["public.t"], "keys": [{"id": [1]}]}, "number, text or boolean"),
-        ({"data-collections": ["public.t"], "keys": [{"id": "x" * 2000}]}, "longer than"),
+        (
+            {"data-collections": ["public.t"], "keys": [{"id": "x" * MAX_KEY_BYTES}]},
+            "longer than",
+        ),
         ({"data-collections": ["public.t"], "keys": [{"id": i} for i in range(1001)]}, "1000"),
         (
             {
@@ -127,3 +132,29 @@ def test_the_data_plane_asks_again_in_signals_the_coordinator_reads() -> None:
         assert isinstance(signal, ExecuteSnapshot) and signal.request_id == request_id
         parsed += signal.keys
     assert parsed == keys
+
+
+def test_long_keys_are_asked_again_in_requests_the_coordinator_takes() -> None:
+    """Review S4: a read-again request held up to 1,000 keys whatever their length, and
+    the coordinator refused a request with any key over 1 KB, whole: its other keys were
+    refused with it, again and again, and 1,000 long keys made a record of megabytes. A
+    primary key's JSON can reach several KB (PostgreSQL indexes values up to about 2.7 KB,
+    and JSON escapes some characters in six bytes): requests are now bounded in bytes,
+    and every one is taken."""
+    keys = [{"id": f"{i:05d}" + "\u0001" * 400} for i in range(1000)]  # 2.4 kB of JSON each
+    records = read_again_signals("public.t", keys)
+    parsed = []
+    for _request_id, value in records:
+        assert len(value) <= MAX_REQUEST_KEY_BYTES + 1024
+        doc = orjson.loads(value)
+        signal = parse_signal(doc["id"], doc["type"], orjson.dumps(doc["data"]))
+        assert isinstance(signal, ExecuteSnapshot)
+        parsed += signal.keys
+    assert parsed == keys
+
+
+def test_a_request_past_its_bytes_is_refused() -> None:
+    keys = [{"id": "k" * 5000 + str(i)} for i in range(MAX_REQUEST_KEY_BYTES // 5000 + 1)]
+    data = {"data-collections": ["public.t"], "keys": keys}
+    with pytest.raises(SignalError, match="bytes of keys"):
+        parse_signal("k-3", "execute-snapshot", orjson.dumps(data))
