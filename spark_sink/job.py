@@ -86,6 +86,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+#: A gap of data lost for good is read again this many times, this far apart (seconds),
+#: before its table stops.
+GAP_CHECKS = 3
+GAP_PAUSE_S = 1.0
+
+
 class Shape(NamedTuple):
     """A table's columns and primary key, as the sink last saw or made them."""
 
@@ -212,7 +218,7 @@ class Sink:
                 since[partition] = read_ms  # caught up: what comes next is newer
             lag = end - committed.get(partition, starts.get(partition, 0))
             metrics.LAG.labels(topic, str(partition)).set(lag)
-        found = self._gap(topic, ends)
+        found = self._checked_gap(topic, ends)
         if found is not None:
             if not (found.rebuildable and self.config.sink.rebuild_on_gap):
                 raise TableStop(found.reason)
@@ -223,6 +229,21 @@ class Sink:
             with metrics.BATCH_SECONDS.labels(table.path).time():
                 self._merge(topic, table, ranges, {**since, **reached})
         return len(ranges)
+
+    def _checked_gap(self, topic: str, ends: dict[int, int]) -> Gap | None:
+        """:meth:`_gap`; one that only data lost for good explains (a topic made again, a
+        start past the table's offsets) is read again :data:`GAP_CHECKS` times first, and
+        counts only if every read finds one: a read of a topic's ends under load once gave
+        0. ``ends`` takes the fresh ends."""
+        found = self._gap(topic, ends)
+        for _ in range(GAP_CHECKS):
+            if found is None or found.rebuildable:
+                break
+            time.sleep(GAP_PAUSE_S)
+            self._starts[topic], fresh = topic_offsets(self.context.consumer, topic, len(ends))
+            ends.update(fresh)
+            found = self._gap(topic, ends)
+        return found
 
     def _gap(self, topic: str, ends: dict[int, int]) -> Gap | None:
         """The first partition of ``topic`` the table cannot merge on (:mod:`spark_sink.gaps`);

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import cast
 
 import pytest
@@ -87,3 +88,23 @@ def test_a_first_unread_record_that_does_not_come_is_tried_again_not_a_gap(
     monkeypatch.setattr(job, "first_unread", lambda _context, _topic, _wanted: {})
     with pytest.raises(TableRetry, match="first unread record did not come"):
         sink._gap(topic, {0: 9})
+
+
+def test_a_topic_end_misread_once_is_read_again_before_its_table_stops(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A clean-clone CI run stopped a continuous sink's table for a topic "made again":
+    one read of the topic's ends, under load, gave 0. A gap that only data lost for good
+    explains is read again before the table stops; the fresh ends go on."""
+    topic = "p.reconciled.public.t"
+    sink = Sink(Config(), cast(SparkSession, None))
+    sink._retention[topic] = 24 * 3600 * 1000
+    sink.progress[topic], sink.unread_since[topic] = {0: 224}, {0: int(time.time() * 1000)}
+    monkeypatch.setattr(job, "GAP_PAUSE_S", 0.0)
+    monkeypatch.setattr(job, "topic_offsets", lambda _conf, _topic, _count: ({0: 0}, {0: 300}))
+    ends = {0: 0}
+    assert sink._checked_gap(topic, ends) is None
+    assert ends == {0: 300}
+    monkeypatch.setattr(job, "topic_offsets", lambda _conf, _topic, _count: ({0: 0}, {0: 7}))
+    found = sink._checked_gap(topic, {0: 0})
+    assert found is not None and "made again" in found.reason
