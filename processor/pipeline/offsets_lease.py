@@ -53,6 +53,8 @@ class Lease:
 
     def __init__(self, config: Config, plan: dict[str, Any], writer: str) -> None:
         self._config = config
+        #: The plan as this writer found it: a claim is made only if it is still there.
+        self._found = (plan.get("writer"), plan.get("at_ms"))
         self.plan = {**plan, "writer": writer}
         self.writer = writer
         self._next = time.monotonic() + renew_every_s(config)
@@ -68,7 +70,12 @@ class Lease:
         return current is not None and current.get("writer") == self.writer
 
     def claim(self) -> bool:
-        """Claim an abandoned plan: whether this writer holds it once claims settled."""
+        """Claim an abandoned plan: whether this writer holds it once claims settled. A
+        plan renewed, claimed or completed since it was found is left alone (a view of
+        the control topic can lag behind it)."""
+        current = read_control(self._config).offsets_write
+        if current is None or (current.get("writer"), current.get("at_ms")) != self._found:
+            return False
         self.write()
         time.sleep(SETTLE_S)
         return self.held()
