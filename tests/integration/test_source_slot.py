@@ -45,14 +45,7 @@ def test_the_slots_wal_and_its_loss_are_shown(cluster: postgres.PostgresCluster)
     with psycopg.connect(**cluster.conninfo(), autocommit=True) as admin:  # type: ignore[arg-type]
         admin.execute("CREATE TABLE public.tidemark_signal (id text, type text, data text)")
         password = postgres.create_processor_role(cluster, "public.tidemark_signal")
-        source = SourceConfig(
-            host="127.0.0.1",
-            port=cluster.port,
-            dbname=postgres.DBNAME,
-            user=postgres.PROCESSOR_ROLE,
-            password=password,
-            replication_slot=SLOT,
-        )
+        source = SourceConfig(**cluster.processor_login(password), replication_slot=SLOT)
         connector = PostgresConnector(dataclasses.replace(Config(), source=source))
         assert connector.slot_state() == SlotState(exists=False)
 

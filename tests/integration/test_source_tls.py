@@ -45,11 +45,7 @@ def tls_source(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsSource]:
             )
         password = postgres.create_processor_role(cluster, "public.tidemark_signal")
         source = SourceConfig(
-            host="127.0.0.1",
-            port=cluster.port,
-            dbname=postgres.DBNAME,
-            user=postgres.PROCESSOR_ROLE,
-            password=password,
+            **cluster.processor_login(password),
             sslmode="verify-full",
             sslrootcert=str(ca.cert),
             sslcert=str(client.cert),

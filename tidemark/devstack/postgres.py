@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -61,6 +62,16 @@ class PostgresCluster:
             "dbname": dbname,
             "user": SUPERUSER,
             "password": self.password,
+        }
+
+    def processor_login(self, password: str) -> dict[str, Any]:
+        """The source settings that log in as :data:`PROCESSOR_ROLE` (its ``password``)."""
+        return {
+            "host": "127.0.0.1",
+            "port": self.port,
+            "dbname": DBNAME,
+            "user": PROCESSOR_ROLE,
+            "password": password,
         }
 
 

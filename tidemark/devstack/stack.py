@@ -103,12 +103,7 @@ class DevStack:
                     schema_registry_url=registry_url,
                 ),
                 source=dataclasses.replace(
-                    self.config.source,
-                    host="127.0.0.1",
-                    port=cluster.port,
-                    dbname=postgres.DBNAME,
-                    user=postgres.PROCESSOR_ROLE,
-                    password=processor_password,
+                    self.config.source, **cluster.processor_login(processor_password)
                 ),
                 dev=dataclasses.replace(
                     self.config.dev,
