@@ -78,7 +78,13 @@ class Lease:
             return False
         self.write()
         time.sleep(SETTLE_S)
-        return self.held()
+        if not self.held():
+            return False
+        # Renewed at once: the wait and the reads must not make the claim look abandoned
+        # to the others (under load they outlasted a short abandonment time, and two
+        # instances took the plan from each other in turn).
+        self.write()
+        return True
 
     def renew(self) -> None:
         """Renew the plan if it is time; :class:`LeaseLost` if another writer holds it.

@@ -38,7 +38,7 @@ def group_offsets(config: Config, topic: str) -> list[int]:
 def test_a_renewed_write_is_left_alone_and_a_left_one_completed_by_one_instance(
     stack: DevStack,
 ) -> None:
-    config = pipeline_config(stack, "lease", offsets_write_abandoned_s=3.0)
+    config = pipeline_config(stack, "lease", offsets_write_abandoned_s=6.0)
     topic = change_topic(config.source.topic_prefix, "public.iso_lease_t")
     ensure_topics(AdminClient(client_config(config.kafka)), {topic: 1}, 1)
     set_lifecycle(config, Lifecycle.STOPPED, "test")  # no instance rejoins after the write
@@ -63,7 +63,7 @@ def test_a_renewed_write_is_left_alone_and_a_left_one_completed_by_one_instance(
         lease.write()
         # A writer at work renews its plan: for more than twice the abandonment time,
         # nobody takes it.
-        renewed_until = time.monotonic() + 7
+        renewed_until = time.monotonic() + 13
         while time.monotonic() < renewed_until:
             lease.renew()
             current = read_control(config).offsets_write

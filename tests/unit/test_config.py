@@ -102,6 +102,10 @@ def test_the_catalog_password_comes_from_the_environment_and_stays_out_of_repr(
             "source.debezium.transforms: name the transforms (e.g. unwrap)",
         ),
         (
+            "processor:\n  offsets_write_abandoned_s: 3\n",
+            "processor.offsets_write_abandoned_s: at least 6",
+        ),
+        (
             "processor:\n  state_cache_mb: -1\n",
             "processor.state_cache_mb: must be 0 (no cache) or more",
         ),

@@ -14,8 +14,9 @@ import orjson
 import pytest
 
 from processor import metrics
+from processor.pipeline import offsets_lease
 from processor.pipeline.control_topic import LIFECYCLE, OFFSETS_WRITE, ControlView, Lifecycle
-from processor.pipeline.offsets_lease import abandoned, renew_every_s
+from processor.pipeline.offsets_lease import Lease, abandoned, renew_every_s
 from tidemark.core.config import Config
 from tidemark.core.topics import backfill_topic, changelog_topic, dataplane_group
 
@@ -134,3 +135,41 @@ def test_a_plan_is_abandoned_only_once_its_writer_stopped_renewing_it() -> None:
     view = ControlView(config)
     view.apply(OFFSETS_WRITE, orjson.dumps(renewed))
     assert view.offsets_write == renewed
+
+
+class _ControlTopic:
+    """The control topic's offsets plan, in memory, with a clock that moves by hand."""
+
+    def __init__(self, found: dict[str, Any]) -> None:
+        self.plan: dict[str, Any] | None = found
+        self.now_ms = found["at_ms"]
+
+    def read(self, _config: Config) -> ControlView:
+        view = ControlView(CONFIG)
+        view.records = {} if self.plan is None else {OFFSETS_WRITE: self.plan}
+        return view
+
+    def write(self, _config: Config, _key: bytes, value: dict[str, Any] | None) -> None:
+        self.plan = None if value is None else {**value, "at_ms": self.now_ms}
+
+    def sleep(self, seconds: float) -> None:
+        self.now_ms += int(seconds * 1000)
+
+
+def test_a_claimed_plan_is_renewed_as_soon_as_the_claim_settles(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A claim waits SETTLE_S for other claims; the plan must not then look abandoned to
+    them for the time it waited (under load the wait and reads outlast a short
+    abandonment time, and the two instances took the plan from each other in turn)."""
+    topic = _ControlTopic(plan(at_ms=1_000_000, writer="offsets-gone"))
+    monkeypatch.setattr(offsets_lease, "read_control", topic.read)
+    monkeypatch.setattr(offsets_lease, "write_control", topic.write)
+    monkeypatch.setattr(offsets_lease.time, "sleep", topic.sleep)
+    topic.now_ms += 61_000
+    found = topic.plan
+    assert found is not None
+    lease = Lease(CONFIG, found, "offsets-new")
+    assert lease.claim()
+    assert topic.plan is not None and topic.plan["writer"] == "offsets-new"
+    assert topic.plan["at_ms"] == topic.now_ms  # renewed after the wait, not before it

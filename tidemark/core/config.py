@@ -615,8 +615,9 @@ def _check_ranges(config: Config) -> None:
     sink = config.sink
     if sink.catalog_type != "hadoop" and not sink.catalog_uri:
         raise ConfigError(f"sink.catalog_uri: a {sink.catalog_type} catalog needs its URI")
-    if config.processor.offsets_write_abandoned_s < 1:
-        raise ConfigError("processor.offsets_write_abandoned_s: at least 1")
+    if config.processor.offsets_write_abandoned_s < 6:
+        # A claim waits 2 s for other claims and renews every sixth of this time.
+        raise ConfigError("processor.offsets_write_abandoned_s: at least 6 (seconds)")
     if config.processor.state_cache_mb < 0:
         raise ConfigError("processor.state_cache_mb: must be 0 (no cache) or more")
     if sink.snapshot_retention_hours < 0:
