@@ -150,12 +150,15 @@ def source_rows(config: Config, name: str) -> dict[tuple[Any, ...], dict[str, An
 class Writer:
     """Random transactions on ``public.<name>`` until stopped: updates, deletes, new rows."""
 
-    def __init__(self, config: Config, name: str, keys: int, seed: int) -> None:
+    def __init__(
+        self, config: Config, name: str, keys: int, seed: int, new_from: int | None = None
+    ) -> None:
+        """Changes keys 1 to ``keys``; new rows from ``new_from`` (``keys + 1``) on."""
         self.config, self.table, self.keys = config, sql.Identifier("public", name), keys
         self.rng = random.Random(seed)
         self.touched: set[int] = {0}
         self.transactions = 0
-        self._next_id = keys + 1
+        self._next_id = keys + 1 if new_from is None else new_from
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.error: BaseException | None = None
