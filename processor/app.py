@@ -45,6 +45,7 @@ from tidemark.core.config import Config
 from tidemark.core.errors import TidemarkError
 from tidemark.core.kafka_aio import aiokafka_settings
 from tidemark.core.ports import claim_port
+from tidemark.core.record_auth import KEY_ENV, record_keys
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,12 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
     """The Faust app and its data plane for ``config``."""
     pc = config.processor
     tokens = Tokens.read(os.environ)  # refuses tokens too short before anything starts
+    if record_keys() is None:  # and a record key too short
+        log.warning(
+            "%s is not set: control and backfill records are neither signed nor checked, "
+            "so write access to the pipeline's topics gives orders (see Security)",
+            KEY_ENV,
+        )
     limit = FailureLimit(pc.api_auth_failures_per_minute)
     # with no operator's token nothing is served, and a random key accepts no cookie
     sessions = Sessions(tokens.operator or secrets.token_hex(32), tokens.viewer)

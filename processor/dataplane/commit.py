@@ -61,6 +61,7 @@ from tidemark.core.config import Config
 from tidemark.core.errors import InputError
 from tidemark.core.failpoints import Failpoint
 from tidemark.core.kafka import consumer_config, produce_waiting
+from tidemark.core.record_auth import record_keys
 from tidemark.core.topics import dead_letter_topic, positions_topic, reader_group, signal_topic
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,7 @@ class Committer:
         self._probe = Consumer(consumer_config(config.kafka, reader_group(pipeline, "commit")))
         #: Per input partition: when its changelog's end was last read.
         self._positions_read: dict[TopicPartitionKey, float] = {}
+        self._record_keys = record_keys()
         self._outputs_acked = Failpoint("outputs-acked")
         self._after_flush = Failpoint("after-flush")
         self._window_release = Failpoint("window-release")
@@ -131,6 +133,7 @@ class Committer:
                 produce_waiting(
                     target.producer, record[0], record[3], record[2], on_delivery, record[1]
                 )
+        signing = self._record_keys
         for tp, markers in batch.markers.items():  # a truncate's, in its own partition's
             target = writer(tp)
             for record in markers:
@@ -141,6 +144,7 @@ class Committer:
                     record[2],
                     target.acks.on_delivery,
                     record[1],
+                    None if signing is None else [signing.sign(record[0], record[2], record[3])],
                 )
         for topic, count in batch.produced.items():
             metrics.EVENTS_OUT.labels(topic).inc(count)

@@ -30,7 +30,7 @@ from processor.dataplane.partitions import Partitions
 from processor.dataplane.replay import Replays
 from processor.errors import ProcessorError
 from processor.events.chunk_records import framed_rows, rows_of
-from processor.events.chunk_tag import ChunkTags
+from processor.events.chunk_tag import UNSIGNED, ChunkTags
 from processor.outages import Outage, is_outage
 from processor.pipeline.control_topic import ControlReader, ControlView, Lifecycle
 from processor.pipeline.offsets import complete_write
@@ -52,6 +52,7 @@ from tidemark.core.kafka import (
     record_topic_config,
 )
 from tidemark.core.messages import RawMessage
+from tidemark.core.record_auth import record_keys
 from tidemark.core.schema_registry import configured_schemas
 from tidemark.core.topics import backfill_prefix, backfill_topic, dataplane_group, instances_topic
 
@@ -91,6 +92,7 @@ class DataPlane:
             self._backfill,
         )
         self._chunk_tags = ChunkTags()
+        self._record_keys = record_keys()
         self._subscribed: list[str] = []
         self._next_discovery = 0.0
         self._next_lag = 0.0
@@ -210,6 +212,7 @@ class DataPlane:
         tp: TopicPartitionKey = ("", -1)
         group: list[RawMessage] = []
         tagged = False
+        keys = self._record_keys
         for msg in data_messages(messages):
             topic, partition = msg.topic() or "", msg.partition() or 0
             if partition != tp[1] or topic != tp[0]:  # a run of one partition's messages ends
@@ -219,6 +222,17 @@ class DataPlane:
             chunk = None
             if tagged:
                 headers = msg.headers()
+                if keys is not None and not keys.verify(topic, msg.key(), msg.value(), headers):
+                    unsigned = (
+                        topic,
+                        partition,
+                        msg.offset() or 0,
+                        msg.key(),
+                        msg.value(),
+                        UNSIGNED,
+                    )
+                    group.append(make(RawMessage, unsigned))  # a dead letter (review A3)
+                    continue
                 chunk = self._chunk_tags.parse(headers)
                 count = framed_rows(headers)
                 if count is not None:

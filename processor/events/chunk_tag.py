@@ -30,6 +30,15 @@ WINDOW_HEADER = "tidemark.window"
 REQUEST_HEADER = "tidemark.request"
 
 
+class Unsigned:
+    """The chunk of a backfill record that is not signed with the pipeline's record key
+    (:mod:`tidemark.core.record_auth`): it is a dead letter, never a row or a marker."""
+
+
+#: The one :class:`Unsigned` (a message's ``chunk``).
+UNSIGNED = Unsigned()
+
+
 class ChunkTag(NamedTuple):
     """What a backfill record says about the chunk it belongs to."""
 

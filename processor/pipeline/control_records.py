@@ -103,6 +103,13 @@ def plan_record(value: bytes, pipeline: str, inputs: re.Pattern[str]) -> dict[st
     return record
 
 
+def checked_time(header: object) -> int:
+    """The time in ms a record's ``tidemark.at`` header gives."""
+    if not isinstance(header, bytes) or not header.isdigit() or len(header) > 18:
+        raise ControlRecordError("no tidemark.at header with the time it was written")
+    return int(header)
+
+
 def _object(value: bytes) -> dict[str, Any]:
     if len(value) > MAX_RECORD_BYTES:
         raise ControlRecordError(f"{len(value)} bytes, above {MAX_RECORD_BYTES}")

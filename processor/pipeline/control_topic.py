@@ -15,6 +15,14 @@ Writers (the API, the CLI) need no running processor: a pipeline stopped
 before its processor starts stays stopped. A record that is not one Tidemark writes
 (:mod:`processor.pipeline.control_records`) is refused with a log line and
 ``tidemark_control_records_refused_total``, and the view keeps what it had.
+
+Each record carries the time it was written in a ``tidemark.at`` header, and a
+released plan's tombstone names its writer (``tidemark.released``). With a record key
+(:mod:`tidemark.core.record_auth`) every record is signed, and a reader refuses one that
+is not, one older than its key's newest by more than :data:`REPLAY_SKEW_MS` (a copy of an
+old record written again), and a plan whose writer was released. The topic keeps
+tombstones (``delete.retention.ms`` of ten years), so a key's newest time outlives
+compaction.
 """
 
 from __future__ import annotations
@@ -31,7 +39,12 @@ from confluent_kafka.admin import AdminClient
 
 from processor import metrics
 from processor.errors import ProcessorError
-from processor.pipeline.control_records import ControlRecordError, lifecycle_record, plan_record
+from processor.pipeline.control_records import (
+    ControlRecordError,
+    checked_time,
+    lifecycle_record,
+    plan_record,
+)
 from tidemark.core.config import Config
 from tidemark.core.kafka import (
     client_config,
@@ -44,10 +57,20 @@ from tidemark.core.kafka import (
     reader_config,
     record_topic_config,
 )
+from tidemark.core.record_auth import record_keys
 from tidemark.core.topics import control_topic, reader_group
 
 LIFECYCLE = b"lifecycle"
 OFFSETS_WRITE = b"offsets-write"
+AT_HEADER = "tidemark.at"
+RELEASED_HEADER = "tidemark.released"
+#: How much older than its key's newest record a record may be (clocks of two writers
+#: differ); an older one is a copy written again, and refused where records are signed.
+REPLAY_SKEW_MS = 30_000
+#: How long the control topic keeps a tombstone: its time must outlive compaction.
+TOMBSTONE_RETENTION_MS = 3650 * 24 * 3600 * 1000
+#: How many released writers a view remembers.
+_RELEASED_KEPT = 1000
 
 log = logging.getLogger(__name__)
 
@@ -60,18 +83,30 @@ class Lifecycle(enum.Enum):
     STOPPED = "STOPPED"
 
 
-def write_control(config: Config, key: bytes, value: dict[str, Any] | None) -> None:
-    """Write one control record (``None``: delete the key) and wait for Kafka to keep it."""
+def write_control(
+    config: Config, key: bytes, value: dict[str, Any] | None, released: str = ""
+) -> None:
+    """Write one control record (``None``: delete the key; ``released``: the writer of the
+    plan a tombstone releases), signed where a record key is set, and wait for Kafka to
+    keep it."""
     topic = _ensure_control_topic(config)
     producer = Producer(producer_config(config.kafka))
     errors: list[str] = []
-    body = None if value is None else orjson.dumps({**value, "at_ms": int(time.time() * 1000)})
+    at_ms = int(time.time() * 1000)
+    body = None if value is None else orjson.dumps({**value, "at_ms": at_ms})
+    headers: list[tuple[str, str | bytes | None]] = [(AT_HEADER, str(at_ms).encode())]
+    if released:
+        headers.append((RELEASED_HEADER, released.encode()))
+    keys = record_keys()
+    if keys is not None:
+        headers.append(keys.sign(topic, key, body, headers))
     producer.produce(
         topic,
         body,
         key,
         0,
         lambda err, _msg: errors.append(err.str()) if err is not None else None,
+        headers=headers,
     )
     if producer.flush(30) or errors:
         raise ProcessorError(
@@ -91,33 +126,69 @@ class ControlView:
     def __init__(self, config: Config) -> None:
         self.records: dict[bytes, dict[str, Any]] = {}
         self._pipeline = config.processor.pipeline
+        self._topic = control_topic(self._pipeline)
         self._inputs = re.compile(config.input_pattern())
+        self._keys = record_keys()
+        #: Each key's newest record time, and the writers of released plans (signed only).
+        self._newest: dict[bytes, int] = {}
+        self._released: dict[str, None] = {}
 
-    def apply(self, key: bytes | None, value: bytes | None) -> None:
-        """Apply one record: a tombstone deletes its key; a record Tidemark does not write
-        is refused (logged and counted), and the key keeps its value."""
+    def apply(self, key: bytes | None, value: bytes | None, headers: Any = None) -> None:
+        """Apply one record (``headers``: the message's): a tombstone deletes its key; a
+        record Tidemark does not write is refused (logged and counted), and the key keeps
+        its value."""
         if key not in (LIFECYCLE, OFFSETS_WRITE):
             return  # no key Tidemark reads
-        if value is None:
-            self.records.pop(key, None)
-            return
         try:
-            if key == LIFECYCLE:
-                record = lifecycle_record(value)
-            else:
-                record = plan_record(value, self._pipeline, self._inputs)
+            record = self._checked(key, value, headers)
         except ControlRecordError as exc:
             name = key.decode()
             log.error("control record %r of pipeline %s refused: %s", name, self._pipeline, exc)
             metrics.CONTROL_REFUSED.labels(name).inc()
             return
-        self.records[key] = record
+        if record is None:
+            self.records.pop(key, None)
+        else:
+            self.records[key] = record
+
+    def _checked(self, key: bytes, value: bytes | None, headers: Any) -> dict[str, Any] | None:
+        """The record, if it is one Tidemark wrote (``None``: a tombstone)."""
+        if self._keys is None:
+            if value is None:
+                return None
+            if key == LIFECYCLE:
+                return lifecycle_record(value)
+            return plan_record(value, self._pipeline, self._inputs)
+        if not self._keys.verify(self._topic, key, value, headers):
+            raise ControlRecordError("not signed with the pipeline's record key")
+        found = dict(headers or ())
+        at_ms = checked_time(found.get(AT_HEADER))
+        newest = self._newest.get(key, 0)
+        if at_ms < newest - REPLAY_SKEW_MS:
+            raise ControlRecordError(
+                f"written at {at_ms}, before the key's newest record ({newest}): a copy"
+            )
+        record = None
+        if value is None:
+            released = found.get(RELEASED_HEADER)
+            if isinstance(released, bytes) and released:
+                self._released[released.decode(errors="replace")] = None
+                while len(self._released) > _RELEASED_KEPT:
+                    del self._released[next(iter(self._released))]
+        elif key == LIFECYCLE:
+            record = lifecycle_record(value)
+        else:
+            record = plan_record(value, self._pipeline, self._inputs)
+            if record.get("writer") in self._released:
+                raise ControlRecordError(f"a plan of writer {record['writer']}, released")
+        self._newest[key] = max(newest, at_ms)
+        return record
 
     def read_to_end(self, consumer: Consumer, topic: str) -> int:
         """Apply every record of ``topic`` up to its end; the end offset."""
         end = exact_end_offsets(consumer, [TopicPartition(topic, 0)])[(topic, 0)]
         for msg in read_range(consumer, topic, 0, 0, end):
-            self.apply(msg.key(), msg.value())
+            self.apply(msg.key(), msg.value(), msg.headers())
         return end
 
     @property
@@ -157,7 +228,7 @@ class ControlReader(ControlView):
     def poll(self) -> None:
         """Apply the records written since the last call (does not wait)."""
         for msg in data_messages(self._consumer.consume(100, 0)):
-            self.apply(msg.key(), msg.value())
+            self.apply(msg.key(), msg.value(), msg.headers())
 
     def close(self) -> None:
         self._consumer.close()
@@ -170,7 +241,10 @@ def _ensure_control_topic(config: Config) -> str:
         AdminClient(client_config(config.kafka)),
         {topic: 1},
         config.kafka.replication_factor,
-        config=record_topic_config(config.kafka, **{"cleanup.policy": "compact"}),
+        config=record_topic_config(
+            config.kafka,
+            **{"cleanup.policy": "compact", "delete.retention.ms": str(TOMBSTONE_RETENTION_MS)},
+        ),
     )
     return topic
 

@@ -319,7 +319,7 @@ class Offsets:
             complete_write(self.config, taken.plan, release=False, lease=taken)
         if self.members():
             if left is not None:
-                write_control(self.config, OFFSETS_WRITE, None)
+                write_control(self.config, OFFSETS_WRITE, None, released=taken.writer)
             raise self._active()
         previous = self.read(control)
         lease = Lease(self.config, plan, new_writer("offsets"))
@@ -327,7 +327,7 @@ class Offsets:
         # An instance may have joined between the check and the plan; it leaves on seeing
         # the plan, but the write does not wait for that: it is refused.
         if self.members():
-            write_control(self.config, OFFSETS_WRITE, None)
+            write_control(self.config, OFFSETS_WRITE, None, released=lease.writer)
             raise self._active()
         complete_write(self.config, lease.plan, lease=lease)
         return {"previous": previous, "current": self.read()}
@@ -399,7 +399,7 @@ def complete_write(
         producer.produce(topic, body, f"{name}/{partition}".encode(), 0, acks.on_delivery)
     acks.wait("source positions")
     if release:  # done whole: released even if a claim came meanwhile (it finds none)
-        write_control(config, OFFSETS_WRITE, None)
+        write_control(config, OFFSETS_WRITE, None, released=lease.writer)
 
 
 def _unknown_positions(kinds: dict[Partition, str]) -> dict[Partition, dict[str, Any] | None]:

@@ -43,6 +43,7 @@ import orjson
 from processor import metrics
 from processor.errors import SourceRefusedError, StateFormatError, UnfillableError
 from processor.events.change import Change, Emit
+from processor.events.chunk_tag import UNSIGNED
 from processor.events.source_codec import SourceCodec
 from processor.events.visibility import Window
 from processor.reconcile import asked_again, epochs, truncates, upsert_avro_fast_path
@@ -712,6 +713,10 @@ class Reconciler:
                 continue
             if raw.value is None and raw.key is not None and not upsert:
                 decoded.append((raw, None))  # Debezium's tombstone after a delete event
+                continue
+            if backfill and raw.chunk is UNSIGNED:
+                reason = "backfill record not signed with the pipeline's record key"
+                decoded.append((raw, InputError(reason, raw, "unsigned")))
                 continue
             if backfill and truncates.origin_of(raw.key) is not None:
                 decoded.append((raw, _marker(codec, raw)))

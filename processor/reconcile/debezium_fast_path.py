@@ -32,7 +32,7 @@ from processor.events.change import (
     TOAST_PLACEHOLDER_BYTES,
     Version,
 )
-from processor.events.chunk_tag import ChunkTag
+from processor.events.chunk_tag import UNSIGNED, ChunkTag
 from processor.events.json_codec import JsonCodec, splice_event, tidemark_format
 from processor.events.visibility import PgSnapshot
 from processor.reconcile._fused import take_changes, take_fresh_rows
@@ -236,7 +236,12 @@ def decide_chunk_rows(
     while index < count:
         msg, state_key = run[index], keys[index]
         value, tag = msg.value, msg.chunk
-        if value is None or tag is None or len(value) + len(msg.key or b"") > limit:
+        if (
+            value is None
+            or tag is None
+            or tag is UNSIGNED
+            or len(value) + len(msg.key or b"") > limit
+        ):
             break
         if tag is not last_tag:
             if not isinstance(tag.read_in, PgSnapshot):

@@ -55,6 +55,7 @@ from tidemark.core.kafka import (
     producer_config,
 )
 from tidemark.core.partitioners import partitions_of
+from tidemark.core.record_auth import record_keys
 from tidemark.core.schema_registry import configured_schemas
 from tidemark.core.topics import backfilled_topic, reader_group
 
@@ -281,6 +282,7 @@ class _Reader:
         #: A crash of the processor while a window is open (DDD-3's first crash case).
         self._window_open = Failpoint("window-open", victim=os.getppid())
         self._layouts: dict[tuple[TableInfo, tuple[bytes, bytes]], _Layout] = {}
+        self._record_keys = record_keys()
 
     def read(self, job: ChunkJob) -> ChunkDone:
         layout = self._layout(job)
@@ -304,8 +306,11 @@ class _Reader:
         # otherwise): a chunk row goes to the partition of its key's changes
         count = partition_count(producer, topic)
         partitions = partitions_of(self._config.source.partitioner, [k for k, _ in rows], count)
+        keys = self._record_keys
         for partition, framed, value in records(rows, partitions):
             with_count = [*headers, rows_header(framed)]
+            if keys is not None:
+                with_count.append(keys.sign(topic, None, value, with_count))
             produce_waiting(producer, topic, value, None, on_delivery, partition, with_count)
         self._acks.wait("chunk's rows")
         seconds = chunk.seconds + time.perf_counter() - started

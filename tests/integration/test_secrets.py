@@ -27,7 +27,10 @@ from tests.integration.test_sink import sink_config
 from tests.integration.test_snapshots import leading, notified, snapshot_config, uncaptured_table
 from tidemark.core.config import TOKEN_ENV, VIEWER_TOKEN_ENV, Config
 from tidemark.core.ports import free_port
+from tidemark.core.record_auth import KEY_ENV
 from tidemark.devstack.stack import DevStack
+
+RECORD_KEY = "record-key-" + "5e" * 16
 
 
 def without_secrets(config: Config) -> Config:
@@ -52,6 +55,7 @@ def test_no_secret_reaches_a_command_line_a_log_or_a_file(stack: DevStack) -> No
         "owner password": owner_password,
         "API token": TOKEN,
         "viewer token": VIEWER,
+        "record key": RECORD_KEY,
     }
     assert all(len(s) >= 16 for s in secrets.values())
     table = "iso_secret_t"
@@ -78,6 +82,7 @@ def test_no_secret_reaches_a_command_line_a_log_or_a_file(stack: DevStack) -> No
         "TIDEMARK_SOURCE__PASSWORD": source_password,
         TOKEN_ENV: TOKEN,
         VIEWER_TOKEN_ENV: VIEWER,
+        KEY_ENV: RECORD_KEY,
     }
     processor.start(env=env)
     try:

@@ -41,7 +41,11 @@ KUBERNETES_VERSIONS = ("1.30.0", "1.37.0")
 NAMESPACE = "tidemark"
 UID = 10001
 CONFIG_KEY = "tidemark.yaml"
-SECRET_ENV = {"TIDEMARK_SOURCE__PASSWORD": "password", "TIDEMARK_API_TOKEN": "api-token"}
+SECRET_ENV = {
+    "TIDEMARK_SOURCE__PASSWORD": "password",
+    "TIDEMARK_API_TOKEN": "api-token",
+    "TIDEMARK_RECORD_KEY": "record-key",
+}
 WORKLOADS = [("StatefulSet", "tidemark-processor"), ("Deployment", "tidemark-sink")]
 PROMETHEUS = {"prometheus.io/scrape": "true", "prometheus.io/path": "/metrics"}
 
@@ -240,7 +244,7 @@ def test_secrets_reach_the_environment_only_from_the_secret(kind: str, name: str
     secret_keys = set(find("Secret", "tidemark-source")["stringData"])
     for container in pod_spec(kind, name)["containers"]:
         for env in container.get("env", []):
-            sensitive = any(w in env["name"] for w in ("PASSWORD", "TOKEN", "SECRET"))
+            sensitive = any(w in env["name"] for w in ("PASSWORD", "TOKEN", "SECRET", "KEY"))
             if env["name"] in SECRET_ENV or sensitive:
                 assert "value" not in env, f"{env['name']} is written in the manifest"
                 ref = env["valueFrom"]["secretKeyRef"]
