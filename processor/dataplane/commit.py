@@ -144,7 +144,9 @@ class Committer:
                     record[2],
                     target.acks.on_delivery,
                     record[1],
-                    None if signing is None else [signing.sign(record[0], record[2], record[3])],
+                    None
+                    if signing is None
+                    else [signing.sign(record[0], record[1], record[2], record[3])],
                 )
         for topic, count in batch.produced.items():
             metrics.EVENTS_OUT.labels(topic).inc(count)

@@ -47,6 +47,7 @@ from tidemark.core.kafka import (
     consumer_config,
     data_messages,
     ensure_topics,
+    headers_of,
     partition_counts,
     queue_topic_config,
     record_topic_config,
@@ -221,8 +222,10 @@ class DataPlane:
                 tagged = topic.startswith(backfill)
             chunk = None
             if tagged:
-                headers = msg.headers()
-                if keys is not None and not keys.verify(topic, msg.key(), msg.value(), headers):
+                headers = headers_of(msg)
+                if keys is not None and not keys.verify(
+                    topic, partition, msg.key(), msg.value(), headers
+                ):
                     unsigned = (
                         topic,
                         partition,

@@ -19,10 +19,12 @@ before its processor starts stays stopped. A record that is not one Tidemark wri
 Each record carries the time it was written in a ``tidemark.at`` header, and a
 released plan's tombstone names its writer (``tidemark.released``). With a record key
 (:mod:`tidemark.core.record_auth`) every record is signed, and a reader refuses one that
-is not, one older than its key's newest by more than :data:`REPLAY_SKEW_MS` (a copy of an
-old record written again), and a plan whose writer was released. The topic keeps
-tombstones (``delete.retention.ms`` of ten years), so a key's newest time outlives
-compaction.
+is not; one written more than :data:`REPLAY_SKEW_MS` before the broker appended it (the
+topic's ``message.timestamp.type`` is ``LogAppendTime``) or before its key's newest
+record, both of which a copy of an old record written again is; a plan whose writer
+released it; and a release that names another writer than the plan's. The topic keeps
+tombstones for ten years, so that a key's newest time outlives compaction. (Compaction
+keeps a copy and drops the original: only the broker's append time tells it then.)
 """
 
 from __future__ import annotations
@@ -34,7 +36,14 @@ import time
 from typing import Any
 
 import orjson
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    TIMESTAMP_LOG_APPEND_TIME,
+    Consumer,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
 from processor import metrics
@@ -52,6 +61,7 @@ from tidemark.core.kafka import (
     data_messages,
     ensure_topics,
     exact_end_offsets,
+    headers_of,
     producer_config,
     read_range,
     reader_config,
@@ -66,7 +76,7 @@ AT_HEADER = "tidemark.at"
 RELEASED_HEADER = "tidemark.released"
 #: How much older than its key's newest record a record may be (clocks of two writers
 #: differ); an older one is a copy written again, and refused where records are signed.
-REPLAY_SKEW_MS = 30_000
+REPLAY_SKEW_MS = 60_000
 #: How long the control topic keeps a tombstone: its time must outlive compaction.
 TOMBSTONE_RETENTION_MS = 3650 * 24 * 3600 * 1000
 #: How many released writers a view remembers.
@@ -99,7 +109,7 @@ def write_control(
         headers.append((RELEASED_HEADER, released.encode()))
     keys = record_keys()
     if keys is not None:
-        headers.append(keys.sign(topic, key, body, headers))
+        headers.append(keys.sign(topic, 0, key, body, headers))
     producer.produce(
         topic,
         body,
@@ -133,14 +143,21 @@ class ControlView:
         self._newest: dict[bytes, int] = {}
         self._released: dict[str, None] = {}
 
-    def apply(self, key: bytes | None, value: bytes | None, headers: Any = None) -> None:
-        """Apply one record (``headers``: the message's): a tombstone deletes its key; a
-        record Tidemark does not write is refused (logged and counted), and the key keeps
-        its value."""
+    def apply(
+        self,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Any = None,
+        appended_ms: int | None = None,
+    ) -> None:
+        """Apply one record (``headers``: the message's; ``appended_ms``: when the broker
+        appended it, where the topic's timestamps are the broker's): a tombstone deletes
+        its key; a record Tidemark does not write is refused (logged and counted), and the
+        key keeps its value."""
         if key not in (LIFECYCLE, OFFSETS_WRITE):
             return  # no key Tidemark reads
         try:
-            record = self._checked(key, value, headers)
+            record = self._checked(key, value, headers, appended_ms)
         except ControlRecordError as exc:
             name = key.decode()
             log.error("control record %r of pipeline %s refused: %s", name, self._pipeline, exc)
@@ -151,7 +168,9 @@ class ControlView:
         else:
             self.records[key] = record
 
-    def _checked(self, key: bytes, value: bytes | None, headers: Any) -> dict[str, Any] | None:
+    def _checked(
+        self, key: bytes, value: bytes | None, headers: Any, appended_ms: int | None
+    ) -> dict[str, Any] | None:
         """The record, if it is one Tidemark wrote (``None``: a tombstone)."""
         if self._keys is None:
             if value is None:
@@ -159,10 +178,15 @@ class ControlView:
             if key == LIFECYCLE:
                 return lifecycle_record(value)
             return plan_record(value, self._pipeline, self._inputs)
-        if not self._keys.verify(self._topic, key, value, headers):
+        if not self._keys.verify(self._topic, 0, key, value, headers):
             raise ControlRecordError("not signed with the pipeline's record key")
         found = dict(headers or ())
         at_ms = checked_time(found.get(AT_HEADER))
+        if appended_ms is not None and abs(at_ms - appended_ms) > REPLAY_SKEW_MS:
+            raise ControlRecordError(
+                f"written at {at_ms} but appended at {appended_ms}: a copy written again, "
+                "or a writer whose clock is off"
+            )
         newest = self._newest.get(key, 0)
         if at_ms < newest - REPLAY_SKEW_MS:
             raise ControlRecordError(
@@ -171,8 +195,15 @@ class ControlView:
         record = None
         if value is None:
             released = found.get(RELEASED_HEADER)
-            if isinstance(released, bytes) and released:
-                self._released[released.decode(errors="replace")] = None
+            name = released.decode(errors="replace") if isinstance(released, bytes) else ""
+            current = self.records.get(key)
+            if current is not None and key == OFFSETS_WRITE and current.get("writer") != name:
+                # Another writer's plan (a claim came meanwhile, or an old release written
+                # again): it stays, to be released by its own writer.
+                log.info("a release of %r leaves the plan of %r", name, current.get("writer"))
+                return current
+            if name:
+                self._released[name] = None
                 while len(self._released) > _RELEASED_KEPT:
                     del self._released[next(iter(self._released))]
         elif key == LIFECYCLE:
@@ -188,7 +219,7 @@ class ControlView:
         """Apply every record of ``topic`` up to its end; the end offset."""
         end = exact_end_offsets(consumer, [TopicPartition(topic, 0)])[(topic, 0)]
         for msg in read_range(consumer, topic, 0, 0, end):
-            self.apply(msg.key(), msg.value(), msg.headers())
+            self.apply(msg.key(), msg.value(), headers_of(msg), _appended_ms(msg))
         return end
 
     @property
@@ -228,10 +259,17 @@ class ControlReader(ControlView):
     def poll(self) -> None:
         """Apply the records written since the last call (does not wait)."""
         for msg in data_messages(self._consumer.consume(100, 0)):
-            self.apply(msg.key(), msg.value(), msg.headers())
+            self.apply(msg.key(), msg.value(), headers_of(msg), _appended_ms(msg))
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def _appended_ms(msg: Message) -> int | None:
+    """When the broker appended ``msg``, if the topic's timestamps are the broker's (the
+    embedded broker keeps the writer's, whatever the topic says)."""
+    kind, ms = msg.timestamp()
+    return ms if kind == TIMESTAMP_LOG_APPEND_TIME else None
 
 
 def _ensure_control_topic(config: Config) -> str:
@@ -243,7 +281,12 @@ def _ensure_control_topic(config: Config) -> str:
         config.kafka.replication_factor,
         config=record_topic_config(
             config.kafka,
-            **{"cleanup.policy": "compact", "delete.retention.ms": str(TOMBSTONE_RETENTION_MS)},
+            **{
+                "cleanup.policy": "compact",
+                "delete.retention.ms": str(TOMBSTONE_RETENTION_MS),
+                # the broker's clock, not the writer's: a copy written again is told apart
+                "message.timestamp.type": "LogAppendTime",
+            },
         ),
     )
     return topic

@@ -919,6 +919,8 @@ def _after_floor(row: RawMessage, state: BatchState) -> bool:
     except StateFormatError:
         return False  # the general path stops the partition, with the reason
     tag = row.chunk
+    if tag is UNSIGNED:
+        return False  # the general path makes it a dead letter
     return floor is None or tag is None or floor.truncate.seen_by(tag.read_in)
 
 

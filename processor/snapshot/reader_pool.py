@@ -310,7 +310,7 @@ class _Reader:
         for partition, framed, value in records(rows, partitions):
             with_count = [*headers, rows_header(framed)]
             if keys is not None:
-                with_count.append(keys.sign(topic, None, value, with_count))
+                with_count.append(keys.sign(topic, partition, None, value, with_count))
             produce_waiting(producer, topic, value, None, on_delivery, partition, with_count)
         self._acks.wait("chunk's rows")
         seconds = chunk.seconds + time.perf_counter() - started

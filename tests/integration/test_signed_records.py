@@ -3,7 +3,8 @@
 A processor started with ``TIDEMARK_RECORD_KEY`` backfills a table (its chunk rows are
 signed and accepted), then meets what anyone with write access to its topics could
 write: a backfill record whose chunk number was raised to beat every real row, a chunk
-row and a truncate marker made from nothing, and a well-formed ``lifecycle: STOPPED``
+row and a truncate marker made from nothing, a real signed record copied to another
+partition of its topic, and a well-formed ``lifecycle: STOPPED``
 without the key. Each forged record is a dead letter or a refused control record, and
 changes nothing; the same order written with the key is obeyed.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, ConfigResource
 
 from processor.events.chunk_tag import CHUNK_HEADER
 from processor.pipeline.control_topic import Lifecycle, set_lifecycle
@@ -27,9 +29,9 @@ from tests.integration.processes import (
 )
 from tests.integration.test_snapshots import leading, notified, snapshot_config, uncaptured_table
 from tidemark.cli.verify import wait_caught_up
-from tidemark.core.kafka import producer_config
+from tidemark.core.kafka import client_config, producer_config
 from tidemark.core.record_auth import KEY_ENV, MAC_HEADER
-from tidemark.core.topics import backfill_topic, change_topic, dead_letter_topic
+from tidemark.core.topics import backfill_topic, change_topic, control_topic, dead_letter_topic
 from tidemark.devstack.stack import DevStack
 
 KEY = "k" * 16 + "0123456789abcdef0123456789abcdef"
@@ -66,6 +68,11 @@ def test_forged_backfill_and_control_records_are_refused_signed_ones_obeyed(
         )
         marker = truncates.markers(backfill, 1, (real.partition, 0), b"{}")[0]
         producer.produce(backfill, marker[3], marker[2], real.partition)
+        # A real record, signed, copied whole to a partition its rows' keys are not in.
+        partitions = len(producer.list_topics(backfill, 10).topics[backfill].partitions)
+        assert partitions > 1
+        moved = (real.partition + 1) % partitions
+        producer.produce(backfill, real.value, real.key, moved, headers=list(real.headers.items()))
         producer.flush(10)
 
         def unsigned() -> float:
@@ -76,14 +83,14 @@ def test_forged_backfill_and_control_records_are_refused_signed_ones_obeyed(
                 reason="unsigned",
             )
 
-        wait_for("three unsigned dead letters", lambda: unsigned() == 3)
+        wait_for("four unsigned dead letters", lambda: unsigned() == 4)
         wait_caught_up(config)
         assert final_rows(reconciled(config, table)) == before
         kinds = [
             r.headers.get("tidemark.error.kind")
             for r in read_topic(config, dead_letter_topic(config.processor.pipeline))
         ]
-        assert kinds.count(b"unsigned") == 3, kinds
+        assert kinds.count(b"unsigned") == 4, kinds
 
         # A well-formed order without the key: refused, the data plane runs on.
         monkeypatch.delenv(KEY_ENV)
@@ -98,6 +105,16 @@ def test_forged_backfill_and_control_records_are_refused_signed_ones_obeyed(
         set_lifecycle(config, Lifecycle.RUNNING, "operator")
         wait_for("running", lambda: processor.health().get("dataplane") == "running")
         assert metric(processor.metrics(), refused, key="lifecycle") == 1
+        # The next leader reads the signed progress record back, and coordinates.
+        processor.stop()
+        processor.start(env={KEY_ENV: KEY})
+        wait_for("the coordinator again", lambda: leading(processor))
         assert KEY not in processor.log.read_text()
+        admin = AdminClient(client_config(config.kafka))
+        resource = ConfigResource(
+            ConfigResource.Type.TOPIC, control_topic(config.processor.pipeline)
+        )
+        found = admin.describe_configs([resource])[resource].result()
+        assert found["message.timestamp.type"].value == "LogAppendTime"
     finally:
         processor.stop()

@@ -42,25 +42,28 @@ def keys(*secrets: str) -> RecordKeys:
 def test_a_record_verifies_only_as_it_was_signed() -> None:
     signer = keys(KEY)
     headers: list[tuple[str, str | bytes | None]] = [("tidemark.chunk", b"7"), ("h", None)]
-    mac = signer.sign("t", b"k", b"v", headers)
+    mac = signer.sign("t", 0, b"k", b"v", headers)
     signed = [*headers, mac]
-    assert signer.verify("t", b"k", b"v", signed)
-    assert signer.verify("t", b"k", b"v", list(reversed(signed)))  # order of headers
-    assert not signer.verify("u", b"k", b"v", signed)  # another topic
-    assert not signer.verify("t", b"K", b"v", signed)  # another key
-    assert not signer.verify("t", b"k", b"w", signed)  # another value
-    assert not signer.verify("t", b"k", None, signed)  # a tombstone
-    assert not signer.verify("t", b"k", b"v", [("tidemark.chunk", b"8"), ("h", None), mac])
-    assert not signer.verify("t", b"k", b"v", headers)  # no MAC
-    assert not signer.verify("t", b"kv", b"", [*headers, signer.sign("t", b"k", b"v", headers)])
-    assert not keys(OLD_KEY).verify("t", b"k", b"v", signed)
+    assert signer.verify("t", 0, b"k", b"v", signed)
+    assert signer.verify("t", 0, b"k", b"v", list(reversed(signed)))  # order of headers
+    assert not signer.verify("u", 0, b"k", b"v", signed)  # another topic
+    assert not signer.verify("t", 1, b"k", b"v", signed)  # another partition
+    assert not signer.verify("t", 0, b"K", b"v", signed)  # another key
+    assert not signer.verify("t", 0, b"k", b"w", signed)  # another value
+    assert not signer.verify("t", 0, b"k", None, signed)  # a tombstone
+    assert not signer.verify("t", 0, b"k", b"v", [("tidemark.chunk", b"8"), ("h", None), mac])
+    assert not signer.verify("t", 0, b"k", b"v", headers)  # no MAC
+    assert not signer.verify(
+        "t", 0, b"kv", b"", [*headers, signer.sign("t", 0, b"k", b"v", headers)]
+    )
+    assert not keys(OLD_KEY).verify("t", 0, b"k", b"v", signed)
 
 
 def test_the_previous_key_is_accepted_on_read_and_never_signs() -> None:
-    old = keys(OLD_KEY).sign("t", None, b"v")
+    old = keys(OLD_KEY).sign("t", 0, None, b"v")
     rotated = keys(KEY, OLD_KEY)
-    assert rotated.verify("t", None, b"v", [old])
-    assert rotated.sign("t", None, b"v") == keys(KEY).sign("t", None, b"v")
+    assert rotated.verify("t", 0, None, b"v", [old])
+    assert rotated.sign("t", 0, None, b"v") == keys(KEY).sign("t", 0, None, b"v")
 
 
 def test_keys_come_from_the_environment_and_are_long_enough() -> None:
@@ -88,7 +91,7 @@ def record(
     if released:
         headers.append((RELEASED_HEADER, released.encode()))
     if signer is not None:
-        headers.append(signer.sign(TOPIC, key, body, headers))
+        headers.append(signer.sign(TOPIC, 0, key, body, headers))
     return key, body, headers
 
 
@@ -154,3 +157,35 @@ def test_without_a_key_records_are_read_as_before(monkeypatch: pytest.MonkeyPatc
     view = ControlView(CONFIG)
     view.apply(LIFECYCLE, orjson.dumps({"state": "PAUSED"}))  # no headers: an older release
     assert view.lifecycle is Lifecycle.PAUSED
+
+
+def test_a_copy_appended_long_after_it_was_written_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Compaction keeps the newest record of a key: a copy of an old one written after it
+    outlives the original, and a reader that starts later sees only the copy. The broker's
+    append time (the control topic's LogAppendTime) gives it away."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    signer = keys(KEY)
+    view = ControlView(CONFIG)
+    stopped = record(LIFECYCLE, {"state": "STOPPED"}, 1_000_000, signer)
+    before = refused(LIFECYCLE)
+    view.apply(*stopped, 1_000_000 + REPLAY_SKEW_MS + 1)
+    assert view.lifecycle is Lifecycle.RUNNING
+    assert refused(LIFECYCLE) == before + 1
+    view.apply(*stopped, 1_000_000 - 2_000)  # a writer's clock a little ahead
+    assert view.lifecycle is Lifecycle.STOPPED
+
+
+def test_a_release_of_another_writer_leaves_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer whose plan was claimed meanwhile releases its own writer's name: the
+    claimer's plan stays (it releases it itself), as it does against an old release
+    written again."""
+    monkeypatch.setenv(KEY_ENV, KEY)
+    signer = keys(KEY)
+    view = ControlView(CONFIG)
+    view.apply(*record(OFFSETS_WRITE, plan(writer="offsets-2"), 5_000, signer))
+    view.apply(*record(OFFSETS_WRITE, None, 6_000, signer, released="offsets-1"))
+    assert view.offsets_write is not None and view.offsets_write["writer"] == "offsets-2"
+    view.apply(*record(OFFSETS_WRITE, None, 7_000, signer, released="offsets-2"))
+    assert view.offsets_write is None

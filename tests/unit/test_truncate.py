@@ -19,7 +19,7 @@ import fastavro
 import orjson
 import pytest
 
-from processor.events.chunk_tag import ChunkTag
+from processor.events.chunk_tag import UNSIGNED, ChunkTag
 from processor.events.visibility import PgSnapshot
 from processor.reconcile import truncates
 from processor.reconcile.batch import Batch, Reconciler
@@ -272,3 +272,26 @@ def test_a_truncate_floor_of_an_unknown_form_stops_its_partition() -> None:
     batch = pipeline.run({tp: [change("json", 1, "c", 101)]})
     assert batch.rewinds == {tp: 0} and batch.records == []
     assert "format 07" in pipeline.reconciler.refused_partitions[tp]
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_unsigned_backfill_records_are_dead_letters_after_a_truncate_too(
+    fmt: str, fused: bool
+) -> None:
+    """The data plane marks a backfill record without a valid MAC UNSIGNED. The fused path
+    read its chunk's snapshot against the partition's truncate floor, and raised on it
+    (review of the signed records): every replica given the partition stopped."""
+    pipeline = Pipeline(fused)
+    p0, b0 = (TOPIC, 0), (BACKFILL, 0)
+    pipeline.run({p0: [change(fmt, 1, "c", 101)]})
+    pipeline.run(markers(pipeline.run({p0: [(None, truncate_at(fmt, 200))]})))
+    row = chunk_row(fmt, 2, 3, PgSnapshot(250, 250))
+    forged_marker = truncates.markers(BACKFILL, 1, (0, 9), truncate_at(fmt, 300))[0]
+    start = pipeline.offsets[b0]
+    batch = pipeline.run(
+        {b0: [(row[0], row[1], UNSIGNED), (forged_marker[2], forged_marker[3], UNSIGNED)]}
+    )
+    assert [letter.kind for letter in batch.dead_letters] == ["unsigned", "unsigned"]
+    assert batch.records == [] and batch.markers == {}
+    assert pipeline.offsets[b0] == start + 2  # both decided

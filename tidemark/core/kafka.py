@@ -418,14 +418,30 @@ def newest_records(
     return [msg for partition in sorted(kept) for msg in kept[partition]]
 
 
+def headers_of(msg: Message) -> list[tuple[str, bytes | None]] | None:
+    """``msg``'s headers; ``None`` if it has none, or none that can be read (confluent-kafka
+    raises on a header name that is not UTF-8, and anyone who can write to a topic can
+    write one)."""
+    try:
+        return msg.headers()  # type: ignore[return-value]
+    except Exception:  # noqa: BLE001 - what the client raises for it is not documented
+        return None
+
+
 def last_value(consumer: Consumer, topic: str, key: bytes) -> bytes | None:
     """The value of the last record with ``key`` in partition 0 of ``topic`` (read to its end)."""
+    found = last_message(consumer, topic, key)
+    return None if found is None else found.value()
+
+
+def last_message(consumer: Consumer, topic: str, key: bytes) -> Message | None:
+    """The last record with ``key`` in partition 0 of ``topic`` (read to its end)."""
     tp = TopicPartition(topic, 0)
     end = exact_end_offsets(consumer, [tp])[(topic, 0)]
     found = None
     for msg in read_range(consumer, topic, 0, 0, end):
         if msg.key() == key:
-            found = msg.value()
+            found = msg
     return found
 
 

@@ -3,7 +3,8 @@
 Tidemark's control records (the lifecycle, offsets-write plans) and its backfill records
 (chunk rows, truncate markers) are obeyed by every data plane. With a record key in the
 environment (:data:`KEY_ENV`), each is written with a ``tidemark.mac`` header, an
-HMAC-SHA256 over the topic, the record's key, its value and its other headers. A reader
+HMAC-SHA256 over the topic and partition, the record's key, its value and its other
+headers. A reader
 with the key refuses a record without a MAC that one of its keys gives, so a record made
 by anyone else, or moved to another topic or key, is refused, however well formed.
 :data:`PREVIOUS_KEY_ENV` is accepted on read only, for rotating the key without a stop.
@@ -44,15 +45,23 @@ class RecordKeys:
         self._keys = list(keys)
 
     def sign(
-        self, topic: str, key: bytes | None, value: bytes | None, headers: Iterable[Header] = ()
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Iterable[Header] = (),
     ) -> Header:
-        """The ``tidemark.mac`` header of a record of ``topic`` with these bytes and
-        ``headers``."""
-        return MAC_HEADER, _mac(self._keys[0], topic, key, value, headers)
+        """The ``tidemark.mac`` header of a record of ``topic[partition]`` with these bytes
+        and ``headers``."""
+        return MAC_HEADER, _mac(self._keys[0], topic, partition, key, value, headers)
 
-    def verify(self, topic: str, key: bytes | None, value: bytes | None, headers: Any) -> bool:
+    def verify(
+        self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: Any
+    ) -> bool:
         """Whether a record as read (``headers``: the message's, its MAC among them) was
-        signed under one of the keys."""
+        signed under one of the keys, for this partition (a copy moved to another
+        partition of its topic, where its key does not belong, is refused)."""
         given = None
         others = []
         for name, header in headers or ():
@@ -63,7 +72,8 @@ class RecordKeys:
         if not isinstance(given, bytes):
             return False
         return any(
-            hmac.compare_digest(given, _mac(k, topic, key, value, others)) for k in self._keys
+            hmac.compare_digest(given, _mac(k, topic, partition, key, value, others))
+            for k in self._keys
         )
 
 
@@ -85,12 +95,14 @@ def record_keys(environ: Mapping[str, str] = os.environ) -> RecordKeys | None:
 def _mac(
     secret: bytes,
     topic: str,
+    partition: int,
     key: bytes | None,
     value: bytes | None,
     headers: Iterable[Header],
 ) -> bytes:
     mac = hmac.new(secret, _DOMAIN, hashlib.sha256)
     mac.update(_field(topic.encode()))
+    mac.update(partition.to_bytes(8, "big", signed=True))
     mac.update(_field(key))
     mac.update(_field(value))
     named = ((n, h.encode() if isinstance(h, str) else h) for n, h in headers if n != MAC_HEADER)
