@@ -199,8 +199,16 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
                 # running, paused or stopped (by the pipeline's lifecycle, or for good)
                 "dataplane": dataplane.lifecycle.value.lower() if dataplane.running else "stopped",
                 "assigned_partitions": len(dataplane.assigned),
-                "snapshots": "leader" if coordinator.leader else "standby",
+                "snapshots": (
+                    "leader"
+                    if coordinator.leader
+                    else "refused"
+                    if coordinator.refused is not None
+                    else "standby"
+                ),
             }
+            if coordinator.refused is not None:
+                body["snapshots_refused"] = coordinator.refused
             # Kafka not answering is ridden out (processor.outages): said, still healthy.
             waiting = {
                 name: outage.reason

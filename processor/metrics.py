@@ -129,6 +129,10 @@ SNAPSHOT_PAUSED = Gauge("tidemark_snapshot_paused", "1 while incremental snapsho
 SNAPSHOT_LEADER = Gauge(
     "tidemark_snapshot_leader", "1 on the instance that coordinates incremental snapshots"
 )
+SNAPSHOT_PROGRESS_REFUSED = Gauge(
+    "tidemark_snapshot_progress_refused",
+    "1 on the leader whose snapshot progress record is unreadable or unsigned: backfills wait",
+)
 OUTAGE_SECONDS = Gauge(
     "tidemark_outage_seconds",
     "How long a loop has been waiting for Kafka to answer (0: it is not)",

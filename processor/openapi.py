@@ -484,7 +484,12 @@ OPENAPI: dict[str, Any] = {
                         "description": "input partitions stopped by state they cannot read",
                         "items": {"type": "object"},
                     },
-                    "snapshots": {"type": "string", "enum": ["leader", "standby"]},
+                    "snapshots": {"type": "string", "enum": ["leader", "standby", "refused"]},
+                    "snapshots_refused": {
+                        "type": ["string", "null"],
+                        "description": "why this leader does not coordinate: its progress "
+                        "record is unreadable (tidemark snapshot reset-progress)",
+                    },
                     "lifecycle": {"enum": [s.value for s in Lifecycle]},
                 },
             },

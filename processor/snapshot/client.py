@@ -18,19 +18,20 @@ from confluent_kafka.admin import AdminClient
 
 from processor.errors import FilterError, ProcessorError
 from processor.snapshot.filters import check_filter
-from processor.snapshot.progress import PROGRESS_KEY, SnapshotState
+from processor.snapshot.progress import SnapshotState
+from processor.snapshot.progress_record import read_progress
 from processor.snapshot.signals import ExecuteSnapshot, parse_signal
 from tidemark.core.config import Config
 from tidemark.core.kafka import (
     client_config,
     ensure_topics,
-    last_value,
     partition_counts,
     producer_config,
     queue_topic_config,
     read_newest,
     reader_config,
 )
+from tidemark.core.record_auth import record_keys
 from tidemark.core.topics import notification_topic, progress_topic, reader_group, signal_topic
 
 
@@ -77,10 +78,9 @@ def read_state(config: Config) -> SnapshotState | None:
         reader_config(config.kafka, reader_group(config.processor.pipeline, "status"))
     )
     try:
-        raw = last_value(consumer, topic, PROGRESS_KEY)
+        return read_progress(consumer, topic, record_keys())
     finally:
         consumer.close()
-    return None if raw is None else SnapshotState.from_json(raw)
 
 
 def status_document(state: SnapshotState) -> dict[str, Any]:

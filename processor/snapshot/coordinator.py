@@ -35,7 +35,14 @@ import logging
 import threading
 import time
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_END,
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
 from processor import metrics
@@ -48,9 +55,10 @@ from processor.errors import (
 from processor.outages import Outage, is_outage
 from processor.snapshot.chunk_reader import ChunkReader, next_chunk_size
 from processor.snapshot.connector import Connector
+from processor.snapshot.delivery import delivery
 from processor.snapshot.filters import refused_filters
 from processor.snapshot.progress import (
-    COMPLETED,
+    DELIVERING,
     PROGRESS_KEY,
     QUEUED,
     RUNNING,
@@ -60,6 +68,7 @@ from processor.snapshot.progress import (
     key_from_json,
     key_to_json,
 )
+from processor.snapshot.progress_record import ProgressRecordError, read_progress
 from processor.snapshot.reader_pool import ChunkJob, ChunkWorkers
 from processor.snapshot.signal_channels import SignalChannels
 from processor.snapshot.signals import ExecuteSnapshot, PauseSnapshot, Signal
@@ -73,15 +82,20 @@ from tidemark.core.kafka import (
     consumer_config,
     data_messages,
     ensure_topics,
-    last_value,
+    exact_end_offsets,
+    partition_counts,
     producer_config,
     queue_topic_config,
     reader_config,
     record_topic_config,
 )
+from tidemark.core.record_auth import record_keys
 from tidemark.core.schema_registry import SchemaCache
 from tidemark.core.topics import (
+    backfill_topic,
+    change_topic,
     coordinator_transactional_id,
+    dataplane_group,
     notification_topic,
     progress_topic,
     reader_group,
@@ -90,6 +104,11 @@ from tidemark.core.topics import (
 )
 
 log = logging.getLogger(__name__)
+
+#: How often a leader whose progress record is unreadable reads it again (seconds).
+REFUSED_RETRY_S = 10.0
+#: How often the data plane's offsets are read for tables read whole (seconds).
+DELIVERY_CHECK_S = 2.0
 
 
 class Coordinator:
@@ -126,6 +145,11 @@ class Coordinator:
         self._channels = SignalChannels(config, self._admin, schemas)
         self._tables = TableChecks(config, connector, self._admin, self._probe, schemas)
         self.state: SnapshotState | None = None
+        #: Why this leader does not coordinate: its progress record is unreadable (read
+        #: again every :data:`REFUSED_RETRY_S`).
+        self.refused: str | None = None
+        self._retry_refused = 0.0
+        self._record_keys = record_keys()
         #: The coordinator's own connection to the source (catalog and boundaries).
         self._reader: ChunkReader | None = None
         self._workers = ChunkWorkers(config, connector, config.snapshot.readers)
@@ -136,6 +160,7 @@ class Coordinator:
         self._failures = 0
         self._unreachable_since: float | None = None
         self._not_before = 0.0
+        self._next_delivery = 0.0
         self._stop = threading.Event()
         self.failure: BaseException | None = None
 
@@ -210,6 +235,8 @@ class Coordinator:
         repair_stuck(self._rebalance, self.config.kafka, self._group_id)
         if self.state is None:
             self._collect(0)  # reads for a leadership lost: dropped
+            if self.refused is not None and time.monotonic() >= self._retry_refused:
+                self._take_lead(self._group)
             return
         offsets = self.state.signal_offsets
         for msg in data_messages(messages):
@@ -218,6 +245,7 @@ class Coordinator:
             self._act(signal)
         # The signals just read may have paused or stopped the work.
         self._collect(0 if self._can_read() else 0.05)
+        self._deliver()
         if self._can_read() and time.monotonic() >= self._not_before:
             self._step()
 
@@ -274,7 +302,30 @@ class Coordinator:
             )
         )
         self._producer.init_transactions(TRANSACTION_TIMEOUT)
-        state = self._load()
+        consumer.assign([TopicPartition(self.signals, 0, OFFSET_END)])  # until it leads
+        self._take_lead(consumer)
+
+    def _take_lead(self, consumer: Consumer) -> None:
+        """Load the progress record and coordinate from it; refuse to while it is
+        unreadable (the data plane goes on; no other instance could read it either)."""
+        try:
+            state = self._load()
+        except ProgressRecordError as exc:
+            if self.refused is None:
+                log.error(
+                    "snapshot coordination refused: the progress record of %s is unreadable "
+                    "(%s); backfills wait. Repair: tidemark snapshot reset-progress",
+                    self.progress,
+                    exc,
+                )
+            self.refused = str(exc)
+            self._retry_refused = time.monotonic() + REFUSED_RETRY_S
+            metrics.SNAPSHOT_PROGRESS_REFUSED.set(1)
+            return
+        if self.refused is not None:
+            log.info("the progress record of %s is readable again", self.progress)
+        self.refused = None
+        metrics.SNAPSHOT_PROGRESS_REFUSED.set(0)
         if state is None:
             state = SnapshotState()
             # Signal rows written before the pipeline first ran are history, not requests.
@@ -301,15 +352,17 @@ class Coordinator:
         if self.state is not None:
             log.info("no longer coordinating incremental snapshots")
         self.state = None
+        self.refused = None
+        metrics.SNAPSHOT_PROGRESS_REFUSED.set(0)
         self._tables.clear()
         self._in_flight.clear()
         self._channels.release()
         metrics.SNAPSHOT_LEADER.set(0)
 
     def _load(self) -> SnapshotState | None:
-        """The last progress record, or ``None`` for a pipeline that never ran a snapshot."""
-        raw = last_value(self._probe, self.progress, PROGRESS_KEY)
-        return None if raw is None else SnapshotState.from_json(raw)
+        """The last progress record, or ``None`` for a pipeline that never ran a snapshot;
+        :class:`ProgressRecordError` if it is unreadable."""
+        return read_progress(self._probe, self.progress, self._record_keys)
 
     def _act(self, signal: Signal | None) -> None:
         state = self.state
@@ -375,9 +428,9 @@ class Coordinator:
                 self.config.snapshot.min_chunk_size,
                 self.config.snapshot.max_chunk_size,
             )
-            if entry.status == COMPLETED:
+            if entry.status == DELIVERING:
                 log.info(
-                    "snapshot of %s completed: %d rows in %d chunks",
+                    "snapshot of %s read whole: %d rows in %d chunks",
                     entry.table,
                     entry.rows,
                     entry.chunks,
@@ -408,7 +461,8 @@ class Coordinator:
                     entry.condition = reader.key_condition(info, entry.keys)
                 top = reader.max_key(info, entry.condition)
                 estimate = reader.estimate_rows(info, entry.condition) if top is not None else 0
-                state.begin(entry, key_to_json(top), estimate, now)
+                starts = self._ends(prepared.backfill)
+                state.begin(entry, key_to_json(top), estimate, now, starts)
                 log.info(
                     "snapshot of %s started (request %s): about %d rows, keys up to %s",
                     entry.table,
@@ -460,6 +514,67 @@ class Coordinator:
             start = max(time.monotonic(), self._not_before)
             self._not_before = start + self._chunk_size / ceiling
 
+    def _deliver(self) -> None:
+        """Complete the tables read whole whose rows the data plane has read past, and
+        abort those some of whose rows expired unread (:mod:`.delivery`); every
+        :data:`DELIVERY_CHECK_S`."""
+        state, now = self.state, time.monotonic()
+        if state is None or now < self._next_delivery:
+            return
+        self._next_delivery = now + DELIVERY_CHECK_S
+        notes: list[Notification] = []
+        changed = False
+        for entry in state.delivering_tables():
+            topic = self._backfill_of(entry)
+            if entry.deliver_upto is None:
+                state.delivering(entry, self._ends(topic))
+                changed = True
+                continue
+            partitions = [int(p) for p in entry.deliver_upto]
+            try:
+                committed = self._committed(topic, partitions)
+                lows = {
+                    p: max(self._probe.get_watermark_offsets(TopicPartition(topic, p), 10)[0], 0)
+                    for p in partitions
+                }
+            except KafkaException as exc:  # read again at the next check
+                log.warning("the data plane's offsets of %s were not read: %s", topic, exc)
+                continue
+            found = delivery(entry.deliver_from, entry.deliver_upto, committed, lows)
+            if found.lost is not None:
+                log.error("snapshot of %s aborted: %s", entry.table, found.lost)
+                notes += state.abort(entry, found.lost, time.time())
+            elif found.passed:
+                log.info("snapshot of %s completed: the data plane read its rows", entry.table)
+                notes += state.delivered(entry, time.time())
+        if changed or notes:
+            self._persist(notes)
+
+    def _backfill_of(self, entry: TableProgress) -> str:
+        topic = change_topic(self.config.source.topic_prefix, entry.table)
+        return backfill_topic(self.config.processor.pipeline, topic)
+
+    def _ends(self, topic: str) -> dict[int, int]:
+        """Where each partition of ``topic`` ends now (nothing: no such topic)."""
+        counts = partition_counts(self._admin, [topic])
+        if topic not in counts:
+            return {}
+        tps = [TopicPartition(topic, p) for p in range(counts[topic])]
+        return {p: end for (_t, p), end in exact_end_offsets(self._probe, tps).items()}
+
+    def _committed(self, topic: str, partitions: list[int]) -> dict[int, int | None]:
+        """The data plane group's committed offsets of ``topic``'s ``partitions``."""
+        group = dataplane_group(self.config.processor.pipeline)
+        asked = [TopicPartition(topic, p) for p in partitions]
+        listed = self._admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group, asked)]
+        )
+        found: dict[int, int | None] = dict.fromkeys(partitions)
+        for tp in listed[group].result().topic_partitions:
+            if tp.error is None and tp.offset >= 0:
+                found[tp.partition] = tp.offset
+        return found
+
     def _connected(self) -> ChunkReader:
         if self._reader is None:
             self._reader = self._connector.chunk_reader()
@@ -509,7 +624,10 @@ class Coordinator:
                 self.notifications, note.to_json(pipeline), note.request_id.encode(), 0
             )
             log.info("snapshot notification %s for request %s", note.type, note.request_id)
-        producer.produce(self.progress, state.to_json(), PROGRESS_KEY, 0)
+        value = state.to_json()
+        keys = self._record_keys
+        headers = None if keys is None else [keys.sign(self.progress, 0, PROGRESS_KEY, value)]
+        producer.produce(self.progress, value, PROGRESS_KEY, 0, headers=headers)
         # Raises if a record failed, or if this instance was fenced: it leads no more.
         producer.commit_transaction(TRANSACTION_TIMEOUT)
         self._export(state)

@@ -10,7 +10,8 @@ queue's rules are testable without Kafka or a database.
 The state is written as one JSON document (:meth:`SnapshotState.to_json`) to
 the pipeline's compacted progress topic after every change. Its
 ``incremental_snapshot_*`` fields carry Debezium's names (DDD-4) with keys as
-JSON arrays; ``tables`` holds the whole record, which is what is read back.
+JSON arrays; ``tables`` holds the whole record, which is what is read back
+(:mod:`processor.snapshot.progress_record`, which checks every field).
 
 A table's key range is read in :class:`KeyRange` parts, ``(after, upto]``,
 planned in key order and handed to reader processes, several at once when
@@ -63,7 +64,13 @@ MAX_QUEUED_TABLES = 2 * MAX_TABLES
 RECORD_LIMIT = MIN_RECORD_BYTES * 3 // 4
 
 QUEUED, RUNNING, COMPLETED, ABORTED = "queued", "running", "completed", "aborted"
+#: Read whole, its rows in Kafka: completed once the data plane has read past them.
+DELIVERING = "delivering"
+#: Tables to read, or being read.
 PENDING = (QUEUED, RUNNING)
+#: Tables whose request is not done: read, or not yet passed by the data plane.
+UNFINISHED = (QUEUED, RUNNING, DELIVERING)
+STATUSES = (QUEUED, RUNNING, DELIVERING, COMPLETED, ABORTED)
 
 
 @dataclass
@@ -109,11 +116,16 @@ class TableProgress:
     error: str | None = None
     #: Why the table waits (the source cannot be reached), while it does.
     waiting: str | None = None
+    #: Where the table's backfill topic ended as its read began, and (while
+    #: ``delivering``) where it ended once its rows were all in it: the offsets, by
+    #: partition number as text, between which its rows are (``None`` until read).
+    deliver_from: dict[str, int] | None = None
+    deliver_upto: dict[str, int] | None = None
 
     @property
     def percent(self) -> float | None:
         """Share of the table read, 0 to 100 (``None`` before the estimate is known)."""
-        if self.status == COMPLETED:
+        if self.status in (COMPLETED, DELIVERING):
             return 100.0
         if not self.estimated_rows:
             return None
@@ -181,6 +193,10 @@ class SnapshotState:
 
     def pending(self) -> list[TableProgress]:
         return [t for t in self.tables if t.status in PENDING]
+
+    def delivering_tables(self) -> list[TableProgress]:
+        """Tables read whole whose rows the data plane has not yet passed."""
+        return [t for t in self.tables if t.status == DELIVERING]
 
     # -- transitions -------------------------------------------------------------
 
@@ -292,10 +308,13 @@ class SnapshotState:
         maximum_key: list[Any] | None,
         estimated_rows: int,
         now: float,
+        starts: dict[int, int] | None = None,
     ) -> None:
-        """Start reading ``entry``'s table: its key range is fixed from here on."""
+        """Start reading ``entry``'s table: its key range is fixed from here on (``starts``:
+        where its backfill topic ends now, before its first row)."""
         entry.status, entry.started_at = RUNNING, now
         entry.maximum_key, entry.estimated_rows = maximum_key, estimated_rows
+        entry.deliver_from = None if starts is None else _by_text(starts)
 
     def plan(self, entry: TableProgress, upto: list[Any]) -> KeyRange:
         """Add the part from the cursor to ``upto`` (the maximum key for the last part)."""
@@ -354,8 +373,9 @@ class SnapshotState:
         return notes
 
     def scanned(self, entry: TableProgress, now: float) -> list[Notification]:
-        """``entry``'s table is read to its end (or was empty)."""
-        entry.status, entry.finished_at = COMPLETED, now
+        """``entry``'s table is read to its end (or was empty): its rows are in Kafka, and
+        it is delivering until the data plane has read past them (:meth:`delivered`)."""
+        entry.status, entry.finished_at, entry.deliver_upto = DELIVERING, now, None
         _finished(entry)
         ms = int(now * 1000)
         notes = [
@@ -371,7 +391,20 @@ class SnapshotState:
                 ms,
             )
         ]
-        return notes + self._request_finished(entry.request_id, ms)
+        return notes
+
+    def delivering(self, entry: TableProgress, upto: dict[int, int]) -> None:
+        """The offsets of ``entry``'s backfill topic the data plane must pass: where the
+        topic ends once every chunk row of the table is in it."""
+        entry.deliver_upto = _by_text(upto)
+
+    def delivered(self, entry: TableProgress, now: float) -> list[Notification]:
+        """The data plane has read past ``entry``'s rows: the table is completed."""
+        if entry.status != DELIVERING:
+            return []
+        entry.status, entry.finished_at = COMPLETED, now
+        entry.deliver_from = entry.deliver_upto = None
+        return self._request_finished(entry.request_id, int(now * 1000))
 
     def abort(self, entry: TableProgress, error: str, now: float) -> list[Notification]:
         """Give up ``entry``'s table (it cannot be read); the queue goes on."""
@@ -391,14 +424,14 @@ class SnapshotState:
     def _request_finished(self, request_id: str, ms: int) -> list[Notification]:
         """``COMPLETED`` ends every request, once each of its tables completed or was aborted."""
         mine = [t for t in self.tables if t.request_id == request_id]
-        if any(t.status in PENDING for t in mine):
+        if any(t.status in UNFINISHED for t in mine):
             return []
         self._forget_old()
         collections = ",".join(t.table for t in mine)
         return [Notification("COMPLETED", request_id, {"data_collections": collections}, ms)]
 
     def _forget_old(self) -> None:
-        finished = [t for t in self.tables if t.status not in PENDING]
+        finished = [t for t in self.tables if t.status not in UNFINISHED]
         for old in finished[: max(0, len(finished) - HISTORY)]:
             self.tables.remove(old)
 
@@ -430,25 +463,10 @@ class SnapshotState:
             }
         )
 
-    @staticmethod
-    def from_json(raw: bytes) -> SnapshotState:
-        """Inverse of :meth:`to_json`."""
-        doc = orjson.loads(raw)
-        if doc.get("format") != FORMAT_VERSION:
-            raise ValueError(f"unknown snapshot progress format {doc.get('format')!r}")
-        tables = []
-        for t in doc["tables"]:
-            ranges = [KeyRange(**r) for r in t.pop("ranges", [])]
-            tables.append(TableProgress(**t, ranges=ranges))
-        return SnapshotState(
-            tables,
-            bool(doc["paused"]),
-            int(doc["chunk_sequence"]),
-            {
-                topic: {int(p): int(o) for p, o in offsets.items()}
-                for topic, offsets in doc["signal_offsets"].items()
-            },
-        )
+
+def _by_text(offsets: dict[int, int]) -> dict[str, int]:
+    """Offsets by partition as JSON keeps them: the partition's number as text."""
+    return {str(p): o for p, o in sorted(offsets.items())}
 
 
 def _finished(entry: TableProgress) -> None:

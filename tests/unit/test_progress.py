@@ -22,6 +22,7 @@ from processor.snapshot.progress import (
     key_from_json,
     key_to_json,
 )
+from processor.snapshot.progress_record import decode
 from processor.snapshot.signals import (
     MAX_FILTER_BYTES,
     MAX_KEYS,
@@ -56,9 +57,13 @@ def test_tables_run_in_the_order_asked_and_each_request_completes_once() -> None
     second = state.current()
     assert second is not None and second.table == "public.b"
     notes = state.abort(second, "no primary key", 4.0)
-    assert types(notes) == [("ABORTED", "r1"), ("COMPLETED", "r1")]
+    # public.a is read whole, but the data plane has not read its rows yet.
+    assert types(notes) == [("ABORTED", "r1")]
+    assert first.status == "delivering" and state.delivering_tables() == [first]
     third = state.current()
     assert third is not None and (third.table, third.request_id) == ("public.c", "r2")
+    assert types(state.delivered(first, 5.0)) == [("COMPLETED", "r1")]
+    assert first.status == "completed" and state.delivered(first, 6.0) == []
 
 
 def test_every_request_reads_its_tables_even_if_another_queued_them() -> None:
@@ -82,7 +87,7 @@ def test_keys_asked_for_join_a_queued_keys_request_of_their_table() -> None:
     state.apply(ExecuteSnapshot("k3", ("public.b",), keys=({"id": 1},)), 2.0)
     many = tuple({"id": i} for i in range(10, 10 + MAX_KEYS))
     state.apply(ExecuteSnapshot("k4", ("public.a",), keys=many), 3.0)
-    restored = SnapshotState.from_json(state.to_json())
+    restored = decode(state.to_json())
     assert [(t.request_id, len(t.keys or [])) for t in restored.pending()] == [
         ("r1", 0),
         ("k1", 3),
@@ -157,7 +162,7 @@ def test_the_record_has_ddd4s_fields() -> None:
     )
     in_flight = [(r["after"], r["upto"], r["chunk"]) for r in doc["tables"][0]["ranges"]]
     assert in_flight == [([3], [6], 2), ([6], [9], 3)]
-    restored = SnapshotState.from_json(state.to_json())
+    restored = decode(state.to_json())
     assert restored == state
     assert restored.resumed().tables[0].ranges == []  # read again from [3] after a crash
 
@@ -197,7 +202,7 @@ def test_queue_invariants_hold_for_any_sequence(operations: list) -> None:  # ty
         elif kind == "resume":
             notes = state.apply(ResumeSnapshot("q"), now)
         elif kind == "crash":
-            state = SnapshotState.from_json(state.to_json()).resumed()
+            state = decode(state.to_json()).resumed()
             notes = []
         else:
             entry = state.current()
@@ -215,7 +220,7 @@ def test_queue_invariants_hold_for_any_sequence(operations: list) -> None:  # ty
                 notes = state.written(entry, used[-1], arg, 0.01, now)
                 assert entry.last_key == [key] and key >= previous
         completed += [n.request_id for n in notes if n.type == "COMPLETED"]
-        assert SnapshotState.from_json(state.to_json()) == state
+        assert decode(state.to_json()) == state
     assert used == sorted(set(used))
     assert len(completed) == len(set(completed))
     for request in {t.request_id for t in state.tables}:
@@ -268,7 +273,7 @@ def test_parts_read_in_parallel_advance_the_key_only_over_contiguous_written_par
                 keys = part.upto[0] - (part.after[0] if part.after else 0)
                 state.written(entry, chunk, keys, 0.1, 2.0)
         elif kind == "crash":
-            state = SnapshotState.from_json(state.to_json()).resumed()
+            state = decode(state.to_json()).resumed()
             entry, reading = state.tables[0], []
         after = entry.last_key[0] if entry.last_key else 0
         assert after >= before

@@ -97,6 +97,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     command("pause", _snapshot_pause, "stop reading chunks; progress is kept", snap_sub)
     command("resume", _snapshot_resume, "read chunks again after a pause", snap_sub)
+    reset = command(
+        "reset-progress",
+        _snapshot_reset_progress,
+        "replace an unreadable progress record with an empty one (queued backfills are forgotten)",
+        snap_sub,
+    )
+    reset.add_argument("--yes", action="store_true", help="do it (without: say what it does)")
     status = command("status", _snapshot_status, "progress per table", snap_sub)
     status.add_argument("--json", action="store_true", help="print JSON")
     status.add_argument("--watch", type=float, metavar="SECONDS", help="print again every SECONDS")
@@ -278,6 +285,23 @@ def _snapshot_pause(args: argparse.Namespace) -> int:
 
 def _snapshot_resume(args: argparse.Namespace) -> int:
     return _signal(args, "resume-snapshot", {"type": "incremental"})
+
+
+def _snapshot_reset_progress(args: argparse.Namespace) -> int:
+    from processor.snapshot.progress_reset import reset_progress
+
+    config = _config(args)
+    if not args.yes:
+        print(
+            "This replaces the snapshot progress record of pipeline "
+            f"{config.processor.pipeline!r} with an empty one: queued and running backfills "
+            "are forgotten, and signals written before now are not carried out. "
+            "Run again with --yes to do it."
+        )
+        return 1
+    state = reset_progress(config)
+    print(f"progress reset: chunk numbers go on from {state.chunk_sequence + 1}")
+    return 0
 
 
 def _snapshot_status(args: argparse.Namespace) -> int:

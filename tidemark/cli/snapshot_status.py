@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 
 from processor.snapshot.client import read_state
-from processor.snapshot.progress import PENDING, SnapshotState, TableProgress
+from processor.snapshot.progress import UNFINISHED, SnapshotState, TableProgress
 from tidemark.core.config import Config
 
 BAR = 24
@@ -35,7 +35,7 @@ def _line(t: TableProgress) -> str:
     eta = f"  ~{_duration(left)} left" if left is not None else ""
     key = _key(t.last_key)
     line = (
-        f"  {t.table:<28} {t.status:<9} {bar} {shown}  {t.rows} rows, {t.chunks} chunks, "
+        f"  {t.table:<28} {t.status:<10} {bar} {shown}  {t.rows} rows, {t.chunks} chunks, "
         f"last key {key}{eta}  (request {t.request_id})"
     )
     reading = [r for r in t.ranges if r.chunk and r.rows is None]
@@ -44,6 +44,8 @@ def _line(t: TableProgress) -> str:
         line += f"\n      reading {parts}"
     if t.waiting:
         line += f"\n      waiting: {t.waiting}"
+    if t.status == "delivering":
+        line += "\n      read whole: waiting for the data plane to read its rows"
     if t.error:
         line += f"\n      error: {t.error}"
     return line
@@ -73,7 +75,7 @@ def wait_for_request(config: Config, request_id: str, every: float = 1.0) -> lis
     while True:
         state = read_state(config)
         tables = [t for t in state.tables if t.request_id == request_id] if state else []
-        if tables and not any(t.status in PENDING for t in tables):
+        if tables and not any(t.status in UNFINISHED for t in tables):
             return tables
         time.sleep(every)
 
