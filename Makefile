@@ -7,7 +7,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export NO_MKDOCS_2_WARNING := 1
 export DISABLE_MKDOCS_2_WARNING := true
 
-.PHONY: setup system-deps demo test unit integration sanitize lint docs bench chaos fidelity fuzz vendor clean
+.PHONY: setup system-deps demo test unit integration sanitize lint docs bench chaos lifetime fidelity fuzz vendor clean
 
 setup: system-deps $(VENV)/.installed $(VENV)/.compiled $(BIN)/promtool
 
@@ -113,6 +113,11 @@ CHAOS_CHANGES ?= 1000000
 
 chaos: setup
 	$(BIN)/python -m tests.chaos.run --seed $(SEED) --faults $(CHAOS_FAULTS) --changes $(CHAOS_CHANGES)
+
+# The same with the lifetime schedule (forged control records and chunk rows, the record
+# key set). Writes bench/results/lifetime.json.
+lifetime: setup
+	$(BIN)/python -m tests.chaos.run --lifetime --seed $(SEED) --faults $(CHAOS_FAULTS) --changes $(CHAOS_CHANGES)
 
 # Every value of every Debezium value setting against a real connector (tests/fidelity/run.py).
 # Writes bench/results/fidelity.json.

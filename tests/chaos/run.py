@@ -42,7 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Producer
+import orjson
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from tests.chaos.workload import TABLES, Workload, create_tables
 from tests.integration.processes import (
@@ -59,8 +61,18 @@ from tests.oracle import Verdict, check_topic, digest
 from tidemark.cli.verify import compare_table, wait_caught_up
 from tidemark.core.config import Config, DevConfig, ProcessorConfig, SinkConfig
 from tidemark.core.group_repair import pipeline_groups, repair_group
-from tidemark.core.kafka import Acknowledgements, produce_waiting, producer_config
+from tidemark.core.kafka import (
+    Acknowledgements,
+    client_config,
+    exact_end_offsets,
+    partition_counts,
+    produce_waiting,
+    producer_config,
+)
+from tidemark.core.partitioners import partitions_of
 from tidemark.core.ports import free_port
+from tidemark.core.record_auth import KEY_ENV
+from tidemark.core.topics import backfill_topic, control_topic, dataplane_group
 from tidemark.devstack.procs import exit_code, pid_alive
 from tidemark.devstack.stack import DevStack
 
@@ -81,6 +93,13 @@ KINDS = {
     "poison": 15,
     "backfill": 10,
 }
+#: The lifetime schedule's kinds besides (issue 45), with the record key set: records
+#: forged in the control topic (a lifecycle that is not JSON, an unsigned STOPPED, an
+#: unsigned offsets write that would skip every input to its end) and unsigned chunk
+#: rows in a backfill topic that would beat every real row.
+LIFETIME_KINDS = {"control-forged": 10, "backfill-forged": 10}
+#: The record key of a lifetime run (TIDEMARK_RECORD_KEY).
+RECORD_KEY = "chaos-record-key-" + "0" * 32
 #: The tables' envelopes (``debezium-upsert`` but those named).
 ENVELOPES = {"public.iso_chaos_b": "debezium"}
 #: Tables a backfill may run on: incremental snapshots need ``debezium-upsert``.
@@ -108,10 +127,12 @@ class Fault:
     pause_s: float
 
 
-def schedule(seed: int, faults: int) -> list[Fault]:
-    """The faults of a run, drawn from ``seed`` alone."""
+def schedule(seed: int, faults: int, lifetime: bool = False) -> list[Fault]:
+    """The faults of a run, drawn from ``seed`` alone (``lifetime``: with
+    :data:`LIFETIME_KINDS`)."""
     rng = random.Random(seed)
-    kinds, weights = list(KINDS), list(KINDS.values())
+    drawn_from = {**KINDS, **LIFETIME_KINDS} if lifetime else KINDS
+    kinds, weights = list(drawn_from), list(drawn_from.values())
     drawn = []
     for _ in range(faults):
         kind = rng.choices(kinds, weights)[0]
@@ -123,6 +144,8 @@ def schedule(seed: int, faults: int) -> list[Fault]:
             "pg-restart": 0,
             "poison": rng.randint(1, 5),
             "backfill": rng.randrange(len(BACKFILLED)),
+            "control-forged": 0,
+            "backfill-forged": rng.randrange(len(BACKFILLED)),
         }[kind]
         drawn.append(Fault(kind, rng.randrange(2), amount, rng.choice(POINTS), rng.uniform(0.5, 4)))
     return drawn
@@ -133,6 +156,8 @@ class Instance:
     """A processor instance the run supervises: a death it did not plan is counted."""
 
     processor: Processor
+    #: More environment variables (the record key of a lifetime run).
+    env: dict[str, str] = field(default_factory=dict)
     armed: str = ""
     planned: bool = False
     #: Since when the instance has not been up (monotonic seconds), else ``None``.
@@ -142,7 +167,7 @@ class Instance:
         """Start; ``wait``: until healthy. Otherwise :func:`watch_groups` follows it up."""
         self.armed, self.planned = failpoint, False
         self.down_since = time.monotonic()
-        self.processor.start(timeout=180, failpoint=failpoint, healthy=wait)
+        self.processor.start(timeout=180, failpoint=failpoint, env=self.env, healthy=wait)
 
     def exit_code(self) -> int | None:
         """The exit code once the process ended (negative: its signal), else ``None``."""
@@ -163,6 +188,11 @@ class Run:
     last_pg_restart: float = 0.0
     #: Groups repaired after the broker lost their leader (``group_repair``).
     group_repairs: Counter[str] = field(default_factory=Counter)
+    #: Forged records written: control records, and where forged chunk rows landed.
+    control_forged: int = 0
+    backfill_forged: list[tuple[str, int, int]] = field(default_factory=list)
+    #: The environment of the run's processors and commands.
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def run_chaos(
@@ -174,14 +204,16 @@ def run_chaos(
     keys: int,
     sink_kills: int,
     rate: float,
+    lifetime: bool = False,
 ) -> dict[str, Any]:
-    """One run on ``stack``; the figures of ``bench/results/chaos.json``."""
+    """One run on ``stack``; the figures of ``bench/results/chaos.json`` (``lifetime``:
+    with the lifetime schedule and the record key, ``lifetime.json``)."""
     started = time.monotonic()
     config = chaos_config(stack)
     create_tables(config)
-    run = Run(seed)
+    run = Run(seed, env={KEY_ENV: RECORD_KEY} if lifetime else {})
     instances = [
-        Instance(Processor(stack, other_instance(config, name), f"chaos-{name}"))
+        Instance(Processor(stack, other_instance(config, name), f"chaos-{name}"), run.env)
         for name in ("a", "b")
     ]
     for instance in instances:
@@ -189,7 +221,7 @@ def run_chaos(
     workload = Workload(config, seed, keys, rate)
     workload.start()
     try:
-        for fault in schedule(seed, faults):
+        for fault in schedule(seed, faults, lifetime):
             supervise(stack, run, instances)
             apply(stack, config, run, instances, fault)
             run.faults[fault.kind] += 1
@@ -219,9 +251,21 @@ def run_chaos(
     phases["sink"] = time.monotonic() - started - sum(phases.values())
     verdict = judge(config)
     dead = dead_letters(config)
+    refusals = [
+        i.processor.log.read_text(errors="replace").count("of pipeline chaos refused")
+        for i in instances
+    ]
     for instance in instances:
         instance.processor.stop()
+    lifetime_figures = {
+        "control_records_forged": run.control_forged,
+        # every instance reads every control record, again at each start
+        "control_forged_not_refused": max(0, run.control_forged - min(refusals)),
+        "chunk_rows_forged": len(run.backfill_forged),
+        "forged_rows_not_dead_lettered": len(set(run.backfill_forged) - dead),
+    }
     return {
+        **(lifetime_figures if lifetime else {}),
         "seed": seed,
         "faults": dict(sorted(run.faults.items())),
         "events": verdict.events,
@@ -296,13 +340,23 @@ def apply(
         run.last_pg_restart = time.monotonic()
     elif fault.kind == "poison":
         run.poison += produce_poison(config, int(fault.amount), fault.instance)
+    elif fault.kind == "control-forged":
+        run.control_forged += forge_control(config)
+    elif fault.kind == "backfill-forged":
+        run.backfill_forged += forge_chunk_row(config, BACKFILLED[int(fault.amount)])
     elif fault.kind == "backfill":
         table = BACKFILLED[int(fault.amount)]
         request = f"chaos-{len(run.backfills)}"
         live = [i for i in instances if i.exit_code() is None and i.processor.health()]
         if live:
             done = run_cli(
-                live[0].processor, "snapshot", "start", f"public.{table}", "--id", request
+                live[0].processor,
+                "snapshot",
+                "start",
+                f"public.{table}",
+                "--id",
+                request,
+                env=run.env,
             )
             if done.returncode == 0:
                 run.backfills.append(request)
@@ -387,6 +441,88 @@ def produce_poison(config: Config, count: int, partition: int) -> list[tuple[str
     for value in POISON[:count]:
         produce_waiting(producer, topic, value, b'{"id": 1}', delivered, partition)
     acks.wait("poison records")
+    return landed
+
+
+def forge_control(config: Config) -> int:
+    """Write three control records Tidemark did not: one that is not JSON, an unsigned
+    ``STOPPED``, and an unsigned offsets write of the pipeline's own group that would move
+    every input partition to its end (obeyed, it would skip what is not read yet, or stop
+    every data plane); how many."""
+    admin = AdminClient(client_config(config.kafka))
+    inputs = [f"{config.source.topic_prefix}.public.{t}" for t in TABLES]
+    counts = partition_counts(admin, inputs)
+    consumer = Consumer(client_config(config.kafka, **{"group.id": "chaos-forger"}))
+    try:
+        ends = exact_end_offsets(
+            consumer, [TopicPartition(t, p) for t, n in counts.items() for p in range(n)]
+        )
+    finally:
+        consumer.close()
+    now = int(time.time() * 1000)
+    plan = {
+        "group": dataplane_group(config.processor.pipeline),
+        "delete_group": False,
+        "offsets": [[t, p, o] for (t, p), o in sorted(ends.items())],
+        "positions": [],
+        "reset_state": [],
+        "writer": "forger",
+        "at_ms": now,
+    }
+    records = [
+        (b"lifecycle", b"{not json"),
+        (b"lifecycle", orjson.dumps({"state": "STOPPED", "by": "forger", "at_ms": now})),
+        (b"offsets-write", orjson.dumps(plan)),
+    ]
+    producer = Producer(producer_config(config.kafka))
+    acks = Acknowledgements(producer)
+    topic = control_topic(config.processor.pipeline)
+    headers: list[tuple[str, str | bytes | None]] = [("tidemark.at", str(now).encode())]
+    for key, value in records:
+        produce_waiting(producer, topic, value, key, acks.on_delivery, 0, headers)
+    acks.wait("forged control records")
+    return len(records)
+
+
+def forge_chunk_row(config: Config, table: str) -> list[tuple[str, int, int]]:
+    """An unsigned chunk row of key 1 in ``table``'s backfill topic, numbered above every
+    real chunk, with a value no transaction wrote: where it landed (nothing while the
+    topic does not exist: a producer would make it with the broker's defaults)."""
+    change = f"{config.source.topic_prefix}.public.{table}"
+    topic = backfill_topic(config.processor.pipeline, change)
+    admin = AdminClient(client_config(config.kafka))
+    if topic not in partition_counts(admin, [topic]):
+        return []
+    columns = TABLES[table]
+    key = {"id": 1} if columns == ("id",) else {"a": 1, "b": "k1"}
+    row = {**key, "name": "forged", "n": -1}
+    value = {
+        "before": None,
+        "after": row,
+        "source": {"snapshot": "incremental", "txId": None, "lsn": None, "ts_ms": 0},
+        "op": "r",
+        "ts_ms": 0,
+    }
+    headers: list[tuple[str, str | bytes | None]] = [
+        ("tidemark.chunk", str(1 << 62).encode()),
+        ("tidemark.snapshot", b"1:1:"),
+        ("tidemark.request", b"forged"),
+    ]
+    key_bytes = orjson.dumps(key)
+    partition = partitions_of(
+        config.source.partitioner, [key_bytes], partition_counts(admin, [topic])[topic]
+    )[0]
+    producer = Producer(producer_config(config.kafka))
+    landed: list[tuple[str, int, int]] = []
+    acks = Acknowledgements(producer)
+
+    def delivered(err: Any, msg: Any) -> None:
+        acks.on_delivery(err, msg)
+        if err is None:
+            landed.append((msg.topic(), msg.partition(), msg.offset()))
+
+    produce_waiting(producer, topic, orjson.dumps(value), key_bytes, delivered, partition, headers)
+    acks.wait("a forged chunk row")
     return landed
 
 
@@ -533,8 +669,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keys", type=int, default=20_000)
     parser.add_argument("--sink-kills", type=int, default=3)
     parser.add_argument("--rate", type=float, default=500, help="row changes a second")
-    parser.add_argument("--out", type=Path, default=Path("bench/results/chaos.json"))
+    parser.add_argument("--out", type=Path, help="default: bench/results/chaos.json")
+    parser.add_argument(
+        "--lifetime",
+        action="store_true",
+        help="the lifetime schedule (forged records, the record key set): "
+        "bench/results/lifetime.json",
+    )
     args = parser.parse_args(argv)
+    out = args.out or Path(f"bench/results/{'lifetime' if args.lifetime else 'chaos'}.json")
     from spark_sink.session import create_session, stop_session
 
     run_dir = tempfile.mkdtemp(prefix="tidemark-chaos-")
@@ -557,6 +700,7 @@ def main(argv: list[str] | None = None) -> int:
             args.keys,
             args.sink_kills,
             args.rate,
+            args.lifetime,
         )
     finally:
         stop_session(spark)
@@ -568,7 +712,7 @@ def main(argv: list[str] | None = None) -> int:
     result["command"] = " ".join(["python -m tests.chaos.run", *sys.argv[1:]])
     text = json.dumps(result, indent=2)
     print(text)
-    args.out.write_text(text + "\n")
+    out.write_text(text + "\n")
     return 1 if failed(result) else 0
 
 
@@ -580,6 +724,8 @@ def failed(result: dict[str, Any]) -> bool:
         or result["split_keys"]
         or result["unplanned_restarts"]
         or result["poison_not_dead_lettered"]
+        or result.get("control_forged_not_refused")
+        or result.get("forged_rows_not_dead_lettered")
         or not result["iceberg_tables_equal"]
         or set(result["backfills"]) - {"COMPLETED"}
     )

@@ -335,6 +335,7 @@ RENDERERS: dict[str, tuple[str, Renderer]] = {
     "sink": ("The Spark sink", _sink),
     "console": ("The console", _console),
     "chaos": ("The chaos run", _generic),
+    "lifetime": ("The lifetime run", _generic),
     "fidelity": ("Value fidelity", _fidelity),
     "compare": ("Comparison", _compare),
     "test_time": ("Test time", _test_time),
