@@ -44,7 +44,7 @@ from processor.snapshot.connector import Connector
 from processor.snapshot.watermarks import SignalTableWatermarks
 from processor.tuning import keep_freed_memory, tune_garbage_collector
 from tidemark.core.config import Config
-from tidemark.core.errors import DeliveryError, TidemarkError, TopicError
+from tidemark.core.errors import DeliveryError, RecordTooLargeError, TidemarkError, TopicError
 from tidemark.core.failpoints import Failpoint
 from tidemark.core.kafka import (
     FAILURES_ONLY,
@@ -255,6 +255,9 @@ def _serve(conn: Connection, config: Config, connector: Connector) -> None:
                 return
             try:
                 conn.send(("ok", reader.read(job)))
+            except RecordTooLargeError as exc:  # a row: no retry mends it
+                reader.reset()
+                conn.send(("error", f"{exc}: raise it, and the brokers' limit, to read the table"))
             except (SourceUnavailableError, DeliveryError, TopicError, KafkaException) as exc:
                 reader.reset()
                 conn.send(("unavailable", str(exc)))

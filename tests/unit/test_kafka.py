@@ -7,8 +7,8 @@ import time
 import pytest
 from confluent_kafka import Producer, TopicPartition
 
-from tidemark.core.errors import DeliveryError, TopicError
-from tidemark.core.kafka import FAILURES_ONLY, Acknowledgements, read_range
+from tidemark.core.errors import DeliveryError, RecordTooLargeError, TopicError
+from tidemark.core.kafka import FAILURES_ONLY, Acknowledgements, produce_waiting, read_range
 
 
 def test_a_failures_only_producer_still_reports_a_record_kafka_never_acknowledged() -> None:
@@ -67,3 +67,13 @@ def test_a_read_that_goes_on_is_never_cut_short_and_one_that_stalls_is() -> None
     with pytest.raises(TopicError, match="stopped at 5 of 40"):
         list(read_range(stalled, "t", 0, 0, 40, timeout=0.3))  # type: ignore[arg-type]
     assert time.monotonic() - started < 2
+
+
+def test_a_record_larger_than_the_client_takes_is_said_to_be_too_large() -> None:
+    """Item 2 of issue 45: the producer's message.max.bytes (kafka.max_record_bytes and
+    its framing, as every topic Tidemark makes takes) refuses a larger record before it
+    leaves, and that is the record's fault, not Kafka being away."""
+    producer = Producer({"bootstrap.servers": "127.0.0.1:1", "message.max.bytes": 1000})
+    with pytest.raises(RecordTooLargeError, match="2000 bytes"):
+        produce_waiting(producer, "t", b"v" * 1990, b"k" * 10, lambda _e, _m: None)
+    produce_waiting(producer, "t", b"v" * 100, None, lambda _e, _m: None)  # fits

@@ -41,6 +41,11 @@ class DeliveryError(TidemarkError):
     """Kafka did not acknowledge records that had to be durable."""
 
 
+class RecordTooLargeError(DeliveryError):
+    """A record larger than its topic takes (``kafka.max_record_bytes``): the record's
+    fault, which no retry mends."""
+
+
 class RegistryError(TidemarkError):
     """The schema registry failed or cannot be reached (not the message's fault)."""
 

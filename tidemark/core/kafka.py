@@ -24,7 +24,7 @@ from confluent_kafka.admin import (
 )
 
 from tidemark.core.config import KafkaConfig
-from tidemark.core.errors import DeliveryError, TopicError
+from tidemark.core.errors import DeliveryError, RecordTooLargeError, TopicError
 
 #: For a producer whose records need no offset back: its delivery callbacks run for
 #: failures only. confluent-kafka then skips building a message object and calling
@@ -95,7 +95,8 @@ class Acknowledgements:
         remaining = self.producer.flush(timeout)
         failures, self.failures = self.failures, []
         if remaining or failures:
-            raise DeliveryError(
+            too_large = any(f.code() == KafkaError.MSG_SIZE_TOO_LARGE for f in failures)
+            raise (RecordTooLargeError if too_large else DeliveryError)(
                 f"Kafka did not acknowledge the {what}: "
                 + (failures[0].str() if failures else f"{remaining} pending")
             )
@@ -118,6 +119,14 @@ def produce_waiting(
             return
         except BufferError:
             producer.poll(0.05)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.MSG_SIZE_TOO_LARGE:
+                raise
+            size = len(value or b"") + len(key or b"")
+            raise RecordTooLargeError(
+                f"a record of {size} bytes for {topic} is larger than the producer takes "
+                "(kafka.max_record_bytes)"
+            ) from None
 
 
 def partition_count(client: Producer, topic: str) -> int:
