@@ -67,7 +67,7 @@ from tidemark.core.kafka import (
     reader_config,
     record_topic_config,
 )
-from tidemark.core.record_auth import record_keys
+from tidemark.core.record_auth import KEY_ENV, MAC_HEADER, record_keys
 from tidemark.core.topics import control_topic, reader_group
 
 LIFECYCLE = b"lifecycle"
@@ -110,6 +110,12 @@ def write_control(
     keys = record_keys()
     if keys is not None:
         headers.append(keys.sign(topic, 0, key, body, headers))
+    elif _signed(config, topic):
+        raise ProcessorError(
+            f"the control records of pipeline {config.processor.pipeline!r} are signed: set "
+            f"{KEY_ENV} (the processors' record key) to write one; unsigned, every instance "
+            "would refuse it"
+        )
     producer.produce(
         topic,
         body,
@@ -149,6 +155,7 @@ class ControlView:
         value: bytes | None,
         headers: Any = None,
         appended_ms: int | None = None,
+        offset: int | None = None,
     ) -> None:
         """Apply one record (``headers``: the message's; ``appended_ms``: when the broker
         appended it, where the topic's timestamps are the broker's): a tombstone deletes
@@ -160,7 +167,13 @@ class ControlView:
             record = self._checked(key, value, headers, appended_ms)
         except ControlRecordError as exc:
             name = key.decode()
-            log.error("control record %r of pipeline %s refused: %s", name, self._pipeline, exc)
+            log.error(
+                "control record %r of pipeline %s at offset %s refused: %s",
+                name,
+                self._pipeline,
+                offset,
+                exc,
+            )
             metrics.CONTROL_REFUSED.labels(name).inc()
             return
         if record is None:
@@ -219,7 +232,7 @@ class ControlView:
         """Apply every record of ``topic`` up to its end; the end offset."""
         end = exact_end_offsets(consumer, [TopicPartition(topic, 0)])[(topic, 0)]
         for msg in read_range(consumer, topic, 0, 0, end):
-            self.apply(msg.key(), msg.value(), headers_of(msg), _appended_ms(msg))
+            self.apply(msg.key(), msg.value(), headers_of(msg), _appended_ms(msg), msg.offset())
         return end
 
     @property
@@ -259,10 +272,24 @@ class ControlReader(ControlView):
     def poll(self) -> None:
         """Apply the records written since the last call (does not wait)."""
         for msg in data_messages(self._consumer.consume(100, 0)):
-            self.apply(msg.key(), msg.value(), headers_of(msg), _appended_ms(msg))
+            self.apply(msg.key(), msg.value(), headers_of(msg), _appended_ms(msg), msg.offset())
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def _signed(config: Config, topic: str) -> bool:
+    """Whether a record of the control topic is signed (a writer without the key meets a
+    pipeline with one)."""
+    consumer = Consumer(_reader_config(config, once=True))
+    try:
+        end = exact_end_offsets(consumer, [TopicPartition(topic, 0)])[(topic, 0)]
+        return any(
+            MAC_HEADER in dict(headers_of(msg) or ())
+            for msg in read_range(consumer, topic, 0, 0, end)
+        )
+    finally:
+        consumer.close()
 
 
 def _appended_ms(msg: Message) -> int | None:

@@ -46,6 +46,7 @@ from processor.pipeline.control_topic import OFFSETS_WRITE, ControlView, read_co
 from processor.pipeline.offsets_lease import Lease, abandoned, new_writer
 from processor.pipeline.offsets_schema import VERSION, validate
 from processor.snapshot.client import read_state
+from processor.snapshot.progress_record import ProgressRecordError
 from tidemark.core.config import Config
 from tidemark.core.errors import TidemarkError
 from tidemark.core.failpoints import Failpoint
@@ -175,8 +176,12 @@ class Offsets:
         }
 
     def _incremental_snapshot(self) -> dict[str, Any] | None:
-        """Debezium's incremental-snapshot offset fields, keys as JSON arrays."""
-        state = read_state(self.config)
+        """Debezium's incremental-snapshot offset fields, keys as JSON arrays (the reason,
+        where the progress record is refused: the offsets are still read and written)."""
+        try:
+            state = read_state(self.config)
+        except ProgressRecordError as exc:
+            return {"refused": str(exc)}
         pending = state.pending() if state is not None else []
         if not pending:
             return None

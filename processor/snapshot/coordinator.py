@@ -74,6 +74,7 @@ from processor.snapshot.signal_channels import SignalChannels
 from processor.snapshot.signals import ExecuteSnapshot, PauseSnapshot, Signal
 from processor.snapshot.tables import TableChecks
 from tidemark.core.config import Config
+from tidemark.core.errors import TidemarkError
 from tidemark.core.group_repair import RebalanceWatch, repair_stuck
 from tidemark.core.kafka import (
     TRANSACTION_TIMEOUT,
@@ -86,6 +87,7 @@ from tidemark.core.kafka import (
     partition_counts,
     producer_config,
     queue_topic_config,
+    read_range,
     reader_config,
     record_topic_config,
 )
@@ -109,6 +111,8 @@ log = logging.getLogger(__name__)
 REFUSED_RETRY_S = 10.0
 #: How often the data plane's offsets are read for tables read whole (seconds).
 DELIVERY_CHECK_S = 2.0
+#: The records read back from a backfill partition's end for its last data record.
+DATA_TAIL = 16
 
 
 class Coordinator:
@@ -526,18 +530,18 @@ class Coordinator:
         changed = False
         for entry in state.delivering_tables():
             topic = self._backfill_of(entry)
-            if entry.deliver_upto is None:
-                state.delivering(entry, self._ends(topic))
-                changed = True
-                continue
-            partitions = [int(p) for p in entry.deliver_upto]
             try:
-                committed = self._committed(topic, partitions)
+                if entry.deliver_upto is None:
+                    state.delivering(entry, self._data_ends(topic))
+                    changed = True
+                    continue
+                partitions = [int(p) for p in entry.deliver_upto]
+                committed = self._committed(topic, partitions) if partitions else {}
                 lows = {
                     p: max(self._probe.get_watermark_offsets(TopicPartition(topic, p), 10)[0], 0)
                     for p in partitions
                 }
-            except KafkaException as exc:  # read again at the next check
+            except (KafkaException, TidemarkError) as exc:  # read again at the next check
                 log.warning("the data plane's offsets of %s were not read: %s", topic, exc)
                 continue
             found = delivery(entry.deliver_from, entry.deliver_upto, committed, lows)
@@ -561,6 +565,20 @@ class Coordinator:
             return {}
         tps = [TopicPartition(topic, p) for p in range(counts[topic])]
         return {p: end for (_t, p), end in exact_end_offsets(self._probe, tps).items()}
+
+    def _data_ends(self, topic: str) -> dict[int, int]:
+        """Where each partition of ``topic`` ends, not counting the transaction markers
+        after its last record (the data plane's truncate markers are written in
+        transactions, and a reader commits the offset after the last record it read);
+        nothing if the topic cannot be read (no row, then: nothing to wait for)."""
+        ends = self._ends(topic)
+        for partition, end in ends.items():
+            low = max(self._probe.get_watermark_offsets(TopicPartition(topic, partition), 10)[0], 0)
+            tail = read_range(self._probe, topic, partition, max(low, end - DATA_TAIL), end)
+            last = max(((msg.offset() or 0) + 1 for msg in tail), default=None)
+            if last is not None:
+                ends[partition] = last
+        return ends
 
     def _committed(self, topic: str, partitions: list[int]) -> dict[int, int | None]:
         """The data plane group's committed offsets of ``topic``'s ``partitions``."""

@@ -221,10 +221,12 @@ class SnapshotState:
                 del entry.keys[before:]
                 return [self._too_large(signal, ms)]
             collections = ",".join(signal.tables)
-            if len(self.pending()) + len(signal.tables) > MAX_QUEUED_TABLES:
+            # Tables delivering count: their rows wait for the data plane (a long pause).
+            held = sum(t.status in UNFINISHED for t in self.tables)
+            if held + len(signal.tables) > MAX_QUEUED_TABLES:
                 error = (
                     f"the snapshot queue holds at most {MAX_QUEUED_TABLES} tables; "
-                    f"{len(self.pending())} are queued: signal again once some are done"
+                    f"{held} are queued or delivering: signal again once some are done"
                 )
                 data = {"data_collections": collections, "error": error}
                 return [Notification("ABORTED", signal.request_id, data, ms)]

@@ -96,6 +96,10 @@ def _table(doc: object, index: int) -> TableProgress:
     fields["ranges"] = [
         KeyRange(**_fields(KeyRange, r, f"{where}.ranges[{i}]")) for i, r in enumerate(ranges)
     ]
+    for name in ("deliver_from", "deliver_upto"):
+        offsets = fields.get(name)
+        if offsets is not None and not all(_partition(p) for p in offsets):
+            raise ProgressRecordError(f"{where}.{name} names a partition that is not a number")
     table = TableProgress(**fields)
     if table.status not in STATUSES:
         raise ProgressRecordError(
@@ -153,6 +157,11 @@ def _fits(value: object, hint: Any) -> bool:
     return False
 
 
+def _partition(text: str) -> bool:
+    """Whether ``text`` is a partition's number, as JSON keeps it."""
+    return text.isascii() and text.isdigit() and len(text) < 10
+
+
 def _signal_offsets(doc: object) -> dict[str, dict[int, int]]:
     if not isinstance(doc, dict):
         raise ProgressRecordError("signal_offsets is not an object")
@@ -162,7 +171,7 @@ def _signal_offsets(doc: object) -> dict[str, dict[int, int]]:
             raise ProgressRecordError(f"signal_offsets of {topic[:80]!r} is not an object")
         found = offsets[topic] = {}
         for partition, offset in partitions.items():
-            if not (partition.isdigit() and len(partition) < 10) or not _fits(offset, int):
+            if not _partition(partition) or not _fits(offset, int):
                 raise ProgressRecordError(f"signal_offsets of {topic[:80]!r} is not offsets")
             found[int(partition)] = offset
     return offsets

@@ -1,4 +1,4 @@
-"""Start the snapshot progress over: the repair of an unreadable progress record.
+"""Start the snapshot progress over, or sign it: the repairs of a refused progress record.
 
 A leader whose progress record is unreadable (or unsigned where a record key is set)
 refuses to coordinate (:mod:`processor.snapshot.progress_record`). ``tidemark snapshot
@@ -8,6 +8,10 @@ and a chunk number above every chunk row the backfill topics hold, so the rows o
 backfills still beat earlier ones. It writes under the coordinator's transactional id,
 which fences a leader still at work; the leader joins again and reads the new record.
 The backfills that were queued or running are forgotten: ask for them again.
+
+``tidemark snapshot sign-progress`` is the repair where the record is whole but not
+signed, as after the record key is turned on: it reads the record, checks it, and
+writes it again, signed, under the same transactional id. Nothing is forgotten.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from confluent_kafka.admin import AdminClient
 
 from processor.events.chunk_tag import CHUNK_HEADER
 from processor.snapshot.progress import PROGRESS_KEY, SnapshotState
+from processor.snapshot.progress_record import ProgressRecordError, read_progress
 from tidemark.core.config import Config
 from tidemark.core.kafka import (
     TRANSACTION_TIMEOUT,
@@ -30,7 +35,7 @@ from tidemark.core.kafka import (
     read_range,
     reader_config,
 )
-from tidemark.core.record_auth import record_keys
+from tidemark.core.record_auth import KEY_ENV, record_keys
 from tidemark.core.topics import (
     backfill_prefix,
     change_topic,
@@ -47,6 +52,7 @@ _TAIL = 20
 def reset_progress(config: Config) -> SnapshotState:
     """Write a new, empty progress record for ``config``'s pipeline; the state written."""
     pipeline = config.processor.pipeline
+    producer = _fencing_producer(config)  # first: no leader acts on what is read next
     admin = AdminClient(client_config(config.kafka))
     consumer = Consumer(reader_config(config.kafka, reader_group(pipeline, "reset-progress")))
     try:
@@ -59,19 +65,49 @@ def reset_progress(config: Config) -> SnapshotState:
         state.chunk_sequence = max(_newest_chunk(consumer, admin, pipeline), time.time_ns() // 1000)
     finally:
         consumer.close()
+    _write(config, producer, state)
+    return state
+
+
+def sign_progress(config: Config) -> SnapshotState:
+    """Write the pipeline's progress record again, signed with the record key (after the
+    key was turned on, its unsigned record is refused): the state, checked whole first."""
+    if record_keys() is None:
+        raise ProgressRecordError(f"{KEY_ENV} is not set: there is no key to sign with")
+    pipeline = config.processor.pipeline
+    producer = _fencing_producer(config)
+    consumer = Consumer(reader_config(config.kafka, reader_group(pipeline, "sign-progress")))
+    try:
+        state = read_progress(consumer, progress_topic(pipeline), None)
+    finally:
+        consumer.close()
+    if state is None:
+        raise ProgressRecordError("the pipeline has no progress record: nothing to sign")
+    _write(config, producer, state)
+    return state
+
+
+def _fencing_producer(config: Config) -> Producer:
+    """A producer under the coordinator's transactional id: a leader still at work is
+    fenced (it writes nothing more, steps down, and reads the record written next)."""
+    pipeline = config.processor.pipeline
     producer = Producer(
         producer_config(
             config.kafka, **{"transactional.id": coordinator_transactional_id(pipeline)}
         )
     )
     producer.init_transactions(TRANSACTION_TIMEOUT)
+    return producer
+
+
+def _write(config: Config, producer: Producer, state: SnapshotState) -> None:
+    """Write ``state`` as the progress record, signed where a record key is set."""
     producer.begin_transaction()
-    value, topic = state.to_json(), progress_topic(pipeline)
+    value, topic = state.to_json(), progress_topic(config.processor.pipeline)
     keys = record_keys()
     headers = None if keys is None else [keys.sign(topic, 0, PROGRESS_KEY, value)]
     producer.produce(topic, value, PROGRESS_KEY, 0, headers=headers)
     producer.commit_transaction(TRANSACTION_TIMEOUT)
-    return state
 
 
 def _ends(consumer: Consumer, admin: AdminClient, topic: str) -> dict[int, int]:

@@ -188,8 +188,8 @@ class Run:
     last_pg_restart: float = 0.0
     #: Groups repaired after the broker lost their leader (``group_repair``).
     group_repairs: Counter[str] = field(default_factory=Counter)
-    #: Forged records written: control records, and where forged chunk rows landed.
-    control_forged: int = 0
+    #: Forged records written: the control records' offsets, where chunk rows landed.
+    control_forged: list[int] = field(default_factory=list)
     backfill_forged: list[tuple[str, int, int]] = field(default_factory=list)
     #: The environment of the run's processors and commands.
     env: dict[str, str] = field(default_factory=dict)
@@ -251,18 +251,25 @@ def run_chaos(
     phases["sink"] = time.monotonic() - started - sum(phases.values())
     verdict = judge(config)
     dead = dead_letters(config)
-    refusals = [
-        i.processor.log.read_text(errors="replace").count("of pipeline chaos refused")
-        for i in instances
-    ]
+    logs = [i.processor.log.read_text(errors="replace") for i in instances]
+    # every instance reads every control record (again at each start), and refuses each
+    # forged one by its offset
+    not_refused = {
+        offset
+        for offset in run.control_forged
+        for text in logs
+        if f"of pipeline chaos at offset {offset} refused" not in text
+    }
+    kinds = dead_letter_kinds(config)
     for instance in instances:
         instance.processor.stop()
     lifetime_figures = {
-        "control_records_forged": run.control_forged,
-        # every instance reads every control record, again at each start
-        "control_forged_not_refused": max(0, run.control_forged - min(refusals)),
+        "control_records_forged": len(run.control_forged),
+        "control_forged_not_refused": len(not_refused),
         "chunk_rows_forged": len(run.backfill_forged),
-        "forged_rows_not_dead_lettered": len(set(run.backfill_forged) - dead),
+        "forged_rows_not_dead_lettered": sum(
+            kinds.get(where) != "unsigned" for where in run.backfill_forged
+        ),
     }
     return {
         **(lifetime_figures if lifetime else {}),
@@ -444,11 +451,11 @@ def produce_poison(config: Config, count: int, partition: int) -> list[tuple[str
     return landed
 
 
-def forge_control(config: Config) -> int:
+def forge_control(config: Config) -> list[int]:
     """Write three control records Tidemark did not: one that is not JSON, an unsigned
     ``STOPPED``, and an unsigned offsets write of the pipeline's own group that would move
     every input partition to its end (obeyed, it would skip what is not read yet, or stop
-    every data plane); how many."""
+    every data plane); their offsets."""
     admin = AdminClient(client_config(config.kafka))
     inputs = [f"{config.source.topic_prefix}.public.{t}" for t in TABLES]
     counts = partition_counts(admin, inputs)
@@ -478,10 +485,17 @@ def forge_control(config: Config) -> int:
     acks = Acknowledgements(producer)
     topic = control_topic(config.processor.pipeline)
     headers: list[tuple[str, str | bytes | None]] = [("tidemark.at", str(now).encode())]
+    landed: list[int] = []
+
+    def delivered(err: Any, msg: Any) -> None:
+        acks.on_delivery(err, msg)
+        if err is None:
+            landed.append(msg.offset())
+
     for key, value in records:
-        produce_waiting(producer, topic, value, key, acks.on_delivery, 0, headers)
+        produce_waiting(producer, topic, value, key, delivered, 0, headers)
     acks.wait("forged control records")
-    return len(records)
+    return landed
 
 
 def forge_chunk_row(config: Config, table: str) -> list[tuple[str, int, int]]:
@@ -633,6 +647,21 @@ def _event(
         return None
     after = event.get("after")
     return tuple(decoded_key.values()), after if isinstance(after, dict) else None
+
+
+def dead_letter_kinds(config: Config) -> dict[tuple[str, int, int], str]:
+    """Each dead letter's kind, by where it came from: (topic, partition, offset)."""
+    found = {}
+    for record in read_topic(config, f"{config.processor.pipeline}.dlq"):
+        headers = record.headers
+        if "tidemark.source.topic" in headers and "tidemark.error.kind" in headers:
+            where = (
+                headers["tidemark.source.topic"].decode(),
+                int(headers["tidemark.source.partition"]),
+                int(headers["tidemark.source.offset"]),
+            )
+            found[where] = headers["tidemark.error.kind"].decode()
+    return found
 
 
 def dead_letters(config: Config) -> set[tuple[str, int, int]]:

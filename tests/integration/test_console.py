@@ -160,8 +160,10 @@ def test_a_snapshot_started_from_the_form_pauses_resumes_and_reaches_100_percent
     b.shot("snapshot-paused")
     b.click("#snapshots-resume")
     b.until("100 %", lambda: bar() == 100, timeout=120)
+    # read whole, it is delivering until the data plane has read its rows
+    b.until("completed", lambda: "completed" in b.find(f"tr[data-key='{request}/{TABLE}']").text)
     row = b.find(f"tr[data-key='{request}/{TABLE}']").text
-    assert "completed" in row and f"{ROWS + 1:,}" in row
+    assert f"{ROWS + 1:,}" in row
     b.until(
         "the COMPLETED notification", lambda: "COMPLETED" in b.find("#notes-title + p + div").text
     )

@@ -4,7 +4,8 @@ Before, the leader raised on it as it took the lead; its coordinator failed, the
 instance's health failed, and the next leader read the same record and failed the same
 way. Now the leader refuses to coordinate and says why, the data plane goes on, and
 ``tidemark snapshot reset-progress --yes`` puts an empty record in its place, after
-which the leader coordinates again and a backfill runs.
+which the leader coordinates again and a backfill runs. Then the record key is turned
+on: the unsigned record is refused until ``tidemark snapshot sign-progress`` signs it.
 """
 
 from __future__ import annotations
@@ -24,8 +25,11 @@ from tests.integration.processes import (
 from tests.integration.test_snapshots import cli, leading, notified, uncaptured_table
 from tidemark.cli.verify import wait_caught_up
 from tidemark.core.kafka import producer_config
+from tidemark.core.record_auth import KEY_ENV
 from tidemark.core.topics import progress_topic
 from tidemark.devstack.stack import DevStack
+
+KEY = "progress-" + "k" * 32
 
 
 def test_an_unreadable_progress_record_is_refused_and_reset(stack: DevStack) -> None:
@@ -61,5 +65,15 @@ def test_an_unreadable_progress_record_is_refused_and_reset(stack: DevStack) -> 
         wait_for("the backfill", lambda: notified(config, "COMPLETED", "p-1"))
         wait_caught_up(config)
         assert len(final_rows(reconciled(config, table))) == 21
+
+        # The record key turned on: the record written without it is refused until it is
+        # signed, and signing it forgets nothing.
+        processor.stop()
+        processor.start(env={KEY_ENV: KEY})
+        wait_for("refused", lambda: processor.health().get("snapshots") == "refused")
+        assert "not signed" in processor.health()["snapshots_refused"]
+        done = run_cli(processor, "snapshot", "sign-progress", env={KEY_ENV: KEY})
+        assert done.returncode == 0 and "signed" in done.stdout, done.stderr
+        wait_for("leading again", lambda: leading(processor), timeout=60)
     finally:
         processor.stop()

@@ -11,10 +11,14 @@ changes nothing; the same order written with the key is obeyed.
 
 from __future__ import annotations
 
+import time
+
+import orjson
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from processor.errors import ProcessorError
 from processor.events.chunk_tag import CHUNK_HEADER
 from processor.pipeline.control_topic import Lifecycle, set_lifecycle
 from processor.reconcile import truncates
@@ -93,18 +97,26 @@ def test_forged_backfill_and_control_records_are_refused_signed_ones_obeyed(
         assert kinds.count(b"unsigned") == 4, kinds
 
         # A well-formed order without the key: refused, the data plane runs on.
-        monkeypatch.delenv(KEY_ENV)
-        set_lifecycle(config, Lifecycle.STOPPED, "forger")
+        topic = control_topic(config.processor.pipeline)
+        at = str(int(time.time() * 1000)).encode()
+        forged = orjson.dumps({"state": "STOPPED", "by": "forger", "at_ms": int(at)})
+        producer.produce(topic, forged, b"lifecycle", 0, headers=[("tidemark.at", at)])
+        producer.flush(10)
         refused = "tidemark_control_records_refused_total"
         wait_for("refused", lambda: metric(processor.metrics(), refused, key="lifecycle") == 1)
         assert processor.health().get("dataplane") == "running"
         # The same order with the key: obeyed.
-        monkeypatch.setenv(KEY_ENV, KEY)
         set_lifecycle(config, Lifecycle.STOPPED, "operator")
         wait_for("stopped", lambda: processor.health().get("dataplane") == "stopped")
         set_lifecycle(config, Lifecycle.RUNNING, "operator")
         wait_for("running", lambda: processor.health().get("dataplane") == "running")
         assert metric(processor.metrics(), refused, key="lifecycle") == 1
+        # An operator without the key, now that the records are signed, is told so rather
+        # than writing what every instance would refuse.
+        monkeypatch.delenv(KEY_ENV)
+        with pytest.raises(ProcessorError, match=KEY_ENV):
+            set_lifecycle(config, Lifecycle.STOPPED, "operator")
+        monkeypatch.setenv(KEY_ENV, KEY)
         # The next leader reads the signed progress record back, and coordinates.
         processor.stop()
         processor.start(env={KEY_ENV: KEY})

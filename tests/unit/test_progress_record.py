@@ -76,6 +76,8 @@ def test_delivery_offsets_are_offsets() -> None:
         decode(orjson.dumps(table(written(), deliver_upto={"0": -1})))
     with pytest.raises(ProgressRecordError, match="deliver_from"):
         decode(orjson.dumps(table(written(), deliver_from=[1])))
+    with pytest.raises(ProgressRecordError, match="deliver_upto names a partition"):
+        decode(orjson.dumps(table(written(), deliver_upto={"x": 1})))
 
 
 def test_with_a_record_key_only_a_signed_record_is_read() -> None:

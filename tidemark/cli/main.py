@@ -104,6 +104,12 @@ def _parser() -> argparse.ArgumentParser:
         snap_sub,
     )
     reset.add_argument("--yes", action="store_true", help="do it (without: say what it does)")
+    command(
+        "sign-progress",
+        _snapshot_sign_progress,
+        "sign the progress record with the record key (after the key was turned on)",
+        snap_sub,
+    )
     status = command("status", _snapshot_status, "progress per table", snap_sub)
     status.add_argument("--json", action="store_true", help="print JSON")
     status.add_argument("--watch", type=float, metavar="SECONDS", help="print again every SECONDS")
@@ -301,6 +307,14 @@ def _snapshot_reset_progress(args: argparse.Namespace) -> int:
         return 1
     state = reset_progress(config)
     print(f"progress reset: chunk numbers go on from {state.chunk_sequence + 1}")
+    return 0
+
+
+def _snapshot_sign_progress(args: argparse.Namespace) -> int:
+    from processor.snapshot.progress_reset import sign_progress
+
+    state = sign_progress(_config(args))
+    print(f"progress record signed: {len(state.pending())} tables queued or being read")
     return 0
 
 
