@@ -130,13 +130,7 @@ def instance_status(
             {"topic": t, "partition": p, "reason": reason}
             for (t, p), reason in sorted(dataplane.reconciler.refused_partitions.items())
         ],
-        "snapshots": (
-            "leader"
-            if coordinator.leader
-            else "refused"
-            if coordinator.refused is not None
-            else "standby"
-        ),
+        "snapshots": coordinator.role,
         "snapshots_refused": coordinator.refused,
     }
 

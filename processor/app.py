@@ -199,13 +199,7 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
                 # running, paused or stopped (by the pipeline's lifecycle, or for good)
                 "dataplane": dataplane.lifecycle.value.lower() if dataplane.running else "stopped",
                 "assigned_partitions": len(dataplane.assigned),
-                "snapshots": (
-                    "leader"
-                    if coordinator.leader
-                    else "refused"
-                    if coordinator.refused is not None
-                    else "standby"
-                ),
+                "snapshots": coordinator.role,
             }
             if coordinator.refused is not None:
                 body["snapshots_refused"] = coordinator.refused

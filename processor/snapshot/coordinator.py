@@ -172,6 +172,14 @@ class Coordinator:
     def leader(self) -> bool:
         return self.state is not None
 
+    @property
+    def role(self) -> str:
+        """``leader``, ``refused`` (it leads, but its progress record is unreadable) or
+        ``standby``: what ``/health`` and the instance's status say."""
+        if self.state is not None:
+            return "leader"
+        return "refused" if self.refused is not None else "standby"
+
     def _group_consumer(self) -> Consumer:
         """A member of the group whose owner of the signal topic coordinates snapshots."""
         self._rebalance.restart()

@@ -80,6 +80,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 PIPELINE = "chaos"
+#: A record header as the producer takes it.
+Header = tuple[str, str | bytes | None]
 #: Seconds an instance may stay alive but not up before the run repairs Faust's group
 #: (a start takes about 10 s here).
 GROUP_STALL_S = 60
@@ -436,6 +438,18 @@ def watch_groups(stack: DevStack, run: Run, instances: list[Instance]) -> None:
 def produce_poison(config: Config, count: int, partition: int) -> list[tuple[str, int, int]]:
     """``count`` records no envelope can read, in a change topic: where they landed."""
     topic = f"{config.source.topic_prefix}.public.iso_chaos_a"
+    records = [(value, b'{"id": 1}', None) for value in POISON[:count]]
+    return produce_landed(config, topic, partition, records, "poison records")
+
+
+def produce_landed(
+    config: Config,
+    topic: str,
+    partition: int,
+    records: list[tuple[bytes, bytes, list[Header] | None]],
+    what: str,
+) -> list[tuple[str, int, int]]:
+    """Write ``records`` (value, key, headers) to ``topic[partition]``: where each landed."""
     producer = Producer(producer_config(config.kafka))
     landed: list[tuple[str, int, int]] = []
     acks = Acknowledgements(producer)
@@ -445,9 +459,9 @@ def produce_poison(config: Config, count: int, partition: int) -> list[tuple[str
         if err is None:
             landed.append((msg.topic(), msg.partition(), msg.offset()))
 
-    for value in POISON[:count]:
-        produce_waiting(producer, topic, value, b'{"id": 1}', delivered, partition)
-    acks.wait("poison records")
+    for value, key, headers in records:
+        produce_waiting(producer, topic, value, key, delivered, partition, headers)
+    acks.wait(what)
     return landed
 
 
@@ -476,26 +490,15 @@ def forge_control(config: Config) -> list[int]:
         "writer": "forger",
         "at_ms": now,
     }
+    headers: list[Header] = [("tidemark.at", str(now).encode())]
     records = [
-        (b"lifecycle", b"{not json"),
-        (b"lifecycle", orjson.dumps({"state": "STOPPED", "by": "forger", "at_ms": now})),
-        (b"offsets-write", orjson.dumps(plan)),
+        (b"{not json", b"lifecycle", headers),
+        (orjson.dumps({"state": "STOPPED", "by": "forger", "at_ms": now}), b"lifecycle", headers),
+        (orjson.dumps(plan), b"offsets-write", headers),
     ]
-    producer = Producer(producer_config(config.kafka))
-    acks = Acknowledgements(producer)
     topic = control_topic(config.processor.pipeline)
-    headers: list[tuple[str, str | bytes | None]] = [("tidemark.at", str(now).encode())]
-    landed: list[int] = []
-
-    def delivered(err: Any, msg: Any) -> None:
-        acks.on_delivery(err, msg)
-        if err is None:
-            landed.append(msg.offset())
-
-    for key, value in records:
-        produce_waiting(producer, topic, value, key, delivered, 0, headers)
-    acks.wait("forged control records")
-    return landed
+    landed = produce_landed(config, topic, 0, records, "forged control records")
+    return [offset for _t, _p, offset in landed]
 
 
 def forge_chunk_row(config: Config, table: str) -> list[tuple[str, int, int]]:
@@ -517,7 +520,7 @@ def forge_chunk_row(config: Config, table: str) -> list[tuple[str, int, int]]:
         "op": "r",
         "ts_ms": 0,
     }
-    headers: list[tuple[str, str | bytes | None]] = [
+    headers: list[Header] = [
         ("tidemark.chunk", str(1 << 62).encode()),
         ("tidemark.snapshot", b"1:1:"),
         ("tidemark.request", b"forged"),
@@ -526,18 +529,8 @@ def forge_chunk_row(config: Config, table: str) -> list[tuple[str, int, int]]:
     partition = partitions_of(
         config.source.partitioner, [key_bytes], partition_counts(admin, [topic])[topic]
     )[0]
-    producer = Producer(producer_config(config.kafka))
-    landed: list[tuple[str, int, int]] = []
-    acks = Acknowledgements(producer)
-
-    def delivered(err: Any, msg: Any) -> None:
-        acks.on_delivery(err, msg)
-        if err is None:
-            landed.append((msg.topic(), msg.partition(), msg.offset()))
-
-    produce_waiting(producer, topic, orjson.dumps(value), key_bytes, delivered, partition, headers)
-    acks.wait("a forged chunk row")
-    return landed
+    records = [(orjson.dumps(value), key_bytes, headers)]
+    return produce_landed(config, topic, partition, records, "a forged chunk row")
 
 
 def backfill_state(config: Config, request: str) -> str:
