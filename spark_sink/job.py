@@ -30,6 +30,7 @@ Guarantees:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -66,6 +67,7 @@ from spark_sink.reader import (
 )
 from spark_sink.schema import Spec, evolve, union
 from spark_sink.session import create_session, stop_session
+from spark_sink.stable_ends import Behind, read_ends
 from spark_sink.status import StatusBoard
 from spark_sink.writer import (
     DELETED,
@@ -114,6 +116,13 @@ class Sink:
         #: Per topic, its partitions' first offsets and when its ends were last read (ms).
         self._starts: dict[str, dict[int, int]] = {}
         self._read_ms: dict[str, int] = {}
+        #: Per topic, its partitions' high watermarks (at least their stable ends), and
+        #: the partitions whose stable end is behind them (:mod:`spark_sink.stable_ends`).
+        self._stable: dict[str, dict[int, int]] = {}
+        self._high: dict[str, dict[int, int]] = {}
+        self._behind: dict[str, dict[int, Behind]] = {}
+        #: The stuck stable offset each partition was last read past (logged once).
+        self._passed: dict[tuple[str, int], Behind | None] = {}
         #: Per topic, its ``delete.retention.ms`` (``None``: not compacted), read once.
         self._retention: dict[str, int | None] = {}
         #: Stopped tables: topic to the reason.
@@ -134,13 +143,52 @@ class Sink:
         for topic, partitions in topics.items():
             if topic not in self.stopped:
                 self._read_ms[topic] = int(time.time() * 1000)
-                self._starts[topic], ends[topic] = topic_offsets(
-                    self.context.consumer, topic, partitions
-                )
+                ends[topic] = self._read_offsets(topic, partitions)
                 if topic not in self._retention:
                     with contextlib.suppress(TableRetry):  # asked again by its batch
                         self._retention[topic] = delete_retention_ms(self.admin, topic)
         return ends
+
+    def _read_offsets(self, topic: str, partitions: int) -> dict[int, int]:
+        """Read ``topic``'s offsets; the end to read each partition to
+        (:func:`~spark_sink.stable_ends.read_ends`)."""
+        offsets = topic_offsets(self.context.consumer, topic, partitions)
+        self._starts[topic], self._stable[topic] = offsets.starts, offsets.stable
+        self._high[topic] = {**offsets.stable, **offsets.high}
+        stuck_s = self.config.sink.stuck_transaction_s
+        ends, self._behind[topic] = read_ends(
+            offsets.stable,
+            self._high[topic],
+            self._behind.get(topic, {}),
+            time.monotonic(),
+            stuck_s,
+        )
+        for partition, end in sorted(ends.items()):
+            held = offsets.stable[partition]
+            behind = self._behind[topic].get(partition)
+            if end > held and self._passed.get((topic, partition)) != behind:
+                self._passed[(topic, partition)] = behind
+                log.warning(
+                    "%s[%d]: the last stable offset has stayed at %d for %.0f s, behind "
+                    "records up to %d: a transaction the broker does not close; read past it",
+                    topic,
+                    partition,
+                    held,
+                    stuck_s,
+                    end,
+                )
+        return ends
+
+    def _past_stable(self, topic: str, ranges: list[Range]) -> list[Range]:
+        """``ranges``, those that end past their partition's last stable offset read
+        uncommitted."""
+        stable = self._stable.get(topic, {})
+        return [
+            dataclasses.replace(r, uncommitted=True)
+            if r.end > stable.get(r.partition, r.end)
+            else r
+            for r in ranges
+        ]
 
     def run_batch(self, targets: dict[str, dict[int, int]]) -> int:
         """Merge every topic up to ``targets`` (capped per batch); the ranges read."""
@@ -223,7 +271,9 @@ class Sink:
             if not (found.rebuildable and self.config.sink.rebuild_on_gap):
                 raise TableStop(found.reason)
             return self._rebuild(topic, table, ends, found)
-        ranges = plan(topic, committed, ends, self.config.sink.max_records_per_partition, starts)
+        ranges = self._past_stable(
+            topic, plan(topic, committed, ends, self.config.sink.max_records_per_partition, starts)
+        )
         if ranges:
             reached = {r.partition: read_ms for r in ranges if r.end == ends[r.partition]}
             with metrics.BATCH_SECONDS.labels(table.path).time():
@@ -240,8 +290,7 @@ class Sink:
             if found is None or found.rebuildable:
                 break
             time.sleep(GAP_PAUSE_S)
-            self._starts[topic], fresh = topic_offsets(self.context.consumer, topic, len(ends))
-            ends.update(fresh)
+            ends.update(self._read_offsets(topic, len(ends)))
             found = self._gap(topic, ends)
         return found
 
@@ -252,10 +301,12 @@ class Sink:
             self._retention[topic] = delete_retention_ms(self.admin, topic)
         retention = self._retention[topic]
         committed, since = self.progress[topic], self.unread_since[topic]
-        starts = self._starts.get(topic, {})
+        starts, high = self._starts.get(topic, {}), self._high.get(topic, {})
         now_ms = int(time.time() * 1000)
+        # Past the last stable offset too: a transaction still open does not make the
+        # topic look made again.
         partitions = [
-            Partition(p, committed.get(p), starts.get(p, 0), end, since.get(p))
+            Partition(p, committed.get(p), starts.get(p, 0), max(end, high.get(p, 0)), since.get(p))
             for p, end in sorted(ends.items())
         ]
         wanted = {
@@ -287,7 +338,7 @@ class Sink:
         log.warning("%s: %s; the table is made again from the whole topic", topic, found.reason)
         starts = self._starts.get(topic, {})
         ranges = [Range(topic, p, starts.get(p, 0), end) for p, end in sorted(ends.items())]
-        ranges = [r for r in ranges if r.end > r.start]
+        ranges = self._past_stable(topic, [r for r in ranges if r.end > r.start])
         read_ms = self._read_ms.get(topic, int(time.time() * 1000))
         with metrics.BATCH_SECONDS.labels(table.path).time():
             self._merge(topic, table, ranges, {r.partition: read_ms for r in ranges}, whole=True)

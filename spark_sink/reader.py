@@ -9,11 +9,12 @@ Decoding happens in the executors too, with the processor's decoders
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
@@ -40,6 +41,10 @@ class Range:
     partition: int
     start: int
     end: int
+    #: Read ``read_uncommitted``: the range goes past a last stable offset the broker
+    #: holds back for good (:mod:`spark_sink.stable_ends`), which a ``read_committed``
+    #: reader would take for the partition's end.
+    uncommitted: bool = False
 
 
 @dataclass(frozen=True)
@@ -106,18 +111,32 @@ def sink_topics(
         time.sleep(pause_s)
 
 
-def topic_offsets(
-    consumer_conf: dict[str, Any], topic: str, partitions: int
-) -> tuple[dict[int, int], dict[int, int]]:
-    """``(first offsets, end offsets)`` of every partition of ``topic``."""
+class Offsets(NamedTuple):
+    """A topic's offsets per partition: its first offsets, its ends for a
+    ``read_committed`` reader (the last stable offsets), and its high watermarks where
+    they are above those (:mod:`spark_sink.stable_ends`)."""
+
+    starts: dict[int, int]
+    stable: dict[int, int]
+    high: dict[int, int]
+
+
+def topic_offsets(consumer_conf: dict[str, Any], topic: str, partitions: int) -> Offsets:
+    """The :class:`Offsets` of every partition of ``topic``."""
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
     consumer = Consumer(consumer_conf)
     try:
-        tps = [TopicPartition(topic, p) for p in range(partitions)]
         starts = {tp.partition: max(0, consumer.get_watermark_offsets(tp, 10)[0]) for tp in tps}
-        ends = exact_end_offsets(consumer, tps)
-        return starts, {p: end for (_t, p), end in ends.items()}
+        stable = {p: end for (_t, p), end in exact_end_offsets(consumer, tps).items()}
     finally:
         consumer.close()
+    every = Consumer({**consumer_conf, "isolation.level": "read_uncommitted"})
+    try:
+        above = [tp for tp in tps if every.get_watermark_offsets(tp, 10)[1] > stable[tp.partition]]
+        high = exact_end_offsets(every, above) if above else {}
+    finally:
+        every.close()
+    return Offsets(starts, stable, {p: end for (_t, p), end in high.items() if end > stable[p]})
 
 
 def first_unread(
@@ -183,7 +202,7 @@ def split(ranges: list[Range], tasks: int, smallest: int = 5000) -> list[Range]:
         count = -(-(r.end - r.start) // size)
         step = -(-(r.end - r.start) // count)
         pieces += [
-            Range(r.topic, r.partition, start, min(r.end, start + step))
+            dataclasses.replace(r, start=start, end=min(r.end, start + step))
             for start in range(r.start, r.end, step)
         ]
     return pieces
@@ -192,7 +211,10 @@ def split(ranges: list[Range], tasks: int, smallest: int = 5000) -> list[Range]:
 def read_messages(context: ReadContext, r: Range) -> Iterator[Message]:
     """The messages of one range, in offset order; :class:`TableRetry` when none comes for
     ``context.stall_s`` (Kafka paused, a partition's leader gone)."""
-    consumer = Consumer(context.consumer)
+    settings = context.consumer
+    if r.uncommitted:
+        settings = {**settings, "isolation.level": "read_uncommitted"}
+    consumer = Consumer(settings)
     try:
         consumer.assign([TopicPartition(r.topic, r.partition, r.start)])
         position = r.start
@@ -253,7 +275,7 @@ def sample(
     specs: list[Spec] = []
     keys: list[str] = []
     for r in ranges:
-        window = Range(r.topic, r.partition, max(r.start, r.end - lookback), r.end)
+        window = dataclasses.replace(r, start=max(r.start, r.end - lookback))
         for msg in read_messages(context, window):
             if not keys:
                 keys = _key_names(decoder, msg)

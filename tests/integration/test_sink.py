@@ -25,6 +25,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 from prometheus_client import REGISTRY
 from psycopg import sql
@@ -39,12 +40,19 @@ from tests.integration.processes import (
     Processor,
     SinkProcess,
     pipeline_config,
+    read_topic,
     reconciled,
     wait_for,
 )
 from tidemark.cli.verify import compare_table, wait_caught_up
 from tidemark.core.config import Config, dump_config
-from tidemark.core.kafka import client_config, ensure_topics, output_topic_config
+from tidemark.core.kafka import (
+    TRANSACTION_TIMEOUT,
+    client_config,
+    ensure_topics,
+    output_topic_config,
+    producer_config,
+)
 from tidemark.devstack.stack import DevStack
 
 TABLES = {
@@ -60,6 +68,7 @@ TABLES = {
     "iso_sink_stall": "id int PRIMARY KEY, v text",
     "iso_sink_gone": "id int PRIMARY KEY, v text",
     "iso_sink_late": "id int PRIMARY KEY, v text",
+    "iso_sink_open": "id int PRIMARY KEY, v text",
 }
 
 #: In-process compactions beside the continuous sink, after the CLI's.
@@ -614,3 +623,54 @@ def test_a_sink_behind_its_topics_delete_retention_rebuilds_the_table_an_idle_on
     assert_equal(config, spark, "iso_sink_late")  # row 999 and the deleted rows are gone
     drain(sink)  # and then it goes on as usual
     assert rebuilds() == 1
+
+
+def test_a_transaction_the_broker_never_closes_does_not_hold_a_table_back_for_good(
+    pipeline: Config, spark: SparkSession
+) -> None:
+    """The long lifetime run: processors killed inside a transaction left transactions the
+    embedded broker never closes, and the last stable offset of those partitions read 0
+    from then on. The sink took them for topics made again (had the table read them) or
+    read nothing of them and said nothing: two tables lacked a third of their rows, a
+    third table was never made. Now a stable offset held still behind newer records for
+    ``sink.stuck_transaction_s`` is read past."""
+    table, topic = "iso_sink_open", "tidemark.reconciled.public.iso_sink_open"
+    config = sink_config(pipeline, "open", [table], stuck_transaction_s=3.0)
+    execute(config, f"INSERT INTO {table} SELECT i, 'v' || i FROM generate_series(1, 40) i")
+    wait_for("the first rows", lambda: len(reconciled(config, table)) >= 40)
+    sink = Sink(config, create_session(config))
+    drain(sink)
+    assert_equal(config, spark, table)
+    # A writer that dies inside its transaction: one record in each partition (a copy of
+    # the partition's first), never committed.
+    firsts = {r.partition: r for r in reversed(read_topic(config, topic))}
+    dead = Producer(producer_config(config.kafka, **{"transactional.id": "tests-dead-writer"}))
+    dead.init_transactions(TRANSACTION_TIMEOUT)
+    dead.begin_transaction()
+    try:
+        for partition, first in firsts.items():
+            dead.produce(topic, first.value, first.key, partition)
+        assert dead.flush(30) == 0
+        execute(config, f"UPDATE {table} SET v = 'after' WHERE id <= 20")
+        wait_for(
+            "the updates",
+            lambda: (
+                sum(
+                    e.after is not None and e.after["v"] == "after"
+                    for e in reconciled(config, table)
+                )
+                >= 20
+            ),
+        )
+        stable = sink.ends()[topic]
+        assert not all(stable.values()), "the broker holds the stable offsets back"
+        deadline = time.monotonic() + 60
+        while (
+            time.monotonic() < deadline and not compare_table(config, spark, "public", table).equal
+        ):
+            sink.run_batch(sink.ends())
+            time.sleep(0.5)
+        assert sink.stopped == {}
+        assert_equal(config, spark, table)
+    finally:
+        dead.abort_transaction(TRANSACTION_TIMEOUT)

@@ -293,6 +293,10 @@ class SinkConfig:
     trigger_interval_s: float = 10.0
     #: Seconds a read waits for a record before its table's batch is tried again.
     read_stall_s: float = 60.0
+    #: Seconds a partition's last stable offset may stay still behind its newest records
+    #: (a transaction left open) before the sink reads past it: the embedded broker never
+    #: closes a transaction whose writer died. Twice Kafka's default transaction timeout.
+    stuck_transaction_s: float = 120.0
     #: Deletes set ``tidemark_deleted`` and ``tidemark_deleted_at`` instead of removing rows.
     soft_delete: bool = False
     #: A table whose unread records waited longer than its topic's ``delete.retention.ms``
@@ -408,6 +412,7 @@ _POSITIVE = {
     ("sink", "max_records_per_partition"),
     ("sink", "trigger_interval_s"),
     ("sink", "read_stall_s"),
+    ("sink", "stuck_transaction_s"),
     ("sink", "target_file_size_mb"),
     ("sink", "min_input_files"),
     ("sink", "retain_last_snapshots"),
