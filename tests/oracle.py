@@ -47,6 +47,30 @@ class Verdict:
         self.examples += other.examples[: max(0, 20 - len(self.examples))]
 
 
+def with_truncates(
+    events: Mapping[Key, list[tuple[int, Digest]]], truncates: list[int]
+) -> dict[Key, list[Digest]]:
+    """Each key's history (``None`` first) from its ``(position, row)`` events in the
+    order they were written, with a delete wherever they cross the position of one of
+    ``truncates`` (a truncate event has no key), and after the last one when a truncate
+    came later. Positions are the source's (an LSN): an event that goes back (the
+    connector's snapshot again) crosses nothing."""
+    marks = sorted(truncates)
+    history: dict[Key, list[Digest]] = {}
+    for key, rows in events.items():
+        kept: list[Digest] = [None]
+        reached = -1
+        for position, row in rows:
+            if kept[-1] is not None and any(reached < t < position for t in marks):
+                kept.append(None)
+            reached = max(reached, position)
+            kept.append(row)
+        if kept[-1] is not None and any(t > reached for t in marks):
+            kept.append(None)
+        history[key] = kept
+    return history
+
+
 def strip_resent(indices: list[int]) -> tuple[list[int], int]:
     """Positions in a key's history, as emitted, without their re-sent runs; and how many
     went back without being one (stale).

@@ -13,7 +13,9 @@
    instance restarted with a failpoint that SIGKILLs it at the Nth pass of a
    point of the commit protocol, SIGSTOP of an instance for up to 15 s (past the
    session timeout it is a zombie) then SIGCONT, the broker paused, PostgreSQL
-   restarted, poison records in a change topic, a backfill started.
+   restarted, poison records in a change topic, a backfill started. ``--lifetime`` adds
+   forged records, an instance stopped right after a commit, and (on a stack of its
+   own) Debezium restarted without its offsets and a table truncated.
 3. Once the changes are written and the processors caught up, the sink runs
    continuously into Iceberg and is SIGKILLed and restarted on the way.
 4. The verdict (:mod:`tests.oracle`): per table, the reconciled topic
@@ -36,15 +38,17 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
+import psycopg
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from psycopg import sql
 
 from tests.chaos.workload import TABLES, Workload, create_tables
 from tests.integration.processes import (
@@ -57,9 +61,9 @@ from tests.integration.processes import (
     run_cli,
 )
 from tests.integration.test_recovery import other_instance
-from tests.oracle import Verdict, check_topic, digest
+from tests.oracle import Verdict, check_topic, digest, with_truncates
 from tidemark.cli.verify import compare_table, wait_caught_up
-from tidemark.core.config import Config, DevConfig, ProcessorConfig, SinkConfig
+from tidemark.core.config import Config, DevConfig, ProcessorConfig, SinkConfig, SourceConfig
 from tidemark.core.group_repair import pipeline_groups, repair_group
 from tidemark.core.kafka import (
     Acknowledgements,
@@ -97,9 +101,21 @@ KINDS = {
 }
 #: The lifetime schedule's kinds besides (issue 45), with the record key set: records
 #: forged in the control topic (a lifecycle that is not JSON, an unsigned STOPPED, an
-#: unsigned offsets write that would skip every input to its end) and unsigned chunk
-#: rows in a backfill topic that would beat every real row.
-LIFETIME_KINDS = {"control-forged": 10, "backfill-forged": 10}
+#: unsigned offsets write that would skip every input to its end), unsigned chunk rows
+#: in a backfill topic that would beat every real row, and an instance SIGSTOPped at its
+#: Nth batch right after the transaction committed (before its state and checkpoint),
+#: resumed once the other instance has taken over.
+LIFETIME_KINDS = {"control-forged": 10, "backfill-forged": 10, "commit-stop": 10}
+#: Kinds only a run with a stack of its own draws (the test session's stack serves other
+#: tests): Debezium restarted without its offsets, which snapshots every captured table
+#: again, and a TRUNCATE of a ``debezium-upsert`` table, which needs a connector that
+#: writes truncate events (``skipped.operations: none``).
+OWN_STACK_KINDS = {"debezium-reset": 3, "truncate": 2}
+#: The connector settings of a run with a stack of its own.
+OWN_STACK_DEBEZIUM = {"skipped.operations": "none"}
+#: Seconds an instance stopped right after a commit stays stopped: past the session
+#: timeout, so that the other instance takes its partitions over and writes.
+COMMIT_STOP_S = 15.0
 #: The record key of a lifetime run (TIDEMARK_RECORD_KEY).
 RECORD_KEY = "chaos-record-key-" + "0" * 32
 #: The tables' envelopes (``debezium-upsert`` but those named).
@@ -129,11 +145,15 @@ class Fault:
     pause_s: float
 
 
-def schedule(seed: int, faults: int, lifetime: bool = False) -> list[Fault]:
+def schedule(
+    seed: int, faults: int, lifetime: bool = False, own_stack: bool = False
+) -> list[Fault]:
     """The faults of a run, drawn from ``seed`` alone (``lifetime``: with
-    :data:`LIFETIME_KINDS`)."""
+    :data:`LIFETIME_KINDS`, and :data:`OWN_STACK_KINDS` on a stack of its own)."""
     rng = random.Random(seed)
     drawn_from = {**KINDS, **LIFETIME_KINDS} if lifetime else KINDS
+    if lifetime and own_stack:
+        drawn_from = {**drawn_from, **OWN_STACK_KINDS}
     kinds, weights = list(drawn_from), list(drawn_from.values())
     drawn = []
     for _ in range(faults):
@@ -148,6 +168,9 @@ def schedule(seed: int, faults: int, lifetime: bool = False) -> list[Fault]:
             "backfill": rng.randrange(len(BACKFILLED)),
             "control-forged": 0,
             "backfill-forged": rng.randrange(len(BACKFILLED)),
+            "commit-stop": rng.randint(1, 40),
+            "debezium-reset": 0,
+            "truncate": rng.randrange(len(BACKFILLED)),
         }[kind]
         drawn.append(Fault(kind, rng.randrange(2), amount, rng.choice(POINTS), rng.uniform(0.5, 4)))
     return drawn
@@ -164,11 +187,13 @@ class Instance:
     planned: bool = False
     #: Since when the instance has not been up (monotonic seconds), else ``None``.
     down_since: float | None = None
+    #: Since when its armed ``:stop`` failpoint holds it stopped (monotonic), else ``None``.
+    stopped_since: float | None = None
 
     def start(self, failpoint: str = "", wait: bool = False) -> None:
         """Start; ``wait``: until healthy. Otherwise :func:`watch_groups` follows it up."""
         self.armed, self.planned = failpoint, False
-        self.down_since = time.monotonic()
+        self.down_since, self.stopped_since = time.monotonic(), None
         self.processor.start(timeout=180, failpoint=failpoint, env=self.env, healthy=wait)
 
     def exit_code(self) -> int | None:
@@ -195,6 +220,8 @@ class Run:
     backfill_forged: list[tuple[str, int, int]] = field(default_factory=list)
     #: The environment of the run's processors and commands.
     env: dict[str, str] = field(default_factory=dict)
+    #: Instances a failpoint stopped right after a commit, resumed as zombies.
+    commit_stops: int = 0
 
 
 def run_chaos(
@@ -207,9 +234,11 @@ def run_chaos(
     sink_kills: int,
     rate: float,
     lifetime: bool = False,
+    own_stack: bool = False,
 ) -> dict[str, Any]:
     """One run on ``stack``; the figures of ``bench/results/chaos.json`` (``lifetime``:
-    with the lifetime schedule and the record key, ``lifetime.json``)."""
+    with the lifetime schedule and the record key, ``lifetime.json``; ``own_stack``: the
+    stack serves this run alone)."""
     started = time.monotonic()
     config = chaos_config(stack)
     create_tables(config)
@@ -223,17 +252,23 @@ def run_chaos(
     workload = Workload(config, seed, keys, rate)
     workload.start()
     try:
-        for fault in schedule(seed, faults, lifetime):
+        for fault in schedule(seed, faults, lifetime, own_stack):
             supervise(stack, run, instances)
             apply(stack, config, run, instances, fault)
             run.faults[fault.kind] += 1
             pause(stack, run, instances, fault.pause_s)
         while workload.changes < changes:
             pause(stack, run, instances, 1.0)
+        # an instance stopped right after a commit is resumed, if its point comes
+        deadline = time.monotonic() + 90
+        while any(i.armed.endswith(":stop") for i in instances) and time.monotonic() < deadline:
+            pause(stack, run, instances, 1.0)
     finally:
         workload.stop()
     for instance in instances:  # an armed failpoint that has not fired: disarm it
         if instance.armed and instance.exit_code() is None:
+            if process_state(instance.processor.pid) == "T":  # fired, not resumed yet
+                os.kill(instance.processor.pid, signal.SIGCONT)
             instance.planned = True
             instance.processor.stop()
             instance.start()
@@ -269,6 +304,7 @@ def run_chaos(
         "control_records_forged": len(run.control_forged),
         "control_forged_not_refused": len(not_refused),
         "chunk_rows_forged": len(run.backfill_forged),
+        "stopped_after_commit": run.commit_stops,
         "forged_rows_not_dead_lettered": sum(
             kinds.get(where) != "unsigned" for where in run.backfill_forged
         ),
@@ -334,6 +370,20 @@ def apply(
         instance.processor.stop()
         run.planned_restarts += 1
         instance.start(failpoint=f"{fault.point}:{int(fault.amount)}")
+    elif fault.kind == "commit-stop":  # resumed by supervise()
+        instance.planned = True
+        instance.processor.stop()
+        run.planned_restarts += 1
+        instance.start(failpoint=f"after-flush:{int(fault.amount)}:stop")
+    elif fault.kind == "truncate":
+        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
+            truncated = sql.Identifier("public", BACKFILLED[int(fault.amount)])
+            conn.execute(sql.SQL("TRUNCATE {}").format(truncated))
+    elif fault.kind == "debezium-reset":
+        stack.stop_process("debezium")
+        (stack.run_dir / "debezium-offsets.dat").unlink(missing_ok=True)
+        run.planned_restarts += 1
+        stack.start_debezium()
     elif fault.kind == "stall":
         if pid_alive(pid):
             os.kill(pid, signal.SIGSTOP)
@@ -398,6 +448,7 @@ def supervise(stack: DevStack, run: Run, instances: list[Instance]) -> None:
     for instance in instances:
         code = instance.exit_code()
         if code is None:
+            resume_stopped(run, instance)
             continue
         if instance.planned or (instance.armed and code == -signal.SIGKILL):
             run.planned_restarts += 1
@@ -416,6 +467,30 @@ def supervise(stack: DevStack, run: Run, instances: list[Instance]) -> None:
             run.unplanned_restarts += 1
             run.unplanned.append("debezium exited")
         stack.start_debezium()
+
+
+def resume_stopped(run: Run, instance: Instance, hold_s: float = COMMIT_STOP_S) -> None:
+    """SIGCONT an instance its ``:stop`` failpoint has held stopped for ``hold_s``: a
+    zombie, whose partitions the other instance took over meanwhile, that goes on from
+    right after its commit."""
+    if not instance.armed.endswith(":stop") or process_state(instance.processor.pid) != "T":
+        return
+    now = time.monotonic()
+    if instance.stopped_since is None:
+        instance.stopped_since = now
+    elif now - instance.stopped_since >= hold_s:
+        os.kill(instance.processor.pid, signal.SIGCONT)
+        instance.armed, instance.stopped_since = "", None
+        run.commit_stops += 1
+
+
+def process_state(pid: int) -> str:
+    """The state letter of ``/proc/<pid>/stat`` (``T``: stopped), or ``""``."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")")[-1].split()[0]
+    except OSError:
+        return ""
 
 
 def watch_groups(stack: DevStack, run: Run, instances: list[Instance]) -> None:
@@ -446,7 +521,7 @@ def produce_landed(
     config: Config,
     topic: str,
     partition: int,
-    records: list[tuple[bytes, bytes, list[Header] | None]],
+    records: Sequence[tuple[bytes, bytes, list[Header] | None]],
     what: str,
 ) -> list[tuple[str, int, int]]:
     """Write ``records`` (value, key, headers) to ``topic[partition]``: where each landed."""
@@ -604,15 +679,18 @@ def judge(config: Config) -> Judged:
     decode = decoder(config)
     total, events = Verdict(), 0
     for table, columns in TABLES.items():
-        history: dict[tuple[Any, ...], list[bytes | None]] = {}
+        written: dict[tuple[Any, ...], list[tuple[int, bytes | None]]] = {}
+        truncates: list[int] = []
         topic = f"{config.source.topic_prefix}.public.{table}"
         for record in sorted(read_topic(config, topic), key=lambda r: (r.partition, r.offset)):
             event = _event(decode, record.key, record.value)
             if event is None:
+                truncates += _truncate(decode, record.key, record.value)
                 continue
-            key, after = event
-            history.setdefault(key, [None]).append(digest(after))
+            key, after, position = event
+            written.setdefault(key, []).append((position, digest(after)))
             events += 1
+        history = with_truncates(written, truncates)
         emitted = (
             (tuple(e.key.values()), e.partition, digest(e.after))
             for e in reconciled(config, table)
@@ -626,8 +704,8 @@ def judge(config: Config) -> Judged:
 
 def _event(
     decode: Callable[[bytes], Any], key: bytes | None, value: bytes | None
-) -> tuple[tuple[Any, ...], dict[str, Any] | None] | None:
-    """A change event's key and row, or ``None`` (a tombstone, or poison)."""
+) -> tuple[tuple[Any, ...], dict[str, Any] | None, int] | None:
+    """A change event's key, row and LSN, or ``None`` (a tombstone, a truncate, poison)."""
     if key is None or value is None:
         return None
     try:
@@ -636,10 +714,33 @@ def _event(
         return None
     if not isinstance(event, dict) or event.get("op") not in ("c", "u", "d", "r"):
         return None
-    if not isinstance(event.get("source"), dict) or not isinstance(decoded_key, dict):
+    source = event.get("source")
+    if not isinstance(source, dict) or not isinstance(decoded_key, dict):
         return None
     after = event.get("after")
-    return tuple(decoded_key.values()), after if isinstance(after, dict) else None
+    lsn = source.get("lsn")
+    return (
+        tuple(decoded_key.values()),
+        after if isinstance(after, dict) else None,
+        lsn if isinstance(lsn, int) else 0,
+    )
+
+
+def _truncate(decode: Callable[[bytes], Any], key: bytes | None, value: bytes | None) -> list[int]:
+    """``[the LSN]`` of a truncate event (no key), else ``[]``."""
+    if key is not None or value is None:
+        return []
+    try:
+        event = decode(value)
+    except ValueError:
+        return []
+    if not isinstance(event, dict) or event.get("op") != "t":
+        return []
+    source = event.get("source")
+    if not isinstance(source, dict):
+        return []
+    lsn = source.get("lsn")
+    return [lsn] if isinstance(lsn, int) else []
 
 
 def dead_letter_kinds(config: Config) -> dict[tuple[str, int, int], str]:
@@ -706,6 +807,7 @@ def main(argv: list[str] | None = None) -> int:
     base = Config(
         processor=ProcessorConfig(web_port=free_port(), state_dir=f"{run_dir}/state"),
         sink=SinkConfig(warehouse=f"{run_dir}/warehouse", metrics_port=0),
+        source=SourceConfig(debezium=OWN_STACK_DEBEZIUM),
         dev=DevConfig(debezium_format="json-schemaless"),
     )
     stack = DevStack(Path(run_dir), base)
@@ -723,6 +825,7 @@ def main(argv: list[str] | None = None) -> int:
             args.sink_kills,
             args.rate,
             args.lifetime,
+            own_stack=True,
         )
     finally:
         stop_session(spark)

@@ -1,6 +1,8 @@
 """A short chaos run in CI: one fixed seed whose ten faults are one of every kind of the
-lifetime schedule (the chaos run's kinds, and records forged in the control and a
-backfill topic), with the record key set.
+lifetime schedule (the chaos run's kinds, records forged in the control and a backfill
+topic, an instance stopped right after a commit), with the record key set. Debezium
+restarted without its offsets is left to the long run: it would snapshot the tables of
+the other tests that share the session's stack.
 
 The long schedules (at least 200 faults over 1,000,000 changes) are ``make chaos`` and
 ``make lifetime``; this one runs on the session's stack and Spark, and judges the same
@@ -14,7 +16,7 @@ from pyspark.sql import SparkSession
 from tests.chaos.run import KINDS, LIFETIME_KINDS, run_chaos, schedule
 from tidemark.devstack.stack import DevStack
 
-SEED, FAULTS = 389, 10
+SEED, FAULTS = 255303, 10
 
 
 def test_a_short_fault_schedule_loses_nothing(stack: DevStack, spark: SparkSession) -> None:
@@ -41,6 +43,7 @@ def test_a_short_fault_schedule_loses_nothing(stack: DevStack, spark: SparkSessi
     assert result["control_forged_not_refused"] == 0, summary
     assert result["chunk_rows_forged"] == 1, summary
     assert result["forged_rows_not_dead_lettered"] == 0, summary
+    assert result["stopped_after_commit"] == 1, summary
     assert result["backfills"] == {"COMPLETED": 1}, summary
     assert result["iceberg_tables_equal"], summary
     assert sum(result["faults"].values()) == FAULTS + 1, summary  # and the sink's kill

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.oracle import check_topic, digest, positions, strip_resent
+from tests.oracle import check_topic, digest, positions, strip_resent, with_truncates
 
 
 @st.composite
@@ -63,3 +63,29 @@ def test_a_re_sent_row_equal_to_a_later_version_is_not_stale() -> None:
     assert [history[i] for i in read] == emitted
     assert strip_resent(read)[1] == 0  # the first reading was [1, 2, 4, 2, 3, 4, 5]: stale
     assert strip_resent(positions(history, [x, z, y]))[1] == 1  # stale in every reading
+
+
+def test_a_truncate_is_a_delete_in_the_history_of_every_key_it_passed() -> None:
+    """A truncate has no key: each key's history gets ``None`` where its events cross the
+    truncate's position, and after its last event when the truncate came later."""
+    a, b, c = digest({"v": 1}), digest({"v": 2}), digest({"v": 3})
+    events = {(1,): [(10, a), (30, b)], (2,): [(12, c)], (3,): [(40, a)]}
+    assert with_truncates(events, [20]) == {
+        (1,): [None, a, None, b],
+        (2,): [None, c, None],
+        (3,): [None, a],  # written after the truncate only
+    }
+
+
+def test_a_truncate_adds_no_delete_where_the_key_was_already_gone() -> None:
+    a = digest({"v": 1})
+    events = {(1,): [(10, a), (15, None), (30, a)]}
+    assert with_truncates(events, [20, 25]) == {(1,): [None, a, None, a]}
+
+
+def test_events_that_go_back_in_position_cross_no_truncate() -> None:
+    """A connector's snapshot again (op ``r``) comes after later changes with an older
+    position: it crosses nothing."""
+    a, b = digest({"v": 1}), digest({"v": 2})
+    events = {(1,): [(10, a), (50, b), (45, b)]}
+    assert with_truncates(events, [20]) == {(1,): [None, a, None, b, b]}
