@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import orjson
 
+from processor.errors import StateFormatError
 from processor.events.change import (
     TOAST_PLACEHOLDER_BASE64_BYTES,
     TOAST_PLACEHOLDER_BYTES,
@@ -179,9 +180,12 @@ def judge(
         return None
     _format, major, minor, flags = HEAD.unpack_from(stored)
     row_at = CHANGE_ROW_AT.get(flags)
-    if row_at is not None:  # a change's row: ordered by version alone
+    if row_at is not None and len(stored) >= row_at:  # a change's row: by version alone
         return decide(version, (major, minor)), stored[row_at:] if flags & PRESENT_FLAG else None
-    entry = Entry.decode(stored)  # a chunk row's or a pending entry
+    try:
+        entry = Entry.decode(stored)  # a chunk row's or a pending entry
+    except StateFormatError:
+        return None  # damaged: the general path stops the partition with the reason
     return decide_change(version, txid, entry, positions=True), entry.value
 
 
@@ -290,7 +294,10 @@ def decide_chunk_rows(
         if stored is not None:
             if stored[:1] != FORMAT_BYTE:
                 break  # an entry of another format: the general path stops at it
-            entry = Entry.decode(stored)
+            try:
+                entry = Entry.decode(stored)
+            except StateFormatError:
+                break  # damaged: the same
             previous = entry.value
             if entry.pending or (previous is not None and previous[:1] == MAGIC):
                 break  # a row to read again, or an Avro row: the general path's

@@ -64,7 +64,7 @@ def judge(
             return None
         _format, major, minor, flags = HEAD.unpack_from(stored)
         row_at = CHANGE_ROW_AT.get(flags)
-        if row_at is None:
+        if row_at is None or len(stored) < row_at:  # damaged: the general path says why
             return None
         stored_version = (major, minor)
         if flags & PRESENT_FLAG:

@@ -215,15 +215,21 @@ class Entry(NamedTuple):
             return Entry((major, minor), raw[HEAD.size :] if flags else None)
         offset = HEAD.size
         txid = chunk = snapshot = None
-        if flags & _TXID_FLAG:
-            txid = TXID.unpack_from(raw, offset)[0]
-            offset += TXID.size
-        if flags & _SNAPSHOT_FLAG:
-            chunk = _CHUNK.unpack_from(raw, offset)[0]
-            positioned = bool(flags & _POSITIONS_FLAG)
-            snapshot, offset = PgSnapshot.decode(raw, offset + _CHUNK.size, positioned)
-        elif flags & _CHUNK_FLAG:
-            chunk = _CHUNK.unpack_from(raw, offset)[0]
-            offset += _CHUNK.size
+        try:
+            if flags & _TXID_FLAG:
+                txid = TXID.unpack_from(raw, offset)[0]
+                offset += TXID.size
+            if flags & _SNAPSHOT_FLAG:
+                chunk = _CHUNK.unpack_from(raw, offset)[0]
+                positioned = bool(flags & _POSITIONS_FLAG)
+                snapshot, offset = PgSnapshot.decode(raw, offset + _CHUNK.size, positioned)
+            elif flags & _CHUNK_FLAG:
+                chunk = _CHUNK.unpack_from(raw, offset)[0]
+                offset += _CHUNK.size
+        except (struct.error, ValueError) as exc:  # a changelog record copied as it came
+            raise StateFormatError(
+                f"a state entry of {len(raw)} bytes, too short for its flags {flags}: "
+                f"damaged ({exc})"
+            ) from None
         value = raw[offset:] if flags & _PRESENT else None
         return Entry((major, minor), value, txid, chunk, snapshot, bool(flags & _PENDING_FLAG))

@@ -26,7 +26,7 @@ from processor.reconcile import epochs
 from processor.reconcile.asked_again import ASKED
 from processor.reconcile.batch import Reconciler
 from processor.reconcile.envelopes import ENTRY
-from processor.reconcile.versions import Entry
+from processor.reconcile.versions import FORMAT_BYTE, HEAD, Entry
 from state.memory import MemoryPartitionStore
 from state.store import Checkpoint
 from tests.unit.probe import SCHEMAS, TOPIC, frame, probe_event
@@ -631,6 +631,44 @@ def test_positions_that_go_back_with_later_commits_stop_the_partition_a_replay_d
     [reason] = reconciler.refused_partitions.values()
     assert "positions went back" in reason and "(62, 62)" in reason and "(104, 104)" in reason
     assert list(reconciler.refused_partitions) == [(TOPIC, 0)]
+
+
+@pytest.mark.parametrize("envelope", ["upsert", "debezium-upsert"])
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("flags", [2, 4, 8, 16 | 8, 32 | 4])
+def test_a_damaged_state_entry_stops_its_partition_alone(
+    envelope: str, fused: bool, flags: int
+) -> None:
+    """Issue 45, item 1: a changelog record is copied into state as it is, so a damaged
+    one (the right format, then too few bytes for what its flags say) meets the rules as
+    a state entry. It raised ``struct.error``: the batch failed, and the instance read the
+    same entry at every start. It now stops its partition with the reason, like an entry
+    of an unknown format; the other partition goes on."""
+    config = Config(processor=ProcessorConfig(envelope=envelope, fused_paths=fused))
+    reconciler = Reconciler(config)
+    stores = {(TOPIC, 0): MemoryPartitionStore(), (TOPIC, 1): MemoryPartitionStore()}
+    fmt = "json-schemaless"
+    first = {
+        (TOPIC, p): [RawMessage(TOPIC, p, 0, *encode(fmt, 7, event(7, "c", "A", 10)))]
+        for p in (0, 1)
+    }
+    batch = reconciler.decide(first, stores)
+    for tp, store in stores.items():
+        store.commit(batch.states[tp].updates, Checkpoint(1))
+    [entry_key] = [k for k in stores[(TOPIC, 0)].keys(b"k")]
+    damaged = HEAD.pack(FORMAT_BYTE[0], 1, 2, flags) + b"\x01"
+    stores[(TOPIC, 0)].commit({entry_key: damaged}, Checkpoint())
+    later = {
+        (TOPIC, p): [RawMessage(TOPIC, p, 1, *encode(fmt, 7, event(7, "u", "B", 11)))]
+        for p in (0, 1)
+    }
+    batch = reconciler.decide(later, stores)
+    assert batch.next_offsets == {(TOPIC, 1): 2}  # partition 0 stays at the message
+    assert batch.rewinds == {(TOPIC, 0): 1}
+    [reason] = reconciler.refused_partitions.values()
+    assert list(reconciler.refused_partitions) == [(TOPIC, 0)]
+    assert "damaged" in reason or "format" in reason, reason
+    assert stores[(TOPIC, 0)].get(entry_key) == damaged  # nothing guessed, nothing rewritten
 
 
 def test_a_newest_change_stored_in_an_unknown_form_stops_its_partition() -> None:
