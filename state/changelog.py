@@ -12,6 +12,13 @@ date before the partition's input is processed.
 A changelog that no longer reaches back to the checkpoint (retention removed
 records the store never saw) cannot be replayed onto the store: the store is
 wiped and rebuilt from the changelog's first record.
+
+A restore reads ``read_committed``, to the changelog's last stable offset. When
+it starts, the partition's writer has just fenced the last one, so on Kafka no
+transaction holds that offset back. The embedded broker can hold it for good
+(at 0) after a writer died inside a transaction: such a partition is restored to
+its last record, read ``read_uncommitted`` (that broker shows a committed reader
+every record anyway), and never taken for a log that does not continue the store.
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ class _Pending:
     end: int
     started: float
     records: int = 0
+    #: Read uncommitted: the end is past a stable offset the broker holds back.
+    held: bool = False
 
 
 @dataclass(frozen=True)
@@ -57,9 +66,14 @@ class Restorer:
 
     def __init__(self, consumer_settings: dict[str, object], batch: int = 20_000) -> None:
         settings = {**consumer_settings, "enable.auto.commit": False, "enable.partition.eof": False}
+        every = {**settings, "isolation.level": "read_uncommitted"}
         self._consumer = Consumer(settings)
-        #: Finds where changelogs end; reassigning it never disturbs the restores under way.
+        #: Reads the partitions whose stable offset is held back (see the module's text).
+        self._every = Consumer(every)
+        #: Find where changelogs end (stable, and whatever was written); reassigning them
+        #: never disturbs the restores under way.
         self._probe = Consumer(settings)
+        self._every_probe = Consumer(every)
         self._batch = batch
         self._pending: dict[tuple[str, int], _Pending] = {}
 
@@ -75,10 +89,28 @@ class Restorer:
             for tp in tps
         }
         ends = exact_end_offsets(self._probe, tps)
+        above = [
+            tp
+            for tp in tps
+            if self._every_probe.get_watermark_offsets(tp, timeout=10)[1]
+            > ends[(tp.topic, tp.partition)]
+        ]
+        highs = exact_end_offsets(self._every_probe, above) if above else {}
         restoring = set()
         for (topic, partition), store in stores.items():
             start = store.checkpoint().changelog_offset or 0
             low, end = lows[(topic, partition)], ends[(topic, partition)]
+            held = highs.get((topic, partition), end) > end
+            if held:
+                log.warning(
+                    "changelog %s[%d]: a transaction the broker does not close holds its "
+                    "stable offset at %d, records up to %d: restoring to those, uncommitted",
+                    topic,
+                    partition,
+                    end,
+                    highs[(topic, partition)],
+                )
+                end = highs[(topic, partition)]
             if start > end or start < low:
                 log.warning(
                     "changelog %s[%d] does not continue the local state (state at %d, log "
@@ -92,7 +124,7 @@ class Restorer:
                 store.wipe()
                 start = 0
             if start < end:
-                pending = _Pending(store, start, end, time.monotonic())
+                pending = _Pending(store, start, end, time.monotonic(), held=held)
                 self._pending[(topic, partition)] = pending
                 restoring.add((topic, partition))
         if restoring:
@@ -118,7 +150,10 @@ class Restorer:
         deadline = time.monotonic() + budget_s
         finished: list[Restored] = []
         while self._pending and time.monotonic() < deadline:
-            messages = self._consumer.consume(self._batch, 0.2)
+            held = any(p.held for p in self._pending.values())
+            messages = self._consumer.consume(self._batch, 0.2 if not held else 0.05)
+            if held:
+                messages += self._every.consume(self._batch, 0.05)
             updates: dict[tuple[str, int], dict[bytes, bytes | None]] = {}
             read: dict[tuple[str, int], int] = {}
             last: dict[tuple[str, int], int] = {}
@@ -134,7 +169,8 @@ class Restorer:
             # The consumer's position passes transaction markers, which are no messages.
             positions = {
                 (tp.topic, tp.partition): tp.offset
-                for tp in self._consumer.position([TopicPartition(t, p) for t, p in self._pending])
+                for consumer, held_ones in ((self._consumer, False), (self._every, True))
+                for tp in consumer.position(self._partitions(held_ones))
             }
             for tp, pending in list(self._pending.items()):
                 position = max(last.get(tp, -1) + 1, positions.get(tp, -1), pending.position)
@@ -153,12 +189,20 @@ class Restorer:
                 break
         return finished
 
+    def _partitions(self, held: bool) -> list[TopicPartition]:
+        """The partitions being restored, those held back or the others, at their
+        positions."""
+        return [
+            TopicPartition(t, p, pending.position)
+            for (t, p), pending in self._pending.items()
+            if pending.held == held
+        ]
+
     def _assign(self) -> None:
-        self._consumer.assign(
-            [TopicPartition(t, p, pending.position) for (t, p), pending in self._pending.items()]
-        )
+        self._consumer.assign(self._partitions(False))
+        self._every.assign(self._partitions(True))
 
     def close(self) -> None:
         """Release the consumers."""
-        self._consumer.close()
-        self._probe.close()
+        for consumer in (self._consumer, self._every, self._probe, self._every_probe):
+            consumer.close()
