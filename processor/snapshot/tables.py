@@ -123,6 +123,9 @@ class TableChecks:
             raise SnapshotRefusedError(str(exc)) from None
         count = partition_counts(self._admin, [topic]).get(topic)
         recent = [] if count is None else recent_events(self._probe, topic, count)
+        # A record no envelope reads (poison, a hostile write) is a dead letter of the data
+        # plane; it must not decide how the backfill's rows look, nor where keys go.
+        recent = [e for e in recent if self._readable(e)]
         if count is not None:
             self._check_partitioner(topic, count, recent)
         latest = max(recent, key=lambda e: e.timestamp, default=None)
@@ -201,6 +204,13 @@ class TableChecks:
             return True  # the built event is refused with the reason
         now = {f["field"]: (f["type"], f.get("name")) for f in row}
         return any(declared.get(c) != now[c] for c in retyped)
+
+    def _readable(self, event: RecentEvent) -> bool:
+        try:
+            TableShape.learn(event.key, event.value, self._schemas)
+        except (TidemarkError, ValueError):
+            return False
+        return True
 
     def _learn(self, topic: str, event: tuple[bytes, bytes]) -> TableShape:
         try:

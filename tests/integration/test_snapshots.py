@@ -72,6 +72,7 @@ from tests.oracle import digest, positions, strip_resent
 from tidemark.cli.verify import source_lsn, wait_caught_up, wait_debezium
 from tidemark.core.config import Config, SnapshotConfig
 from tidemark.core.kafka import client_config, partition_counts
+from tidemark.core.partitioners import partitions_of
 from tidemark.core.topics import backfill_topic
 from tidemark.devstack.debezium import PUBLICATION
 from tidemark.devstack.stack import DevStack
@@ -960,6 +961,44 @@ def test_a_backfill_goes_where_the_topics_partitioner_put_its_keys_or_is_refused
         assert len({r.partition for r in rows}) == config.kafka.topic_partitions
     finally:
         debezium.stop()
+
+
+def test_a_malformed_newest_record_of_the_topic_does_not_abort_a_backfill(
+    stack: DevStack,
+) -> None:
+    """The long lifetime run aborted a backfill: a poison record was the newest of its
+    table's change topic, and the backfill learned the events' form from it ("cannot
+    learn the events of ...: unexpected character"). One bad message stops nothing else:
+    the backfill learns from the newest record it can read."""
+    name = "iso_poisoned_t"
+    config = snapshot_config(stack, "poisoned")
+    uncaptured_table(config, name, 200)
+    topic = f"{config.source.topic_prefix}.public.{name}"
+    wait_debezium(config, source_lsn(config))
+    producer = Producer(client_config(config.kafka))
+    key = b'{"id": -1}'
+    # where the partitioner puts its key (the backfill learned its events' form from it),
+    # and in another partition too (it judged the topic's partitioner by it)
+    [home] = partitions_of(config.source.partitioner, [key], config.kafka.topic_partitions)
+    for partition in (home, (home + 1) % config.kafka.topic_partitions):
+        producer.produce(topic, b"{not json", key, partition)
+    assert producer.flush(30) == 0
+    processor = Processor(stack, config, "poisoned-processor").start()
+    try:
+        wait_for("the coordinator", lambda: leading(processor))
+        cli(processor, "snapshot", "start", f"public.{name}", "--id", "poisoned-1")
+        wait_for(
+            "the backfill",
+            lambda: (
+                notified(config, "COMPLETED", "poisoned-1")
+                or notified(config, "ABORTED", "poisoned-1")
+            ),
+        )
+        assert not notified(config, "ABORTED", "poisoned-1"), processor.log.read_text()[-2000:]
+        wait_caught_up(config)
+        assert final_rows(reconciled(config, name)) == source_rows(config, name)
+    finally:
+        processor.stop()
 
 
 def test_a_table_with_no_event_yet_is_backfilled_as_debezium_would_write_it(
