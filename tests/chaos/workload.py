@@ -11,6 +11,8 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -47,6 +49,10 @@ class Workload:
         self.reconnects = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        #: Cleared while the workload is paused; transactions under way, counted.
+        self._go = threading.Event()
+        self._go.set()
+        self._active = 0
         self._threads = [
             threading.Thread(target=self._run, args=(random.Random(seed * 2 + i),), daemon=True)
             for i in range(2)
@@ -64,14 +70,43 @@ class Workload:
         if self.error is not None:
             raise self.error
 
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """No transaction starts inside, and none is under way."""
+        with self._lock:
+            self._go.clear()
+        try:
+            while True:
+                with self._lock:
+                    if self._active == 0:
+                        break
+                time.sleep(0.05)
+            yield
+        finally:
+            self._go.set()
+
+    def _begin(self) -> bool:
+        """Wait while paused, then count a transaction under way; ``False`` once stopped."""
+        while not self._stop.is_set():
+            with self._lock:
+                if self._go.is_set():
+                    self._active += 1
+                    return True
+            self._go.wait(0.5)
+        return False
+
     def _run(self, rng: random.Random) -> None:
         try:
             while not self._stop.is_set():
                 try:
                     with psycopg.connect(**self.config.owner_conninfo()) as conn:
-                        while not self._stop.is_set():
+                        while self._begin():
                             started = time.monotonic()
-                            changed = self._transaction(conn, rng)
+                            try:
+                                changed = self._transaction(conn, rng)
+                            finally:
+                                with self._lock:
+                                    self._active -= 1
                             self._stop.wait(changed * self.pace - (time.monotonic() - started))
                 except psycopg.OperationalError:
                     with self._lock:
