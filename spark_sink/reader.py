@@ -27,7 +27,12 @@ from spark_sink.schema import Spec
 from tidemark.core.config import Config, KafkaConfig
 from tidemark.core.errors import InputError
 from tidemark.core.failpoints import Failpoint
-from tidemark.core.kafka import FETCH_QUEUE_BACKOFF, client_config, exact_end_offsets
+from tidemark.core.kafka import (
+    FETCH_QUEUE_BACKOFF,
+    client_config,
+    ends_past_stable,
+    exact_end_offsets,
+)
 from tidemark.core.messages import RawMessage
 from tidemark.core.schema_registry import SchemaCache, configured_schemas
 from tidemark.core.topics import reader_group
@@ -132,11 +137,10 @@ def topic_offsets(consumer_conf: dict[str, Any], topic: str, partitions: int) ->
         consumer.close()
     every = Consumer({**consumer_conf, "isolation.level": "read_uncommitted"})
     try:
-        above = [tp for tp in tps if every.get_watermark_offsets(tp, 10)[1] > stable[tp.partition]]
-        high = exact_end_offsets(every, above) if above else {}
+        high = ends_past_stable(every, {(topic, p): end for p, end in stable.items()})
     finally:
         every.close()
-    return Offsets(starts, stable, {p: end for (_t, p), end in high.items() if end > stable[p]})
+    return Offsets(starts, stable, {p: end for (_t, p), end in high.items()})
 
 
 def first_unread(

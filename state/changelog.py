@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, TopicPartition
 
 from state.store import Checkpoint, PartitionStore
-from tidemark.core.kafka import data_messages, exact_end_offsets
+from tidemark.core.kafka import data_messages, ends_past_stable, exact_end_offsets
 
 log = logging.getLogger(__name__)
 
@@ -89,18 +89,12 @@ class Restorer:
             for tp in tps
         }
         ends = exact_end_offsets(self._probe, tps)
-        above = [
-            tp
-            for tp in tps
-            if self._every_probe.get_watermark_offsets(tp, timeout=10)[1]
-            > ends[(tp.topic, tp.partition)]
-        ]
-        highs = exact_end_offsets(self._every_probe, above) if above else {}
+        highs = ends_past_stable(self._every_probe, ends)
         restoring = set()
         for (topic, partition), store in stores.items():
             start = store.checkpoint().changelog_offset or 0
             low, end = lows[(topic, partition)], ends[(topic, partition)]
-            held = highs.get((topic, partition), end) > end
+            held = (topic, partition) in highs
             if held:
                 log.warning(
                     "changelog %s[%d]: a transaction the broker does not close holds its "

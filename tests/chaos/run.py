@@ -77,7 +77,7 @@ from tidemark.core.partitioners import partitions_of
 from tidemark.core.ports import free_port
 from tidemark.core.record_auth import KEY_ENV
 from tidemark.core.topics import backfill_topic, control_topic, dataplane_group
-from tidemark.devstack.procs import exit_code, pid_alive
+from tidemark.devstack.procs import exit_code, pid_alive, process_state
 from tidemark.devstack.stack import DevStack
 
 if TYPE_CHECKING:
@@ -491,15 +491,6 @@ def resume_stopped(run: Run, instance: Instance, hold_s: float = COMMIT_STOP_S) 
         os.kill(instance.processor.pid, signal.SIGCONT)
         instance.armed, instance.stopped_since = "", None
         run.commit_stops += 1
-
-
-def process_state(pid: int) -> str:
-    """The state letter of ``/proc/<pid>/stat`` (``T``: stopped), or ``""``."""
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0]
-    except OSError:
-        return ""
 
 
 def watch_groups(stack: DevStack, run: Run, instances: list[Instance]) -> None:

@@ -495,6 +495,23 @@ def test_a_dead_lettered_change_leaves_its_key_pending_not_at_the_row_before(
     assert applied[3]["name"] == "B" and whole.read_again == {}
 
 
+def key_7_in_two_partitions(
+    reconciler: Reconciler, fmt: str
+) -> tuple[dict[tuple[str, int], MemoryPartitionStore], bytes]:
+    """Stores of partitions 0 and 1 after key 7 was created in each (committed at input
+    offset 1), and the key's entry's state key in partition 0."""
+    stores = {(TOPIC, 0): MemoryPartitionStore(), (TOPIC, 1): MemoryPartitionStore()}
+    first = {
+        (TOPIC, p): [RawMessage(TOPIC, p, 0, *encode(fmt, 7, event(7, "c", "A", 10)))]
+        for p in (0, 1)
+    }
+    batch = reconciler.decide(first, stores)
+    for tp, store in stores.items():
+        store.commit(batch.states[tp].updates, Checkpoint(1))
+    [entry_key] = [k for k in stores[(TOPIC, 0)].keys(b"k")]
+    return stores, entry_key
+
+
 @pytest.mark.parametrize("fmt", ["json-schemaless", "avro"])
 @pytest.mark.parametrize("envelope", ["upsert", "debezium-upsert"])
 @pytest.mark.parametrize("fused", [True, False])
@@ -508,15 +525,7 @@ def test_a_state_entry_of_an_unknown_format_stops_its_partition_alone(
     registry = make_reconciler()[1]
     config = Config(processor=ProcessorConfig(envelope=envelope, fused_paths=fused))
     reconciler = Reconciler(config, SchemaCache(registry))
-    stores = {(TOPIC, 0): MemoryPartitionStore(), (TOPIC, 1): MemoryPartitionStore()}
-    first = {
-        (TOPIC, p): [RawMessage(TOPIC, p, 0, *encode(fmt, 7, event(7, "c", "A", 10)))]
-        for p in (0, 1)
-    }
-    batch = reconciler.decide(first, stores)
-    for tp, store in stores.items():
-        store.commit(batch.states[tp].updates, Checkpoint(1))
-    [entry_key] = [k for k in stores[(TOPIC, 0)].keys(b"k")]
+    stores, entry_key = key_7_in_two_partitions(reconciler, fmt)
     newer = b"\x03" + (stores[(TOPIC, 0)].get(entry_key) or b"")[1:]
     stores[(TOPIC, 0)].commit({entry_key: newer}, Checkpoint())
     later = {
@@ -646,16 +655,8 @@ def test_a_damaged_state_entry_stops_its_partition_alone(
     of an unknown format; the other partition goes on."""
     config = Config(processor=ProcessorConfig(envelope=envelope, fused_paths=fused))
     reconciler = Reconciler(config)
-    stores = {(TOPIC, 0): MemoryPartitionStore(), (TOPIC, 1): MemoryPartitionStore()}
     fmt = "json-schemaless"
-    first = {
-        (TOPIC, p): [RawMessage(TOPIC, p, 0, *encode(fmt, 7, event(7, "c", "A", 10)))]
-        for p in (0, 1)
-    }
-    batch = reconciler.decide(first, stores)
-    for tp, store in stores.items():
-        store.commit(batch.states[tp].updates, Checkpoint(1))
-    [entry_key] = [k for k in stores[(TOPIC, 0)].keys(b"k")]
+    stores, entry_key = key_7_in_two_partitions(reconciler, fmt)
     damaged = HEAD.pack(FORMAT_BYTE[0], 1, 2, flags) + b"\x01"
     stores[(TOPIC, 0)].commit({entry_key: damaged}, Checkpoint())
     later = {

@@ -498,6 +498,23 @@ def newest_by_key(
     return last
 
 
+def ends_past_stable(
+    consumer: Consumer, stable: dict[tuple[str, int], int]
+) -> dict[tuple[str, int], int]:
+    """The ends of the partitions whose records go past their ``stable`` end (a
+    ``read_committed`` reader's, from :func:`exact_end_offsets`): a transaction still
+    open, or one the embedded broker never closes. ``consumer`` reads
+    ``read_uncommitted`` and is reassigned; the other partitions are left out."""
+    above = [
+        TopicPartition(topic, partition)
+        for (topic, partition), end in stable.items()
+        if consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1] > end
+    ]
+    if not above:
+        return {}
+    return {tp: end for tp, end in exact_end_offsets(consumer, above).items() if end > stable[tp]}
+
+
 def read_range(
     consumer: Consumer, topic: str, partition: int, start: int, end: int, timeout: float = 30.0
 ) -> Iterator[Message]:

@@ -75,11 +75,17 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
+    return process_state(pid) not in ("Z", "")
+
+
+def process_state(pid: int) -> str:
+    """The state letter of ``/proc/<pid>/stat`` (``Z``: a zombie, ``T``: stopped), or
+    ``""`` when there is no such process."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[-1].split()[0] != "Z"
+            return stat.read().split(")")[-1].split()[0]
     except OSError:
-        return False
+        return ""
 
 
 def pid_cmdline(pid: int) -> str:
