@@ -105,18 +105,18 @@ def register_console(
             client = _aiohttp(request).remote or "unknown"
             if not same_origin(_aiohttp(request)):
                 return self.error(403, "a login must come from the console's own page")
-            wait = limit.retry_after(client)
-            if wait is not None:
-                metrics.API_AUTH_FAILURES.labels("rate-limited").inc()
-                return self.json(
-                    {"error": "too many failed authentications"},
-                    status=429,
-                    headers={"Retry-After": str(wait)},
-                )
             if tokens.operator is None:
                 return self.error(401, "the API is off: the processor has no token set")
             role = tokens.role("Bearer " + _token_of(await request.read()))
             if role is None:
+                wait = limit.retry_after(client)  # a valid token passes whatever others sent
+                if wait is not None:
+                    metrics.API_AUTH_FAILURES.labels("rate-limited").inc()
+                    return self.json(
+                        {"error": "too many failed authentications"},
+                        status=429,
+                        headers={"Retry-After": str(wait)},
+                    )
                 limit.failed(client)
                 metrics.API_AUTH_FAILURES.labels("wrong").inc()
                 return self.error(401, "wrong token")

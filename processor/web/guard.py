@@ -13,14 +13,20 @@ with its CSRF token for any method but a read's:
 - the viewer's token (``TIDEMARK_VIEWER_TOKEN``, optional) may read: a request of
   another method is answered 403;
 - without ``TIDEMARK_API_TOKEN`` every request is answered 401: the API never runs
-  open.
+  open;
+- during a rotation, ``TIDEMARK_API_TOKEN_NEXT`` and ``TIDEMARK_VIEWER_TOKEN_NEXT``
+  hold the same roles beside the current tokens.
 
 Tokens shorter than :data:`MIN_TOKEN_CHARS` are refused when the processor starts.
-A client whose authentications failed ``processor.api_auth_failures_per_minute``
-times in the last minute is answered 429 (with ``Retry-After``) until the oldest of
-them is a minute old, whatever it sends; each failure is counted in
-``tidemark_api_auth_failures_total{reason}`` and logged with the client's address,
-never with what it sent. Tokens are compared in constant time.
+A request whose credentials are missing or wrong, from a client whose
+authentications failed ``processor.api_auth_failures_per_minute`` times in the last
+minute, is answered 429 (with ``Retry-After``) until the oldest of them is a minute
+old. Valid credentials always pass: the limit is keyed on the client's address, and
+behind an ingress or a NAT every client has one, so a guesser must not lock the
+operator out (a token of 32 characters or more is not guessed at any rate a web port
+serves). Each failure is counted in ``tidemark_api_auth_failures_total{reason}`` and
+logged with the client's address, never with what it sent. Tokens are compared in
+constant time.
 
 Every answer carries a Content-Security-Policy that allows scripts, styles and
 connections to this origin only (so no inline script), and is never framed.
@@ -41,7 +47,12 @@ from aiohttp import web
 
 from processor import metrics
 from processor.web.sessions import COOKIE, CSRF_HEADER, SESSION_PATH, Sessions
-from tidemark.core.config import TOKEN_ENV, VIEWER_TOKEN_ENV
+from tidemark.core.config import (
+    NEXT_TOKEN_ENV,
+    NEXT_VIEWER_TOKEN_ENV,
+    TOKEN_ENV,
+    VIEWER_TOKEN_ENV,
+)
 from tidemark.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -72,25 +83,45 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 @dataclass(frozen=True)
 class Tokens:
-    """The operator's token and the viewer's (``None``: not set)."""
+    """The operator's token and the viewer's (``None``: not set), and during a rotation the
+    ones that take over (``*_next``), accepted beside them."""
 
     operator: str | None = field(repr=False)
     viewer: str | None = field(default=None, repr=False)
+    operator_next: str | None = field(default=None, repr=False)
+    viewer_next: str | None = field(default=None, repr=False)
 
     @staticmethod
     def read(environ: Mapping[str, str]) -> Tokens:
-        """The tokens in ``environ``; :class:`ConfigError` for one too short, or a viewer's
-        token without an operator's or equal to it."""
-        operator, viewer = environ.get(TOKEN_ENV) or None, environ.get(VIEWER_TOKEN_ENV) or None
-        for name, token in ((TOKEN_ENV, operator), (VIEWER_TOKEN_ENV, viewer)):
+        """The tokens in ``environ``; :class:`ConfigError` for one too short, one without
+        the token it goes beside, or one token given two roles."""
+        named = {
+            name: environ.get(name) or None
+            for name in (TOKEN_ENV, VIEWER_TOKEN_ENV, NEXT_TOKEN_ENV, NEXT_VIEWER_TOKEN_ENV)
+        }
+        for name, token in named.items():
             if token is not None and len(token) < MIN_TOKEN_CHARS:
                 raise ConfigError(
                     f"{name}: a token of at least {MIN_TOKEN_CHARS} characters is needed, "
                     f"not {len(token)} (for example: openssl rand -hex 24)"
                 )
+        tokens = Tokens(*named.values())
+        operator, viewer = tokens.operator, tokens.viewer
         if viewer is not None and (operator is None or hmac.compare_digest(viewer, operator)):
             raise ConfigError(f"{VIEWER_TOKEN_ENV}: set it beside, and different from, {TOKEN_ENV}")
-        return Tokens(operator, viewer)
+        for name, beside, token in (
+            (NEXT_TOKEN_ENV, TOKEN_ENV, tokens.operator_next),
+            (NEXT_VIEWER_TOKEN_ENV, VIEWER_TOKEN_ENV, tokens.viewer_next),
+        ):
+            if token is not None and named[beside] is None:
+                raise ConfigError(f"{name}: set it beside {beside}, during a rotation only")
+        operators = {t for t in (operator, tokens.operator_next) if t is not None}
+        if operators & {t for t in (viewer, tokens.viewer_next) if t is not None}:
+            raise ConfigError(
+                f"a token may have one role: {NEXT_TOKEN_ENV} or {NEXT_VIEWER_TOKEN_ENV} "
+                "equals a token of the other role"
+            )
+        return tokens
 
     def role(self, header: str) -> str | None:
         """``operator``, ``viewer`` or ``None`` for an ``Authorization`` header."""
@@ -98,8 +129,13 @@ class Tokens:
         if scheme.lower() != "bearer" or not given:
             return None
         found = None
-        for role, token in (("operator", self.operator), ("viewer", self.viewer)):
-            # both compared, always, in constant time
+        for role, token in (
+            ("operator", self.operator),
+            ("operator", self.operator_next),
+            ("viewer", self.viewer),
+            ("viewer", self.viewer_next),
+        ):
+            # each one compared, always, in constant time
             if token is not None and hmac.compare_digest(given.encode(), token.encode()):
                 found = role
         return found
@@ -161,16 +197,17 @@ def guard(tokens: Tokens, limit: FailureLimit, served: str, sessions: Sessions) 
     async def admit(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path in OPEN_PATHS or _console(request.path):
             return await handler(request)
-        client = request.remote or "unknown"
-        wait = limit.retry_after(client)
-        if wait is not None:
-            metrics.API_AUTH_FAILURES.labels("rate-limited").inc()
-            return _error(429, "too many failed authentications", {"Retry-After": str(wait)})
         if tokens.operator is None:
             return _error(401, f"the API is off: start the processor with {TOKEN_ENV} set")
         if "Authorization" in request.headers or COOKIE not in request.cookies:
             role = tokens.role(request.headers.get("Authorization", ""))
             if role is None:
+                client = request.remote or "unknown"
+                wait = limit.retry_after(client)
+                if wait is not None:
+                    metrics.API_AUTH_FAILURES.labels("rate-limited").inc()
+                    retry = {"Retry-After": str(wait)}
+                    return _error(429, "too many failed authentications", retry)
                 reason = "missing" if "Authorization" not in request.headers else "wrong"
                 limit.failed(client)
                 metrics.API_AUTH_FAILURES.labels(reason).inc()

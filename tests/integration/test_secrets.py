@@ -25,12 +25,14 @@ from tests.integration.processes import Processor, SinkProcess, metric, wait_for
 from tests.integration.test_api import TOKEN, VIEWER, call
 from tests.integration.test_sink import sink_config
 from tests.integration.test_snapshots import leading, notified, snapshot_config, uncaptured_table
-from tidemark.core.config import TOKEN_ENV, VIEWER_TOKEN_ENV, Config
+from tidemark.core.config import NEXT_TOKEN_ENV, TOKEN_ENV, VIEWER_TOKEN_ENV, Config
 from tidemark.core.ports import free_port
 from tidemark.core.record_auth import KEY_ENV
 from tidemark.devstack.stack import DevStack
 
 RECORD_KEY = "record-key-" + "5e" * 16
+#: The operator's token that takes over in a rotation.
+NEXT_TOKEN = "next-token-" + "7d" * 16
 
 
 def without_secrets(config: Config) -> Config:
@@ -55,6 +57,7 @@ def test_no_secret_reaches_a_command_line_a_log_or_a_file(stack: DevStack) -> No
         "owner password": owner_password,
         "API token": TOKEN,
         "viewer token": VIEWER,
+        "next API token": NEXT_TOKEN,
         "record key": RECORD_KEY,
     }
     assert all(len(s) >= 16 for s in secrets.values())
@@ -82,6 +85,7 @@ def test_no_secret_reaches_a_command_line_a_log_or_a_file(stack: DevStack) -> No
         "TIDEMARK_SOURCE__PASSWORD": source_password,
         TOKEN_ENV: TOKEN,
         VIEWER_TOKEN_ENV: VIEWER,
+        NEXT_TOKEN_ENV: NEXT_TOKEN,
         KEY_ENV: RECORD_KEY,
     }
     processor.start(env=env)
@@ -92,6 +96,8 @@ def test_no_secret_reaches_a_command_line_a_log_or_a_file(stack: DevStack) -> No
         assert status == 202, body
         wait_for("the backfill", lambda: notified(files, "COMPLETED", body["request_id"]))
         assert call("GET", f"{api}/snapshots", token=VIEWER)[0] == 200
+        assert call("POST", f"{api}/snapshots/pause", token=NEXT_TOKEN)[0] == 202
+        assert call("POST", f"{api}/snapshots/resume", token=NEXT_TOKEN)[0] == 202
         assert call("GET", f"{api}/snapshots", token=TOKEN[::-1])[0] == 401
         sink.start(env={"TIDEMARK_SINK__CATALOG_PASSWORD": owner_password})
 

@@ -33,6 +33,9 @@ DEFAULT_CONFIG_PATH = "tidemark.yaml"
 TOKEN_ENV = "TIDEMARK_API_TOKEN"  # noqa: S105 - the variable's name, not a secret
 #: A read-only token for the API (and the console): its writes are answered 403.
 VIEWER_TOKEN_ENV = "TIDEMARK_VIEWER_TOKEN"  # noqa: S105 - the variable's name
+#: During a rotation, the tokens that take over: accepted beside the current ones.
+NEXT_TOKEN_ENV = "TIDEMARK_API_TOKEN_NEXT"  # noqa: S105 - the variable's name
+NEXT_VIEWER_TOKEN_ENV = "TIDEMARK_VIEWER_TOKEN_NEXT"  # noqa: S105 - the variable's name
 
 #: The least ``kafka.max_record_bytes`` can be.
 MIN_RECORD_BYTES = 16 * 1024 * 1024
