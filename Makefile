@@ -65,6 +65,7 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/mypy docs/gen
 	$(BIN)/lint-imports
+	$(BIN)/python -m tests.network_policies k8s
 	$(BIN)/mkdocs build --strict --quiet
 
 # The documentation site (docs/, mkdocs.yml), served on http://127.0.0.1:8000 and built

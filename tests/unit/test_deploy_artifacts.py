@@ -48,6 +48,11 @@ SECRET_ENV = {
 }
 WORKLOADS = [("StatefulSet", "tidemark-processor"), ("Deployment", "tidemark-sink")]
 PROMETHEUS = {"prometheus.io/scrape": "true", "prometheus.io/path": "/metrics"}
+#: Prometheus' pods in the namespace named ``monitoring`` (pinned by its name label).
+SCRAPER = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+}
 
 Doc = dict[str, Any]
 
@@ -350,8 +355,8 @@ def test_workload_is_hardened(kind: str, name: str) -> None:
 
 def test_the_processors_port_admits_only_labelled_api_clients_and_the_scraper() -> None:
     """Port 6066 carries the API beside /health and /metrics: it is admitted from pods (or
-    namespaces) labelled as the API's clients, and from Prometheus' pods, never from any
-    pod at all."""
+    namespaces) labelled as the API's clients, and from Prometheus' pods in the
+    monitoring namespace, never from any pod at all."""
     policy = find("NetworkPolicy", "tidemark-processor")["spec"]
     assert policy["policyTypes"] == ["Ingress"]
     [rule] = policy["ingress"]
@@ -361,10 +366,16 @@ def test_the_processors_port_admits_only_labelled_api_clients_and_the_scraper() 
     client = {"tidemark.io/api-client": "true"}
     assert {"podSelector": {"matchLabels": client}} in peers
     assert {"namespaceSelector": {"matchLabels": client}} in peers
-    scraper = {"app.kubernetes.io/name": "prometheus"}
-    assert {"namespaceSelector": {}, "podSelector": {"matchLabels": scraper}} in peers
+    assert SCRAPER in peers
     for peer in peers:  # each one narrowed by a label
         assert any(sel.get("matchLabels") for sel in peer.values()), peer
+
+
+def test_the_sinks_metrics_port_admits_only_the_scraper() -> None:
+    policy = find("NetworkPolicy", "tidemark-sink")["spec"]
+    assert policy["ingress"] == [
+        {"from": [SCRAPER], "ports": [{"port": "metrics", "protocol": "TCP"}]}
+    ]
 
 
 def test_namespace_enforces_the_restricted_pod_security_standard() -> None:
