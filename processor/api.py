@@ -34,7 +34,7 @@ from processor.history import History
 from processor.openapi import ACTIONS, BODIES, LIFECYCLE_ACTIONS, OPENAPI, PREFIX
 from processor.pipeline.control_topic import Lifecycle, set_lifecycle
 from processor.pipeline.dead_letters import MAX_LIMIT as MAX_DEAD_LETTERS
-from processor.pipeline.dead_letters import Query, read_dead_letters
+from processor.pipeline.dead_letters import Query, ReadsBusyError, read_dead_letters
 from processor.pipeline.instances import holders, read_instances
 from processor.pipeline.offsets import Offsets
 from processor.pipeline.offsets_schema import schema_error
@@ -153,7 +153,7 @@ def register_api(
     async def answer(view: View, work: Callable[[], Awaitable[Any]], status: int = 200) -> Response:
         """``work``'s result as JSON, or the error it raised: 400 for a bad request, 409 for
         a write to a running pipeline, 413 for a body too large, 503 when Kafka could not
-        do it."""
+        do it or the reads the process holds are busy (with ``Retry-After``)."""
         try:
             return view.json(await work(), status=status)
         except (BadRequestError, SignalError, FilterError, InvalidOffsetsError) as exc:
@@ -162,6 +162,9 @@ def register_api(
             return view.error(409, str(exc))
         except RequestTooLargeError as exc:
             return view.error(413, str(exc))
+        except ReadsBusyError as exc:
+            headers = {"Retry-After": str(exc.retry_after_s)}
+            return view.json({"error": str(exc)}, status=503, headers=headers)
         except TidemarkError as exc:
             return view.error(503, str(exc))
 

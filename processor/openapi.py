@@ -14,6 +14,7 @@ from jsonschema import Draft202012Validator
 
 from processor.pipeline.control_topic import Lifecycle
 from processor.pipeline.dead_letters import MAX_LIMIT as DEAD_LETTERS_LIMIT
+from processor.pipeline.dead_letters import PREVIEWS_IN_FLIGHT
 from processor.pipeline.offsets import RESET_TARGETS
 from processor.pipeline.offsets_schema import OFFSETS_SCHEMA
 from processor.snapshot.client import MAX_NOTIFICATIONS
@@ -303,6 +304,12 @@ OPENAPI: dict[str, Any] = {
                     ),
                     "400": _BAD_PARAMETERS,
                     **_READ,
+                    "503": _answer(
+                        "Kafka could not be read, or the reads of dead letters the process "
+                        "holds are in flight (then with Retry-After): one download, "
+                        f"{PREVIEWS_IN_FLIGHT} reads of previews",
+                        _ERROR,
+                    ),
                 },
             },
         },

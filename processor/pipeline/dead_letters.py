@@ -13,18 +13,28 @@ among its partitions) and answers at most ``limit`` of those that match;
 ``complete`` says whether that reached back to the oldest record still kept. A
 download carries each key and value whole, in base64, up to
 :data:`DOWNLOAD_BYTES` of them in all.
+
+These reads run in the data plane's own process, at a viewer's request, so what they
+hold is bounded for the whole process, not per request (:func:`admitted`): one
+download at a time (it holds up to twice :data:`DOWNLOAD_BYTES` while it reads, then
+the answer), :data:`PREVIEWS_IN_FLIGHT` reads of previews beside it, and each read's
+consumer fetches ahead at most :data:`FETCH_AHEAD_KB`. A request past them is
+answered 503 with ``Retry-After``, never queued.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer
 
 from tidemark.core.config import Config
+from tidemark.core.errors import TidemarkError
 from tidemark.core.kafka import client_config, read_newest
 from tidemark.core.topics import dead_letter_topic, reader_group
 
@@ -36,6 +46,38 @@ MAX_LIMIT = 1000
 SCAN_RECORDS = 20_000
 #: The raw bytes one download holds at most.
 DOWNLOAD_BYTES = 64 << 20
+#: Reads of previews in flight in the process at most, besides one download.
+PREVIEWS_IN_FLIGHT = 4
+#: What a read's consumer fetches ahead of it at most (librdkafka's
+#: ``queued.max.messages.kbytes``, 64 MiB by default).
+FETCH_AHEAD_KB = 8192
+#: The seconds a client is told to wait when the reads are busy.
+BUSY_RETRY_S = 5
+
+
+class ReadsBusyError(TidemarkError):
+    """As many reads of dead letters as the process holds are in flight."""
+
+    retry_after_s = BUSY_RETRY_S
+
+
+_DOWNLOADS = threading.BoundedSemaphore(1)
+_PREVIEWS = threading.BoundedSemaphore(PREVIEWS_IN_FLIGHT)
+
+
+@contextmanager
+def admitted(whole: bool) -> Iterator[None]:
+    """A place for one read (``whole``: a download) among those the process holds, or
+    :class:`ReadsBusyError` at once."""
+    gate = _DOWNLOADS if whole else _PREVIEWS
+    if not gate.acquire(blocking=False):
+        held = "a download of dead letters is" if whole else f"{PREVIEWS_IN_FLIGHT} reads are"
+        raise ReadsBusyError(f"{held} in flight in this processor: try again shortly")
+    try:
+        yield
+    finally:
+        gate.release()
+
 
 _HEADERS = {
     "tidemark.source.topic": "topic",
@@ -119,6 +161,11 @@ def matches(found: dict[str, Any], query: Query) -> bool:
 
 def read_dead_letters(config: Config, query: Query) -> dict[str, Any]:
     """The newest dead letters of the pipeline that match ``query``, newest first."""
+    with admitted(query.whole):
+        return _read(config, query)
+
+
+def _read(config: Config, query: Query) -> dict[str, Any]:
     topic = dead_letter_topic(config.processor.pipeline)
     consumer = Consumer(
         client_config(
@@ -128,6 +175,7 @@ def read_dead_letters(config: Config, query: Query) -> dict[str, Any]:
                 "enable.auto.commit": False,
                 "enable.partition.eof": True,
                 "fetch.wait.max.ms": 10,  # as tidemark.core.kafka.reader_config: no long poll
+                "queued.max.messages.kbytes": FETCH_AHEAD_KB,
             },
         )
     )

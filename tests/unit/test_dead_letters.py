@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import base64
+from contextlib import ExitStack
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from processor.pipeline.dead_letters import (
     PREVIEW_BYTES,
+    PREVIEWS_IN_FLIGHT,
     Query,
+    ReadsBusyError,
     _newest,
+    admitted,
     dead_letter,
     matches,
     table_of,
@@ -126,3 +131,23 @@ def test_pruning_while_reading_answers_what_pruning_at_the_end_answers(
     assert len(at_end[0]) <= limit
     if whole and len(at_end[0]) > 1:
         assert sum(d["value_bytes"] for d in at_end[0]) <= 100
+
+
+def test_the_reads_in_flight_are_bounded_for_the_whole_process() -> None:
+    """A download holds up to 2 x DOWNLOAD_BYTES while it reads: one at a time in the
+    process, and a few previews beside it; a request past them is answered busy, and a
+    read that ends frees its place."""
+    with admitted(whole=True):
+        with pytest.raises(ReadsBusyError, match="a download of dead letters is in flight"):
+            with admitted(whole=True):
+                pass
+        with ExitStack() as previews:
+            for _ in range(PREVIEWS_IN_FLIGHT):
+                previews.enter_context(admitted(whole=False))
+            with pytest.raises(ReadsBusyError, match=f"{PREVIEWS_IN_FLIGHT} reads"):
+                with admitted(whole=False):
+                    pass
+        with admitted(whole=False):
+            pass
+    with admitted(whole=True):
+        pass
