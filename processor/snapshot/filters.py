@@ -9,10 +9,13 @@ separator and no comment outside its string literals and quoted identifiers. The
 scan follows PostgreSQL's lexer for what can hide those characters: standard
 strings (``'it''s'``, with ``standard_conforming_strings`` on, which the processor's
 sessions set), escape strings (``E'\\''``), quoted identifiers (``"a""b"``) and
-dollar quotes (``$tag$ ... $tag$``). The database then plans it (a syntax or type
-error is the filter's), and every query that carries it goes by the extended
-protocol (one statement) in a read-only transaction of a read-only session: the
-check here is the first of three walls, not the only one.
+dollar quotes (``$tag$ ... $tag$``). Then PostgreSQL's parser decides what it may
+contain (:mod:`processor.snapshot.filter_tree`: its columns, operators and functions
+that read only their arguments), the database plans it (a syntax or type error is
+the filter's), and every query that carries it goes by the extended protocol (one
+statement) in a read-only transaction of a read-only session that starts from the
+connection's own settings: the check here is the first of four walls, not the only
+one.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Callable, Mapping
 
 from processor.errors import FilterError, SourceUnavailableError
 from processor.snapshot.chunk_reader import ChunkReader
+from processor.snapshot.filter_tree import check_tree
 
 #: A filter longer than this is refused (Debezium's are a line or two).
 MAX_FILTER_CHARS = 2048
@@ -29,6 +33,13 @@ _DOLLAR_TAG = re.compile(r"\$([A-Za-z_\x80-\U0010ffff][A-Za-z0-9_\x80-\U0010ffff
 
 
 def check_filter(text: str) -> None:
+    """:class:`FilterError` naming what makes ``text`` more than one expression, or what
+    in it a filter may not contain (:mod:`processor.snapshot.filter_tree`)."""
+    check_one_expression(text)
+    check_tree(text)
+
+
+def check_one_expression(text: str) -> None:
     """:class:`FilterError` naming what makes ``text`` more than one boolean expression."""
     if not text.strip():
         raise FilterError("the filter is empty")

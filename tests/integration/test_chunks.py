@@ -208,9 +208,35 @@ def test_a_filter_past_the_statement_timeout_is_its_tables_fault(stack: DevStack
     slow = PostgresChunkReader(source.session(read_only=True))
     try:
         info = slow.table_info("public.iso_chunks_surrogate", surrogate_key="code")
-        slow.check_filter("public.iso_chunks_surrogate", "pg_sleep(600) IS NOT NULL")  # plans
         with pytest.raises(ChunkError, match="statement timeout"):
             slow.read_chunk(info, None, ("c9",), "pg_sleep(600) IS NOT NULL")
+    finally:
+        slow.close()
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [("statement_timeout", "0"), ("lock_timeout", "0"), ("standard_conforming_strings", "off")],
+)
+def test_a_setting_a_filter_changed_for_the_session_is_back_in_the_next_transaction(
+    stack: DevStack, setting: str, value: str
+) -> None:
+    """Past the filter check (called here without it): ``set_config(..., false)`` lasts
+    for the session, and the reader's connection lives long; every transaction starts
+    from the connection's own settings again, so the timeouts still bound a later
+    filter, and strings read as the filter check reads them."""
+    source = dataclasses.replace(stack.config.source, statement_timeout_ms=500)
+    slow = PostgresChunkReader(source.session(read_only=True))
+    try:
+        info = slow.table_info("public.iso_chunks_surrogate", surrogate_key="code")
+        changed = f"set_config('{setting}', '{value}', false) = '{value}'"
+        assert len(slow.read_chunk(info, None, ("c9",), changed).rows) == 9
+        shown = f"current_setting('{setting}') <> '{value}'"
+        assert len(slow.read_chunk(info, None, ("c9",), shown).rows) == 9
+        started = time.monotonic()
+        with pytest.raises(ChunkError, match="statement timeout"):
+            slow.read_chunk(info, None, ("c9",), "pg_sleep(600) IS NOT NULL")
+        assert time.monotonic() - started < 30
     finally:
         slow.close()
 

@@ -16,8 +16,9 @@ SQL by design and is the only text taken as it is. It is checked first
 parameters, so psycopg sends it by the extended protocol, which takes exactly
 one statement: text that ended the statement could not run another. The
 session is read-only (:meth:`tidemark.core.config.SourceConfig.session`), and every
-transaction is ``READ ONLY`` on its own, so a filter that turns the session's
-default off changes no later transaction.
+transaction is ``READ ONLY`` on its own and starts with ``RESET ALL``, so a filter
+that changes a setting for the session (its default read-only mode, its timeouts)
+changes no later transaction.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class PostgresChunkReader(ChunkReader):
     def table_info(self, table: str, surrogate_key: str | None = None) -> TableInfo:
         schema, _, name = table.partition(".")
         relation = _regclass(schema, name)
-        with source_errors(f"the catalog of {table}"), self._conn.transaction():
+        with self._transaction(f"the catalog of {table}"):
             found = self._conn.execute("SELECT to_regclass(%s)", (relation,)).fetchone()
             if found is None or found[0] is None:
                 raise ChunkError(f"table {table} does not exist")
@@ -158,7 +159,7 @@ class PostgresChunkReader(ChunkReader):
             sql.Identifier(schema, name), sql.SQL(condition)
         )
         try:
-            with source_errors("PostgreSQL cannot plan it"), self._conn.transaction():
+            with self._transaction("PostgreSQL cannot plan it"):
                 self._conn.execute(query, (True,))
         except TableChangedError:
             raise
@@ -230,10 +231,7 @@ class PostgresChunkReader(ChunkReader):
         # chunk's first query takes its snapshot), and after it, in the snapshot's
         # statement: they place a change against the snapshot by its LSN
         # (processor.events.visibility).
-        with (
-            source_errors(f"the WAL position before a chunk of {info.name}"),
-            self._conn.transaction(),
-        ):
+        with self._transaction(f"the WAL position before a chunk of {info.name}"):
             before = committed_position(self._conn)
         with self._locked(info, f"chunk of {info.name} after {after!r}"):
             taken = self._conn.execute(_SNAPSHOT).fetchone()
@@ -264,11 +262,26 @@ class PostgresChunkReader(ChunkReader):
         before it commits sees the table empty.
         """
         with source_errors(what), self._conn.transaction():
-            self._conn.execute(
-                sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(
+            self._conn.execute(  # RESET ALL as in _transaction, in the same round trip
+                sql.SQL("RESET ALL; LOCK TABLE {} IN ACCESS SHARE MODE").format(
                     sql.Identifier(info.schema, info.table)
                 )
             )
+            yield
+
+    @contextlib.contextmanager
+    def _transaction(self, what: str) -> Iterator[None]:
+        """A transaction that starts from the connection's own settings.
+
+        A filter's ``set_config(name, value, false)`` lasts for the session, past its
+        read-only transaction, and this connection lives long: without ``RESET ALL`` a
+        filter could lift the timeouts from every later read, or turn
+        ``standard_conforming_strings`` off under the filter check's reading of quotes.
+        ``RESET ALL`` brings back the connection's startup options
+        (:meth:`tidemark.core.config.SourceConfig.session`).
+        """
+        with source_errors(what), self._conn.transaction():
+            self._conn.execute("RESET ALL")
             yield
 
     def _check_columns(self, info: TableInfo) -> None:
