@@ -25,6 +25,18 @@ class SourceRefusedError(ProcessorError):
     """The source breaks a constraint of its envelope; its topic stops, the others go on."""
 
 
+class RegistryRefusedSourceError(ProcessorError):
+    """The schema registry refused what input ``topic`` needed
+    (:class:`tidemark.core.errors.RegistryRefusedError`): the batch is dropped before
+    anything of it is durable, and the topic stops with ``reason`` while the others go
+    on."""
+
+    def __init__(self, topic: str, reason: str) -> None:
+        super().__init__(f"input topic {topic}: {reason}")
+        self.topic = topic
+        self.reason = reason
+
+
 class StateFormatError(SourceRefusedError):
     """A state entry in a format this release does not know (a newer release wrote it, or
     it is damaged): its input partition stops at the message that met it, the others go

@@ -39,7 +39,8 @@ DEAD_LETTERS = Counter(
 )
 SOURCE_REFUSED = Gauge(
     "tidemark_source_refused",
-    "1 while an input topic is stopped because it breaks its envelope's constraints",
+    "1 while an input topic is stopped: it breaks its envelope's constraints, or the schema "
+    "registry refused what it needs",
     ["topic"],
 )
 SLOT_MISSING = Gauge(

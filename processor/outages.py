@@ -1,4 +1,5 @@
-"""Riding out an outage of Kafka: a loop that cannot reach the broker waits and tries again.
+"""Riding out an outage of Kafka (or of the schema registry): a loop that cannot reach the
+broker waits and tries again.
 
 The data plane and the snapshot coordinator each keep an :class:`Outage`. When
 a turn of the loop fails because Kafka did not answer in time (a timeout, a
@@ -23,7 +24,7 @@ from confluent_kafka import KafkaError, KafkaException
 
 from processor import metrics
 from processor.errors import WriterFailedError
-from tidemark.core.errors import DeliveryError, TopicError
+from tidemark.core.errors import DeliveryError, RegistryError, RegistryRefusedError, TopicError
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +49,13 @@ def fenced(exc: BaseException) -> bool:
 
 
 def is_outage(exc: BaseException) -> bool:
-    """Whether ``exc`` is worth riding out: Kafka did not answer, or this instance was
-    fenced (it joins again as a new member). Not when Kafka refused (a fatal error)."""
+    """Whether ``exc`` is worth riding out: Kafka or the schema registry did not answer,
+    or this instance was fenced (it joins again as a new member). Not when Kafka refused
+    (a fatal error), nor when the registry did (:class:`RegistryRefusedError`)."""
     if fenced(exc) or isinstance(exc, WriterFailedError):
         return True
+    if isinstance(exc, RegistryError):  # the schema registry's, but a refusal
+        return not isinstance(exc, RegistryRefusedError)
     if isinstance(exc, KafkaException):
         error = exc.args[0] if exc.args else None
         return not isinstance(error, KafkaError) or not error.fatal()

@@ -28,7 +28,7 @@ from processor.dataplane.commit import Committer
 from processor.dataplane.partitioner_watch import PartitionerWatch
 from processor.dataplane.partitions import Partitions
 from processor.dataplane.replay import Replays
-from processor.errors import ProcessorError
+from processor.errors import ProcessorError, RegistryRefusedSourceError
 from processor.events.chunk_records import framed_rows, rows_of
 from processor.events.chunk_tag import UNSIGNED, ChunkTags
 from processor.outages import Outage, is_outage
@@ -129,6 +129,11 @@ class DataPlane:
                         control = self._start()
                     self._turn(control)
                     self.outage.passed()
+                except RegistryRefusedSourceError as exc:
+                    # nothing of the batch was committed: stop the topic, replay the rest
+                    log.error("input topic %s stopped: %s", exc.topic, exc.reason)
+                    self.reconciler.refuse_topic(exc.topic, exc.reason)
+                    self._leave_quietly()
                 except Exception as exc:
                     if not is_outage(exc):
                         raise

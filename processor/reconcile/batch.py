@@ -41,7 +41,12 @@ from dataclasses import dataclass, field
 import orjson
 
 from processor import metrics
-from processor.errors import SourceRefusedError, StateFormatError, UnfillableError
+from processor.errors import (
+    RegistryRefusedSourceError,
+    SourceRefusedError,
+    StateFormatError,
+    UnfillableError,
+)
 from processor.events.change import Change, Emit
 from processor.events.chunk_tag import UNSIGNED
 from processor.events.source_codec import SourceCodec
@@ -62,7 +67,7 @@ from state.batch import BatchState
 from state.store import PartitionStore
 from tidemark.core.avro_wire import MAGIC
 from tidemark.core.config import Config
-from tidemark.core.errors import InputError
+from tidemark.core.errors import InputError, RegistryRefusedError
 from tidemark.core.messages import RawMessage
 from tidemark.core.schema_registry import SchemaCache
 from tidemark.core.topics import backfill_topic, backfilled_topic, changelog_topic, output_topic
@@ -217,21 +222,26 @@ class Reconciler:
                 batch.rewinds[tp] = group[0].offset
                 continue
             topic = self.topic(state_tp[0])
-            newest = None
-            if state_tp == tp and topic.envelope != "upsert":
-                went_back, newest = self._went_back(topic, group, batch.states.get(tp) or store)
-                if went_back:
-                    batch.rewinds[tp] = group[0].offset
-                    continue
-            metrics.EVENTS_IN.labels(tp[0]).inc(len(group))
-            state = batch.states.get(state_tp)
-            if state is None:
-                state = batch.states[state_tp] = BatchState(store)
-            if newest is not None:
-                state.put(epochs.NEWEST_SEEN, newest.encode())
-            if state_tp == tp and topic.envelope == "debezium-upsert":
-                self._note_frame(topic, group, state)
-            self._decide_partition(topic, group, state, batch, reached if state_tp != tp else None)
+            try:
+                newest = None
+                if state_tp == tp and topic.envelope != "upsert":
+                    went_back, newest = self._went_back(topic, group, batch.states.get(tp) or store)
+                    if went_back:
+                        batch.rewinds[tp] = group[0].offset
+                        continue
+                metrics.EVENTS_IN.labels(tp[0]).inc(len(group))
+                state = batch.states.get(state_tp)
+                if state is None:
+                    state = batch.states[state_tp] = BatchState(store)
+                if newest is not None:
+                    state.put(epochs.NEWEST_SEEN, newest.encode())
+                if state_tp == tp and topic.envelope == "debezium-upsert":
+                    self._note_frame(topic, group, state)
+                self._decide_partition(
+                    topic, group, state, batch, reached if state_tp != tp else None
+                )
+            except RegistryRefusedError as exc:  # the batch is dropped, the topic stopped
+                raise RegistryRefusedSourceError(state_tp[0], str(exc)) from None
             if topic.envelope == "debezium":
                 prune_seen(state, SEEN_PAGE)
             end = batch.next_offsets.get(tp, group[0].offset)

@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from processor.dataplane.positions import source_position
+from processor.errors import RegistryRefusedSourceError
 from processor.events.avro_codec import AvroCodec
 from processor.events.change import TOAST_PLACEHOLDER
 from processor.reconcile.batch import Batch, Reconciler
@@ -34,6 +35,7 @@ from tests.unit.fast_path_runs import decide_alike
 from tests.unit.fuzzing import SCALE
 from tests.unit.probe import SCHEMAS, TOPIC, frame, probe_event
 from tidemark.core.config import Config, ProcessorConfig
+from tidemark.core.errors import RegistryRefusedError
 from tidemark.core.messages import RawMessage
 from tidemark.core.schema_registry import MemoryRegistry, SchemaCache
 
@@ -211,3 +213,25 @@ def test_most_avro_messages_take_the_fast_path(envelope: str) -> None:
     assert source_position(batch.last_events[TP]) == {
         "postgresql": {"lsn": 12, "txId": 749, "lsn_commit": 392, "ts_usec": 1000}
     }
+
+
+class Refusing(MemoryRegistry):
+    """A registry that answers 403 for every schema (a subject the processor may not
+    read): :class:`~tidemark.core.schema_registry.HttpRegistry` raises this."""
+
+    def schema(self, schema_id: int) -> str:
+        raise RegistryRefusedError(f"schema registry refused (HTTP 403) id {schema_id}")
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_schema_the_registry_refuses_stops_its_topic_and_drops_the_batch(fused: bool) -> None:
+    """Neither a dead letter (the data is valid) nor the process's end: the batch raises,
+    naming the topic, so that the data plane drops it before anything is durable and
+    stops that topic alone (:mod:`processor.dataplane.loop`)."""
+    key = frame(KEY_ID, SCHEMAS["key"], {"id": 1})
+    payload = probe_event("c", dict(id=1, name="a", amount=None, at=None, u=None, j=None, d=None))
+    stream = [RawMessage(TOPIC, 0, 0, key, frame(VALUE_ID, SCHEMAS["value"], payload))]
+    reconciler = make_reconciler(Refusing(), "debezium-upsert", fused)
+    with pytest.raises(RegistryRefusedSourceError) as raised:
+        reconciler.decide({TP: stream}, {TP: MemoryPartitionStore()})
+    assert raised.value.topic == TOPIC and "HTTP 403" in raised.value.reason

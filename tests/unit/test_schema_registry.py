@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
 import ssl
 import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from processor.outages import is_outage
 from tests.certificates import Authority
-from tidemark.core.errors import RegistryError, UnknownSchemaError
+from tidemark.core.errors import RegistryError, RegistryRefusedError, UnknownSchemaError
 from tidemark.core.ports import free_port
 from tidemark.core.schema_registry import HttpRegistry, MemoryRegistry, SchemaCache
 from tidemark.devstack.registry import make_server
@@ -50,7 +53,7 @@ def server(tmp_path: Path) -> Iterator[str]:
 
 
 def test_http_client_registers_and_fetches_over_the_confluent_api(server: str) -> None:
-    client = HttpRegistry(server + "/", user="someone", password="secret")
+    client = HttpRegistry(server + "/", user="someone", password="secret", unknown_after_s=0)
     schema_id = client.register("t-value", json.dumps(RECORD))
     assert json.loads(client.schema(schema_id)) == RECORD
     assert client.register("t-value", json.dumps(RECORD)) == schema_id
@@ -95,3 +98,116 @@ def test_an_https_registry_signed_by_a_private_ca_is_trusted_only_with_that_ca(
         httpd.shutdown()
         httpd.server_close()
         thread.join(5)
+
+
+class Scripted(BaseHTTPRequestHandler):
+    """Answers each request with the next of ``answers``: (status, body, headers)."""
+
+    answers: list[tuple[int, dict[str, object], dict[str, str]]] = []
+    asked: list[str] = []
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+    def _answer(self) -> None:
+        self.asked.append(f"{self.command} {self.path}")
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        status, body, headers = self.answers.pop(0)
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_POST = _answer  # noqa: N815
+
+
+@pytest.fixture
+def scripted() -> Iterator[tuple[str, type[Scripted]]]:
+    handler = type("Handler", (Scripted,), {"answers": [], "asked": []})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", handler
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(5)
+
+
+NOT_FOUND = (404, {"error_code": 40403, "message": "Schema not found"}, {})
+FOUND = (200, {"schema": json.dumps(RECORD)}, {})
+
+
+def test_a_schema_not_found_yet_is_asked_again_for_a_bounded_time(
+    scripted: tuple[str, type[Scripted]],
+) -> None:
+    """A follower that has not seen a new schema yet answers 404: that is an outage (the
+    batch is tried again) until the schema has been missing for ``unknown_after_s``;
+    only then is it the message's fault, and an id that comes meanwhile is served."""
+    url, handler = scripted
+    now = [100.0]
+    client = HttpRegistry(url, unknown_after_s=60, clock=lambda: now[0])
+    handler.answers += [NOT_FOUND, NOT_FOUND, FOUND]
+    with pytest.raises(RegistryError, match="not found yet") as raised:
+        client.schema(7)
+    assert not isinstance(raised.value, UnknownSchemaError)
+    now[0] = 130.0
+    with pytest.raises(RegistryError, match="not found yet"):
+        client.schema(7)
+    assert json.loads(client.schema(7)) == RECORD  # the follower caught up
+    handler.answers += [NOT_FOUND, NOT_FOUND]
+    with pytest.raises(RegistryError, match="not found yet"):
+        client.schema(8)
+    now[0] = 190.0  # 60 s after id 8 was first missing
+    with pytest.raises(UnknownSchemaError, match="not registered"):
+        client.schema(8)
+
+
+@pytest.mark.parametrize(
+    ("answers", "error", "message"),
+    [
+        # not a registry's 404 (a wrong URL): never the message's fault
+        ([(404, {"message": "no route"}, {})], RegistryError, "not a schema registry's answer"),
+        ([(401, {"message": "unauthorized"}, {})], RegistryRefusedError, "refused (HTTP 401)"),
+        ([(403, {"message": "forbidden"}, {})], RegistryRefusedError, "refused (HTTP 403)"),
+        ([(500, {}, {})] * 3, RegistryError, "HTTP 500"),
+        ([(429, {}, {"Retry-After": "0"})] * 3, RegistryError, "HTTP 429"),
+    ],
+)
+def test_each_answer_of_the_registry_is_an_outage_a_refusal_or_the_messages_fault(
+    scripted: tuple[str, type[Scripted]],
+    answers: list[tuple[int, dict[str, object], dict[str, str]]],
+    error: type[Exception],
+    message: str,
+) -> None:
+    url, handler = scripted
+    handler.answers += answers
+    with pytest.raises(error, match=re.escape(message)) as raised:
+        HttpRegistry(url, retry_pause_s=0).schema(1)
+    assert not isinstance(raised.value, UnknownSchemaError)
+    if error is RegistryError:
+        assert is_outage(raised.value)  # ridden out, up to kafka.outage_deadline_s
+    else:
+        assert not is_outage(raised.value)
+
+
+def test_a_busy_or_failing_registry_is_asked_again_a_few_times_first(
+    scripted: tuple[str, type[Scripted]],
+) -> None:
+    url, handler = scripted
+    handler.answers += [(429, {}, {"Retry-After": "0"}), (503, {}, {}), FOUND]
+    assert json.loads(HttpRegistry(url, retry_pause_s=0).schema(1)) == RECORD
+    assert len(handler.asked) == 3
+
+
+def test_a_registration_the_registry_refuses_is_a_refusal_of_that_source(
+    scripted: tuple[str, type[Scripted]],
+) -> None:
+    url, handler = scripted
+    handler.answers += [(409, {"error_code": 409, "message": "incompatible"}, {})]
+    with pytest.raises(RegistryRefusedError, match="incompatible"):
+        HttpRegistry(url).register("t-value", json.dumps(RECORD))

@@ -100,6 +100,11 @@ class KafkaConfig:
     schema_registry_password: str = field(default="", repr=False)
     #: An ``https://`` registry signed by a private CA: that CA's certificate (PEM).
     schema_registry_ca: str = ""
+    #: How long a schema id the registry answers 404 for is asked again (seconds) before
+    #: its messages are dead letters: a follower of the registry that has not seen a new
+    #: schema yet answers 404 too. Meanwhile the batch waits, as in an outage; keep it
+    #: below ``outage_deadline_s``.
+    schema_registry_unknown_after_s: float = 60.0
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,14 @@ class RecordTooLargeError(DeliveryError):
 
 
 class RegistryError(TidemarkError):
-    """The schema registry failed or cannot be reached (not the message's fault)."""
+    """The schema registry failed or cannot be reached (not the message's fault): an
+    outage, ridden out."""
+
+
+class RegistryRefusedError(RegistryError):
+    """The schema registry refused the processor (401, 403), or a registration of its
+    (an incompatible or invalid output schema): no retry mends it, and the source it
+    was for stops with the reason while the others go on."""
 
 
 class UnknownSchemaError(TidemarkError):

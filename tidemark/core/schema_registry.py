@@ -8,10 +8,19 @@ the body). The processor resolves ids through a :class:`SchemaRegistry`:
 - :class:`MemoryRegistry`, schemas in a dict (optionally kept in a file), which
   the development stack serves over the same HTTP API.
 
-A schema id the registry does not know is the input's fault
-(:class:`UnknownSchemaError`: the message goes to the dead-letter topic); a
-registry that cannot be reached is not (:class:`RegistryError`: the data plane
-stops and is restarted, and no valid message is dead-lettered for it).
+The registry's answers are read as what they mean, so that no valid message is
+dead-lettered for the registry's sake:
+
+- a schema id it does not know (404, ``error_code`` 40403) is the input's fault
+  (:class:`UnknownSchemaError`: the message goes to the dead-letter topic), but only
+  once it has been missing for ``unknown_after_s``: a follower that has not seen a new
+  schema yet answers 404 too, so until then it is an outage;
+- 429, a 5xx or no answer is asked again a few times, then is an outage
+  (:class:`RegistryError`: the data plane drops the batch and tries again, up to
+  ``kafka.outage_deadline_s``), and so is a 404 that is not a registry's (a wrong URL);
+- 401 and 403, or a registration refused (an incompatible output schema), is a
+  refusal (:class:`RegistryRefusedError`): the source it was for stops with the
+  reason, and the others go on.
 :class:`SchemaCache` parses each schema once and remembers registrations, so
 the registry is asked once per id and once per subject and schema.
 """
@@ -23,17 +32,27 @@ import json
 import os
 import ssl
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import fastavro
 
 from tidemark.core.config import KafkaConfig
-from tidemark.core.errors import RegistryError, UnknownSchemaError
+from tidemark.core.errors import RegistryError, RegistryRefusedError, UnknownSchemaError
+
+#: Confluent's error code for a schema id it does not have.
+SCHEMA_NOT_FOUND = 40403
+#: How many times a busy (429) or failing (5xx) registry, or one that does not answer,
+#: is asked in one call before it is an outage.
+ATTEMPTS = 3
+#: The longest pause between them (seconds), whatever ``Retry-After`` says.
+MOST_PAUSE_S = 5.0
 
 
 class SchemaRegistry(ABC):
@@ -118,10 +137,23 @@ class HttpRegistry(SchemaRegistry):
     """
 
     def __init__(
-        self, url: str, user: str = "", password: str = "", timeout: float = 10, cafile: str = ""
+        self,
+        url: str,
+        user: str = "",
+        password: str = "",
+        timeout: float = 10,
+        cafile: str = "",
+        unknown_after_s: float = 60.0,
+        retry_pause_s: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._url = url.rstrip("/")
         self._timeout = timeout
+        self._unknown_after_s = unknown_after_s
+        self._retry_pause_s = retry_pause_s
+        self._clock = clock
+        #: When each id was first answered 404, until it is found or declared unknown.
+        self._missing: dict[int, float] = {}
         #: HTTPS: the system's trusted authorities, or ``cafile``'s (a private CA).
         self._tls = ssl.create_default_context(cafile=cafile or None)
         self._headers = {
@@ -133,9 +165,23 @@ class HttpRegistry(SchemaRegistry):
             self._headers["Authorization"] = f"Basic {token}"
 
     def schema(self, schema_id: int) -> str:
-        status, document = self._call("GET", f"/schemas/ids/{int(schema_id)}")
+        schema_id = int(schema_id)
+        status, document = self._call("GET", f"/schemas/ids/{schema_id}")
         if status == 404:
+            if document.get("error_code") != SCHEMA_NOT_FOUND:
+                raise RegistryError(
+                    f"schema registry {self._url}: HTTP 404 for schema id {schema_id} is not "
+                    "a schema registry's answer (check kafka.schema_registry_url)"
+                )
+            now = self._clock()
+            since = self._missing.setdefault(schema_id, now)
+            if now - since < self._unknown_after_s:
+                raise RegistryError(
+                    f"schema registry {self._url}: schema id {schema_id} not found yet (a "
+                    f"follower may lag); asked again for up to {self._unknown_after_s:g} s"
+                )
             raise UnknownSchemaError(f"schema id {schema_id} is not registered")
+        self._missing.pop(schema_id, None)
         text = document.get("schema")
         if not isinstance(text, str):
             raise RegistryError(f"schema registry {self._url}: no schema text for id {schema_id}")
@@ -146,13 +192,28 @@ class HttpRegistry(SchemaRegistry):
         status, document = self._call("POST", path, {"schema": schema, "schemaType": "AVRO"})
         schema_id = document.get("id")
         if status != 200 or not isinstance(schema_id, int):
-            raise RegistryError(
+            failed = RegistryRefusedError if 400 <= status < 500 else RegistryError
+            raise failed(
                 f"schema registry {self._url}: registering under {subject} failed "
                 f"({status}: {document.get('message', document)})"
             )
         return schema_id
 
     def _call(self, method: str, path: str, body: Any = None) -> tuple[int, dict[str, Any]]:
+        """The status and JSON document of a call; 429, 5xx and no answer are asked again
+        (:data:`ATTEMPTS`), then :class:`RegistryError`; 401 and 403 are
+        :class:`RegistryRefusedError`."""
+        for attempt in range(1, ATTEMPTS + 1):
+            try:
+                return self._once(method, path, body)
+            except _Busy as busy:
+                if attempt == ATTEMPTS:
+                    raise RegistryError(f"schema registry {self._url}{path}: {busy}") from None
+                pause = self._retry_pause_s * 2 ** (attempt - 1)
+                time.sleep(min(MOST_PAUSE_S, max(pause, busy.retry_after_s)))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _once(self, method: str, path: str, body: Any) -> tuple[int, dict[str, Any]]:
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(  # noqa: S310 - the URL is the configured registry
             self._url + path, data=data, method=method, headers=self._headers
@@ -163,15 +224,36 @@ class HttpRegistry(SchemaRegistry):
             ) as response:
                 return response.status, json.loads(response.read() or b"{}")
         except urllib.error.HTTPError as exc:
+            if exc.code in (401, 403):
+                raise RegistryRefusedError(
+                    f"schema registry {self._url} refused (HTTP {exc.code}) {method} {path}: "
+                    "check kafka.schema_registry_user, its password and its permissions"
+                ) from None
+            if exc.code == 429 or exc.code >= 500:
+                raise _Busy(f"HTTP {exc.code}", _seconds(exc.headers.get("Retry-After"))) from None
             try:
                 document = json.loads(exc.read() or b"{}")
             except ValueError:
                 document = {}
-            if exc.code == 404 or exc.code < 500:
-                return exc.code, document if isinstance(document, dict) else {}
-            raise RegistryError(f"schema registry {self._url}{path}: HTTP {exc.code}") from None
+            return exc.code, document if isinstance(document, dict) else {}
         except (OSError, ValueError) as exc:
-            raise RegistryError(f"schema registry {self._url} unreachable: {exc}") from None
+            raise _Busy(f"unreachable: {exc}", 0.0) from None
+
+
+class _Busy(Exception):
+    """An answer worth asking again: 429, a 5xx, or none."""
+
+    def __init__(self, what: str, retry_after_s: float) -> None:
+        super().__init__(what)
+        self.retry_after_s = retry_after_s
+
+
+def _seconds(header: str | None) -> float:
+    """``Retry-After`` in seconds (an HTTP date, or nothing: 0)."""
+    try:
+        return max(0.0, float(header or 0))
+    except ValueError:
+        return 0.0
 
 
 class SchemaCache:
@@ -217,5 +299,6 @@ def configured_schemas(kafka: KafkaConfig) -> SchemaCache | None:
             kafka.schema_registry_user,
             kafka.schema_registry_password,
             cafile=kafka.schema_registry_ca,
+            unknown_after_s=kafka.schema_registry_unknown_after_s,
         )
     )
