@@ -51,6 +51,7 @@ from processor.snapshot.connector import Connector
 from processor.snapshot.coordinator import Coordinator
 from processor.snapshot.filters import refused_filters
 from processor.snapshot.signals import ExecuteSnapshot, json_object, parse_signal
+from processor.web.viewers import shown_to
 from tidemark.core.config import Config
 from tidemark.core.errors import TidemarkError
 
@@ -228,7 +229,7 @@ def register_api(
     @app.page(f"{PREFIX}/pipelines/{{name}}/offsets")
     class PipelineOffsets(View):
         async def get(self, request: Request, name: str) -> Response:
-            return other(self, name) or await offsets(self, lambda o: o.read())
+            return other(self, name) or await offsets(self, lambda o: shown_to(request, o.read()))
 
         async def put(self, request: Request, name: str) -> Response:
             return other(self, name) or await self._write(request, replace=True)
@@ -289,7 +290,7 @@ def register_api(
     def dead_letters(request: Request) -> dict[str, Any]:
         given = query_params(request.query, DEAD_LETTER_PARAMS, MAX_DEAD_LETTERS)
         query = Query(given["table"], given["kind"], given["limit"], given["whole"])
-        return read_dead_letters(config, query)
+        return shown_to(request, read_dead_letters(config, query))
 
     for path, read in (
         ("instances", instances),
@@ -333,7 +334,7 @@ def register_api(
             state = await blocking(lambda: read_state(config))
             if state is None:
                 return self.json({"paused": False, "tables": []})
-            return self.json(status_document(state))
+            return self.json(shown_to(request, status_document(state)))
 
         async def post(self, request: Request) -> Response:
             return await signal(self, request, "execute-snapshot", "ExecuteSnapshot")
@@ -343,9 +344,10 @@ def register_api(
         async def get(self, request: Request) -> Response:
             async def read() -> Any:
                 given = query_params(request.query, {"request", "limit"}, MAX_NOTIFICATIONS)
-                return await blocking(
+                found = await blocking(
                     lambda: read_notifications(config, given["request"], given["limit"])
                 )
+                return shown_to(request, found)
 
             return await answer(self, read)
 

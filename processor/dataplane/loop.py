@@ -46,6 +46,7 @@ from tidemark.core.kafka import (
     client_config,
     consumer_config,
     data_messages,
+    dead_letter_topic_config,
     ensure_topics,
     headers_of,
     partition_counts,
@@ -156,7 +157,7 @@ class DataPlane:
             self._admin,
             {self._committer.dead_letter_topic: kafka.topic_partitions},
             kafka.replication_factor,
-            config=record_topic_config(kafka),
+            config=dead_letter_topic_config(kafka),
         )
         pipeline = self.config.processor.pipeline
         ensure_topics(

@@ -414,6 +414,13 @@ class Coordinator:
             entry = self._in_flight.pop(job.chunk, None)
             if state is None or entry is None or entry.status != RUNNING:
                 continue
+            if isinstance(result, Exception) and self.config.processor.log_key_values:
+                log.info(  # processor.log_key_values: key values are personal data
+                    "snapshot of %s: the read that failed was of the keys after %r up to %r",
+                    entry.table,
+                    job.after,
+                    job.upto,
+                )
             if isinstance(result, SourceUnavailableError):
                 state.failed(entry, job.chunk)
                 self._failed(entry, result)

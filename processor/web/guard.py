@@ -47,6 +47,7 @@ from aiohttp import web
 
 from processor import metrics
 from processor.web.sessions import COOKIE, CSRF_HEADER, SESSION_PATH, Sessions
+from processor.web.viewers import ROLE
 from tidemark.core.config import (
     NEXT_TOKEN_ENV,
     NEXT_VIEWER_TOKEN_ENV,
@@ -225,6 +226,7 @@ def guard(tokens: Tokens, limit: FailureLimit, served: str, sessions: Sessions) 
             return _error(404, f"no such route: {request.path}")
         if role == "viewer" and request.method not in READING:
             return _error(403, f"a viewer's token may read only, not {request.method}")
+        request[ROLE] = role  # what the answer may show (processor.web.viewers)
         return await handler(request)
 
     return guarded

@@ -98,6 +98,10 @@ def test_forged_and_malformed_control_records_are_refused_and_change_nothing(
             found = admin.describe_configs([resource])[resource].result()
             assert found["retention.ms"].value == str(config.kafka.queue_retention_ms), name
             assert found["retention.bytes"].value == "-1", name
+        # Dead letters are whole input rows (personal data): kept as long as configured.
+        resource = ConfigResource(ConfigResource.Type.TOPIC, dead_letter_topic(pipeline))
+        found = admin.describe_configs([resource])[resource].result()
+        assert found["retention.ms"].value == str(config.kafka.dead_letter_retention_ms)
         # The processor shows Debezium's replication slot (read every 30 s).
         slot = config.source.replication_slot
 

@@ -75,6 +75,7 @@ def test_a_contradiction_names_the_partitioner_that_fits_but_strays_pass() -> No
     found = contradiction("murmur2", [(k, partition_of("crc32", k, 6)) for k in keys], 6)
     assert found is not None and found.fits == ["crc32"] and found.misplaced > 50
     assert str(found).endswith("; crc32 fits")
+    assert found.key.decode() not in str(found)  # a key value is personal data: not in errors
     custom = [(k, i % 6) for i, k in enumerate(keys)]  # round robin: no hash fits
     found = contradiction("murmur2", custom, 6)
     assert found is not None and found.fits == []

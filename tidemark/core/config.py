@@ -76,6 +76,10 @@ class KafkaConfig:
     #: unlimited, so a cluster's size limit cannot take them sooner). A pipeline stopped
     #: or paused for longer, with a backfill's rows unread, loses them: backfill again.
     queue_retention_ms: int = 7 * 24 * 3600 * 1000
+    #: How long the dead-letter topic keeps a dead letter (its ``retention.ms``, 14
+    #: days). A dead letter is the input message whole: a row, which can be personal
+    #: data, kept as long as this says, for an operator to read, mend and send again.
+    dead_letter_retention_ms: int = 14 * 24 * 3600 * 1000
     #: Consumer groups: a member that sends no heartbeat for ``session_timeout_ms``, or
     #: polls no batch for ``max_poll_interval_ms``, loses its partitions. Short, so that a
     #: dead instance's partitions move soon (and a group join does not wait minutes).
@@ -217,6 +221,10 @@ class ProcessorConfig:
     web_port: int = 6066
     #: Failed API authentications a client may make in a minute; more are answered 429.
     api_auth_failures_per_minute: int = 20
+    #: Key values are personal data: errors, status and logs leave them out. ``true``
+    #: logs the key range of a backfill read that failed, to find its rows (the API
+    #: shows key values to the operator's token only, whatever this says).
+    log_key_values: bool = False
     #: Most records taken from Kafka per data-plane batch (a backfill record holds up to
     #: 16 rows: :data:`processor.events.chunk_records.ROWS_PER_RECORD`).
     batch_size: int = 5000
@@ -405,6 +413,7 @@ _POSITIVE = {
     ("kafka", "heartbeat_interval_ms"),
     ("kafka", "max_poll_interval_ms"),
     ("kafka", "outage_deadline_s"),
+    ("kafka", "dead_letter_retention_ms"),
     ("source", "statement_timeout_ms"),
     ("source", "lock_timeout_ms"),
     ("source", "connect_timeout_s"),

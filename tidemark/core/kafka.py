@@ -194,6 +194,12 @@ def queue_topic_config(kafka: KafkaConfig) -> dict[str, str]:
     )
 
 
+def dead_letter_topic_config(kafka: KafkaConfig) -> dict[str, str]:
+    """The configuration of the dead-letter topic: its retention set explicitly (whole
+    input rows, which can be personal data, kept for ``kafka.dead_letter_retention_ms``)."""
+    return record_topic_config(kafka, **{"retention.ms": str(kafka.dead_letter_retention_ms)})
+
+
 #: How long a consumer whose prefetch queue is full waits before fetching again. A
 #: broker may answer one fetch with a whole partition (the development broker does), and
 #: librdkafka's default (1 s) then left consumers idle with a backlog waiting: a backfill's

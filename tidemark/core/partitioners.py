@@ -121,8 +121,8 @@ class Contradiction:
         fits = f"{', '.join(self.fits)} fits" if self.fits else "no known partitioner fits"
         return (
             f"{self.misplaced} of {self.seen} events are not where {self.configured} puts "
-            f"their keys, such as a key {self.key[:80]!r} in partition {self.partition} "
-            f"(not {self.expected}); {fits}"
+            f"their keys, such as a key of {len(self.key)} bytes in partition "
+            f"{self.partition} (not {self.expected}); {fits}"
         )
 
 

@@ -203,7 +203,7 @@ class PostgresChunkReader(ChunkReader):
             _columns(info.key),
             sql.Literal(max(0, int(rows) - 1)),
         )
-        with self._locked(info, f"a part of {info.name} after {after!r}"):
+        with self._locked(info, f"a part of {info.name}"):  # no key: personal data
             row = self._conn.execute(query, params).fetchone()
         return None if row is None else tuple(row)
 
@@ -233,7 +233,7 @@ class PostgresChunkReader(ChunkReader):
         # (processor.events.visibility).
         with self._transaction(f"the WAL position before a chunk of {info.name}"):
             before = committed_position(self._conn)
-        with self._locked(info, f"chunk of {info.name} after {after!r}"):
+        with self._locked(info, f"a chunk of {info.name}"):  # no key: personal data
             taken = self._conn.execute(_SNAPSHOT).fetchone()
             self._check_columns(info)
             # the text forms processor.snapshot.postgres.values converts
