@@ -136,14 +136,16 @@ class PostgresChunkReader(ChunkReader):
         rows = []
         for key in keys:
             if set(key) != set(columns):
-                raise ChunkError(f"the key {key} of {info.name} does not name {list(columns)}")
+                raise ChunkError(  # its columns, not its values: personal data
+                    f"a key of {info.name} names {sorted(key)}, not {list(columns)}"
+                )
             values = []
             for column in columns:
                 value, kind = key[column], info.types[info.columns.index(column)][0]
                 if not isinstance(value, _KEY_TYPES[kind]) or (
                     isinstance(value, bool) and kind != "bool"
                 ):
-                    raise ChunkError(f"the key {key} of {info.name}: {column} is not {kind}")
+                    raise ChunkError(f"a key of {info.name}: its {column} is not {kind}")
                 values.append(sql.Literal(value))
             rows.append(sql.SQL("({})").format(sql.SQL(", ").join(values)))
         condition = sql.SQL("({}) IN ({})").format(_columns(columns), sql.SQL(", ").join(rows))
