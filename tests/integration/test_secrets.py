@@ -20,14 +20,18 @@ import urllib.request
 from pathlib import Path
 
 import psycopg
+from confluent_kafka.admin import AdminClient
 
 from tests.integration.processes import Processor, SinkProcess, metric, wait_for
 from tests.integration.test_api import TOKEN, VIEWER, call
 from tests.integration.test_sink import sink_config
 from tests.integration.test_snapshots import leading, notified, snapshot_config, uncaptured_table
+from tidemark.core.acls import PRINCIPALS, covered, grants
 from tidemark.core.config import NEXT_TOKEN_ENV, TOKEN_ENV, VIEWER_TOKEN_ENV, Config
+from tidemark.core.kafka import client_config
 from tidemark.core.ports import free_port
 from tidemark.core.record_auth import KEY_ENV
+from tidemark.core.topics import change_topic, output_topic
 from tidemark.devstack.stack import DevStack
 
 RECORD_KEY = "record-key-" + "5e" * 16
@@ -154,3 +158,34 @@ def test_no_secret_reaches_a_command_line_a_log_or_a_file(stack: DevStack) -> No
     held = stack.config_path.read_text()
     assert source_password in held and owner_password in held
     assert stat.S_IMODE(os.stat(stack.config_path).st_mode) == 0o600
+    made_by_the_run_are_covered_by_the_kafka_acls(files, table)
+
+
+def made_by_the_run_are_covered_by_the_kafka_acls(config: Config, table: str) -> None:
+    """The embedded broker enforces no ACLs: the set ``tidemark kafka-acls`` prints must
+    cover every topic and group this run of the processor, a backfill and the sink made,
+    for the component that used it (Debezium's change and heartbeat topics included)."""
+    found = grants(config)
+    prefix, pipeline = config.source.topic_prefix, config.processor.pipeline
+    admin = AdminClient(client_config(config.kafka))
+    change = change_topic(prefix, f"public.{table}")
+    ours = (f"{pipeline}.", f"{pipeline}-")
+    made = [
+        name
+        for name in admin.list_topics(timeout=10).topics
+        if name.startswith(ours)
+        or name in (output_topic(prefix, change), f"__debezium-heartbeat.{prefix}")
+    ]
+    assert {output_topic(prefix, change), f"{pipeline}.control"} <= set(made), made
+    for name in made:
+        user = "sink" if name.endswith(".sink-status") else "processor"
+        if name.startswith("__debezium"):
+            user = "debezium"
+        assert covered(found, user, "topic", name, "Write"), (user, name)
+    assert covered(found, "processor", "topic", change, "Read")
+    assert covered(found, "debezium", "topic", change, "Write")
+    listed = admin.list_consumer_groups(request_timeout=10).result()
+    groups = [g.group_id for g in listed.valid if g.group_id.startswith(pipeline)]
+    assert f"{pipeline}-dataplane" in groups, groups
+    for group in groups:
+        assert any(covered(found, who, "group", group, "Read") for who in PRINCIPALS), group

@@ -152,6 +152,20 @@ def _parser() -> argparse.ArgumentParser:
             help="delete the state of the partitions written: the replay rebuilds it",
         )
 
+    acls = command(
+        "kafka-acls",
+        _kafka_acls,
+        "print the kafka-acls.sh commands that grant each component what it needs",
+    )
+    acls.add_argument(
+        "--principal",
+        action="append",
+        default=[],
+        metavar="COMPONENT=PRINCIPAL",
+        help="e.g. processor=User:tidemark (debezium, processor, sink, operator; "
+        "repeatable; default: User:<component>)",
+    )
+
     dev = sub.add_parser("dev", help="the embedded development stack")
     dev_sub = dev.add_subparsers(dest="dev_command", required=True)
     up = command("up", _dev_up, "start broker, PostgreSQL and Debezium", dev_sub)
@@ -219,6 +233,20 @@ def _process(args: argparse.Namespace) -> int:
     from processor.app import run_worker
 
     return run_worker(config)
+
+
+def _kafka_acls(args: argparse.Namespace) -> int:
+    from tidemark.core.acls import PRINCIPALS, commands, grants
+
+    config = _config(args)
+    principals = {name: f"User:{name}" for name in PRINCIPALS}
+    for given in args.principal:
+        component, _, principal = given.partition("=")
+        if component not in PRINCIPALS or not principal:
+            raise TidemarkError(f"--principal {given}: COMPONENT=PRINCIPAL, of {PRINCIPALS}")
+        principals[component] = principal
+    print("\n\n".join(commands(grants(config), principals, config.kafka.bootstrap_servers)))
+    return 0
 
 
 def _sink(args: argparse.Namespace) -> int:
