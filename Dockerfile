@@ -23,7 +23,7 @@ LABEL org.opencontainers.image.title="tidemark" \
 # pinned because Debian's security archive keeps only the newest build of a
 # package: a pinned version stops installing at the next security update.
 # Reproducibility comes from the base image tag (pin it by digest in a release
-# pipeline) and from the pinned Python dependencies in pyproject.toml.
+# pipeline) and from the Python dependencies of requirements/runtime.lock.
 # The man1 folder: openjdk's postinst registers man pages with
 # update-alternatives, which failed on slim images without it (Debian #863199).
 # The java-17 link gives JAVA_HOME one path on every architecture (amd64, arm64).
@@ -43,10 +43,15 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# The wheel the build stage made, mounted for the install only (no layer keeps it);
-# its dependencies come from the package index as pinned in pyproject.toml.
+# The dependencies at the versions and with the hashes of requirements/runtime.lock,
+# then the wheel the build stage made, both mounted for the install only (no layer
+# keeps them); the software bill of materials of what was installed goes in the image.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    pip install --no-cache-dir /wheels/tidemark_cdc-*.whl \
+    --mount=type=bind,source=requirements/runtime.lock,target=/tmp/runtime.lock \
+    pip install --no-cache-dir --require-hashes -r /tmp/runtime.lock \
+    && pip install --no-cache-dir --no-deps /wheels/tidemark_cdc-*.whl \
+    && mkdir -p /usr/share/doc/tidemark \
+    && tidemark sbom --lock /tmp/runtime.lock > /usr/share/doc/tidemark/sbom.cdx.json \
     && tidemark --help > /dev/null
 
 # A fixed non-root uid/gid (the manifests' runAsUser/fsGroup). Its home is the

@@ -7,7 +7,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export NO_MKDOCS_2_WARNING := 1
 export DISABLE_MKDOCS_2_WARNING := true
 
-.PHONY: setup system-deps demo test unit integration sanitize lint docs bench chaos lifetime fidelity fuzz vendor clean
+.PHONY: setup system-deps demo test unit integration sanitize lint docs bench chaos lifetime fidelity fuzz vendor lock sbom clean
 
 setup: system-deps $(VENV)/.installed $(VENV)/.compiled $(BIN)/promtool
 
@@ -30,11 +30,29 @@ system-deps:
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
-$(VENV)/.installed: pyproject.toml setup.py
+# Every distribution at the version and with the hashes of requirements/test.lock (made by
+# `make lock` from pyproject.toml), then the project itself.
+$(VENV)/.installed: pyproject.toml setup.py requirements/test.lock
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q --require-hashes -r requirements/test.lock
+	$(BIN)/pip install -q --no-deps -e .
 	touch $@
+
+# The lock files of `make setup` (requirements/test.lock) and of the image
+# (requirements/runtime.lock), from pyproject.toml: run it after changing a dependency
+# there. Versions already locked are kept where pyproject.toml allows them.
+LOCK = $(BIN)/uv pip compile pyproject.toml --generate-hashes --python-version 3.11.5 \
+	--python-platform x86_64-manylinux_2_28 --no-header --annotation-style line
+lock: setup
+	$(LOCK) --extra test -o requirements/test.lock
+	$(LOCK) -o requirements/runtime.lock
+
+# The software bill of materials of the development environment (CycloneDX JSON); the
+# image's build writes its own to /usr/share/doc/tidemark/sbom.cdx.json.
+sbom: setup
+	mkdir -p build
+	$(BIN)/tidemark sbom --lock requirements/test.lock > build/sbom.cdx.json
 
 # promtool, which checks the alert rules (k8s/monitoring/) in the tests: taken from
 # Debian's prometheus package into the virtual environment, since installing the package

@@ -166,6 +166,12 @@ def _parser() -> argparse.ArgumentParser:
         "repeatable; default: User:<component>)",
     )
 
+    sbom = sub.add_parser(
+        "sbom", help="print a software bill of materials of this environment (CycloneDX JSON)"
+    )
+    sbom.add_argument("--lock", help="the lock file it was installed from: each file's hash")
+    sbom.set_defaults(handler=_sbom)
+
     dev = sub.add_parser("dev", help="the embedded development stack")
     dev_sub = dev.add_subparsers(dest="dev_command", required=True)
     up = command("up", _dev_up, "start broker, PostgreSQL and Debezium", dev_sub)
@@ -246,6 +252,15 @@ def _kafka_acls(args: argparse.Namespace) -> int:
             raise TidemarkError(f"--principal {given}: COMPONENT=PRINCIPAL, of {PRINCIPALS}")
         principals[component] = principal
     print("\n\n".join(commands(grants(config), principals, config.kafka.bootstrap_servers)))
+    return 0
+
+
+def _sbom(args: argparse.Namespace) -> int:
+    import json
+
+    from tidemark.cli.sbom import bom, lock_of
+
+    print(json.dumps(bom(lock_of(args.lock)), indent=1))
     return 0
 
 
