@@ -37,13 +37,14 @@ def canonical(name: str) -> str:
 def read_lock(text: str) -> dict[str, Locked]:
     """The pins of a lock file (``pip-compile``/``uv pip compile --generate-hashes``)."""
     found: dict[str, Locked] = {}
-    name, version, hashes = "", "", []
+    name, version, hashes = "", "", list[str]()
     for line in text.splitlines() + [""]:
         pinned = _PINNED.match(line)
         if pinned or not line.startswith(" "):
             if name:
                 found[canonical(name)] = Locked(version, tuple(hashes))
-            name, version, hashes = (pinned.group(1), pinned.group(2), []) if pinned else ("", "", [])
+            name, version = (pinned.group(1), pinned.group(2)) if pinned else ("", "")
+            hashes = []
         hashes += _HASH.findall(line)
     return found
 
@@ -64,8 +65,9 @@ def bom(lock: dict[str, Locked] | None = None, project: str = "tidemark-cdc") ->
             "version": dist.version,
             "purl": f"pkg:pypi/{name}@{dist.version}",
         }
-        licensed = dist.metadata.get("License-Expression") or dist.metadata.get("License")
-        if licensed and len(licensed) < 100:
+        declared = dist.metadata.json  # PEP 566: the fields given, by lower-case name
+        licensed = declared.get("license_expression") or declared.get("license")
+        if isinstance(licensed, str) and 0 < len(licensed) < 100:  # not a license's text
             component["licenses"] = [{"expression": licensed.strip()}]
         locked = (lock or {}).get(name)
         if locked is not None and locked.version == dist.version:
