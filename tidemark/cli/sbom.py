@@ -66,9 +66,11 @@ def bom(lock: dict[str, Locked] | None = None, project: str = "tidemark-cdc") ->
             "purl": f"pkg:pypi/{name}@{dist.version}",
         }
         declared = dist.metadata.json  # PEP 566: the fields given, by lower-case name
-        licensed = declared.get("license_expression") or declared.get("license")
-        if isinstance(licensed, str) and 0 < len(licensed) < 100:  # not a license's text
-            component["licenses"] = [{"expression": licensed.strip()}]
+        expression, named = declared.get("license_expression"), declared.get("license")
+        if isinstance(expression, str) and expression.strip():  # SPDX (PEP 639)
+            component["licenses"] = [{"expression": expression.strip()}]
+        elif isinstance(named, str) and 0 < len(named.strip()) < 100:  # a name, not a text
+            component["licenses"] = [{"license": {"name": named.strip()}}]
         locked = (lock or {}).get(name)
         if locked is not None and locked.version == dist.version:
             component["hashes"] = [{"alg": "SHA-256", "content": h} for h in locked.hashes]
