@@ -32,6 +32,8 @@ from processor.errors import (
 )
 from processor.history import History
 from processor.openapi import ACTIONS, BODIES, LIFECYCLE_ACTIONS, OPENAPI, PREFIX
+from processor.pipeline.audit import MAX_ENTRIES as MAX_AUDIT_ENTRIES
+from processor.pipeline.audit import read_audit
 from processor.pipeline.control_topic import Lifecycle, set_lifecycle
 from processor.pipeline.dead_letters import MAX_LIMIT as MAX_DEAD_LETTERS
 from processor.pipeline.dead_letters import Query, ReadsBusyError, read_dead_letters
@@ -292,7 +294,15 @@ def register_api(
         query = Query(given["table"], given["kind"], given["limit"], given["whole"])
         return shown_to(request, read_dead_letters(config, query))
 
+    def audit(request: Request) -> dict[str, Any]:
+        given = query_params(request.query, {"limit", "since"}, MAX_AUDIT_ENTRIES)
+        since = given["since"] or "0"
+        if not _whole_number(since):
+            raise BadRequestError(f"since: epoch ms, not {since!r}")
+        return shown_to(request, read_audit(config, given["limit"], int(since)))
+
     for path, read in (
+        ("audit", audit),
         ("instances", instances),
         ("sink", lambda _request: {"tables": read_sink_status(config)}),
         ("dead-letters", dead_letters),

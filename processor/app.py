@@ -33,11 +33,13 @@ from processor.console.views import register_console
 from processor.dataplane.loop import DataPlane
 from processor.history import INTERVAL_S, History
 from processor.openapi import PREFIX
+from processor.pipeline.audit import AuditWriter
 from processor.pipeline.instances import REPORT_EVERY_S, Reporter
 from processor.snapshot import slot_watch
 from processor.snapshot.coordinator import Coordinator
 from processor.snapshot.postgres.connector import PostgresConnector
 from processor.snapshot.slot_watch import WATCH_EVERY_S
+from processor.web.audit_trail import audited
 from processor.web.guard import FailureLimit, Tokens, guard
 from processor.web.sessions import Sessions
 from state.rocksdb import RocksDBBackend
@@ -159,7 +161,10 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
         web_enabled=True,
         web_application_options={
             "client_max_size": MAX_BODY_BYTES,
-            "middlewares": [guard(tokens, limit, served=PREFIX + "/", sessions=sessions)],
+            "middlewares": [
+                guard(tokens, limit, served=PREFIX + "/", sessions=sessions),
+                audited(AuditWriter(config), served=PREFIX + "/"),  # inside the guard
+            ],
         },
         # Faust's own views (router, tables, statistics, graph): not served at all.
         web_router_enabled=False,

@@ -144,6 +144,10 @@ WINDOW_BUFFERED_ROWS = Gauge(
     "Chunk rows of signal-table windows waiting for their partition to pass the window",
     ["topic"],
 )
+AUDIT_FAILED = Counter(
+    "tidemark_audit_records_failed_total",
+    "Operator actions done whose audit record Kafka did not take (the log says which)",
+)
 API_AUTH_FAILURES = Counter(
     "tidemark_api_auth_failures_total",
     "Requests to the web port refused for their token (missing, wrong) or for too many failures",

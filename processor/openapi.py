@@ -12,6 +12,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from processor.pipeline.audit import MAX_ENTRIES as MAX_AUDIT_ENTRIES
 from processor.pipeline.control_topic import Lifecycle
 from processor.pipeline.dead_letters import MAX_LIMIT as DEAD_LETTERS_LIMIT
 from processor.pipeline.dead_letters import PREVIEWS_IN_FLIGHT
@@ -270,6 +271,27 @@ OPENAPI: dict[str, Any] = {
                     "400": _BAD_PARAMETERS,
                     "401": _ACCEPTED["401"],
                     "404": _answer("another pipeline", _ERROR),
+                },
+            },
+        },
+        "/pipelines/{name}/audit": {
+            "parameters": [_NAME],
+            "get": {
+                "summary": "the audit trail: operator actions, newest first (viewers: "
+                "without addresses and request bodies)",
+                "parameters": [
+                    {
+                        "name": "since",
+                        "in": "query",
+                        "description": "only the actions at or after this time (epoch ms)",
+                        "schema": {"type": "integer", "minimum": 0},
+                    },
+                    _limit(MAX_AUDIT_ENTRIES),
+                ],
+                "responses": {
+                    "200": _answer("the actions found", {"$ref": "#/components/schemas/Audit"}),
+                    "400": _BAD_PARAMETERS,
+                    **_READ,
                 },
             },
         },
@@ -544,6 +566,55 @@ OPENAPI: dict[str, Any] = {
                                     },
                                 },
                             },
+                        },
+                    },
+                },
+            },
+            "Audit": {
+                "type": "object",
+                "required": ["entries", "complete", "unreadable"],
+                "properties": {
+                    "entries": {
+                        "type": "array",
+                        "items": {"$ref": "#/components/schemas/AuditEntry"},
+                    },
+                    "complete": {
+                        "type": "boolean",
+                        "description": "the newest 20,000 records were all of them",
+                    },
+                    "unreadable": {
+                        "type": "integer",
+                        "description": "records that are not audit records, or not signed "
+                        "with the record key when one is set",
+                    },
+                },
+            },
+            "AuditEntry": {
+                "type": "object",
+                "required": ["at_ms", "via", "who", "action", "result"],
+                "properties": {
+                    "format": {"type": "integer"},
+                    "at_ms": {"type": "integer"},
+                    "via": {"type": "string", "enum": ["api", "console", "cli"]},
+                    "who": {
+                        "type": "object",
+                        "properties": {
+                            "role": {"type": ["string", "null"]},
+                            "credential": {
+                                "type": ["string", "null"],
+                                "description": "token:, session: or cli: and who: a token "
+                                "or session by its SHA-256's first 12 hex digits",
+                            },
+                            "address": {"type": ["string", "null"]},
+                        },
+                    },
+                    "action": {"type": "string", "description": "METHOD path, or the CLI's"},
+                    "detail": {"description": "the request's body, or its size and digest"},
+                    "result": {
+                        "type": "object",
+                        "properties": {
+                            "status": {"type": "integer"},
+                            "error": {"type": ["string", "null"]},
                         },
                     },
                 },

@@ -30,6 +30,7 @@ from processor.web.sessions import (
     Session,
     Sessions,
 )
+from processor.web.who import CREDENTIAL, ROLE, SESSION, session_credential, token_credential
 
 PAGE = "/console/"
 STATIC = "/console/static/"
@@ -107,7 +108,8 @@ def register_console(
                 return self.error(403, "a login must come from the console's own page")
             if tokens.operator is None:
                 return self.error(401, "the API is off: the processor has no token set")
-            role = tokens.role("Bearer " + _token_of(await request.read()))
+            token = _token_of(await request.read())
+            role = tokens.role("Bearer " + token)
             if role is None:
                 wait = limit.retry_after(client)  # a valid token passes whatever others sent
                 if wait is not None:
@@ -121,6 +123,10 @@ def register_console(
                 metrics.API_AUTH_FAILURES.labels("wrong").inc()
                 return self.error(401, "wrong token")
             cookie, session = sessions.issue(role)
+            # for the audit trail: which token logged in, and the session it opened
+            seen = _aiohttp(request)
+            seen[ROLE], seen[CREDENTIAL] = role, token_credential(token)
+            seen[SESSION] = session_credential(session.csrf)
             response = self.json(_described(session, pipeline))
             cast(web.Response, response).set_cookie(
                 COOKIE,
@@ -141,6 +147,8 @@ def register_console(
                 if not hmac.compare_digest(given.encode(), session.csrf.encode()):
                     return self.error(403, "missing or wrong CSRF token")
                 sessions.revoke(cookie)
+                seen = _aiohttp(request)
+                seen[ROLE], seen[CREDENTIAL] = session.role, session_credential(session.csrf)
             response = self.json({"logged_out": True})
             cast(web.Response, response).del_cookie(COOKIE, path="/")
             return response

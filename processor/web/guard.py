@@ -47,7 +47,7 @@ from aiohttp import web
 
 from processor import metrics
 from processor.web.sessions import COOKIE, CSRF_HEADER, SESSION_PATH, Sessions
-from processor.web.viewers import ROLE
+from processor.web.who import CREDENTIAL, ROLE, session_credential, token_credential
 from tidemark.core.config import (
     NEXT_TOKEN_ENV,
     NEXT_VIEWER_TOKEN_ENV,
@@ -201,7 +201,9 @@ def guard(tokens: Tokens, limit: FailureLimit, served: str, sessions: Sessions) 
         if tokens.operator is None:
             return _error(401, f"the API is off: start the processor with {TOKEN_ENV} set")
         if "Authorization" in request.headers or COOKIE not in request.cookies:
-            role = tokens.role(request.headers.get("Authorization", ""))
+            header = request.headers.get("Authorization", "")
+            role = tokens.role(header)
+            credential = token_credential(header.partition(" ")[2])
             if role is None:
                 client = request.remote or "unknown"
                 wait = limit.retry_after(client)
@@ -219,14 +221,15 @@ def guard(tokens: Tokens, limit: FailureLimit, served: str, sessions: Sessions) 
             session = sessions.check(request.cookies[COOKIE])
             if session is None:
                 return _error(401, "the console's session has ended: log in again")
-            role = session.role
+            role, credential = session.role, session_credential(session.csrf)
             if request.method not in READING and not _csrf_ok(request, session.csrf):
                 return _error(403, "missing or wrong CSRF token, or another site's request")
         if not request.path.startswith(served):
             return _error(404, f"no such route: {request.path}")
         if role == "viewer" and request.method not in READING:
             return _error(403, f"a viewer's token may read only, not {request.method}")
-        request[ROLE] = role  # what the answer may show (processor.web.viewers)
+        # what the answer may show (processor.web.viewers), and whose it is (the audit)
+        request[ROLE], request[CREDENTIAL] = role, credential
         return await handler(request)
 
     return guarded

@@ -4,17 +4,18 @@ Primary-key values and rows can be personal data: an email address as a key, a d
 letter's whole row. The operator's token sees them; a viewer's answer has each field
 that holds them set to ``null`` (:func:`for_viewer`), at any depth, so the answer keeps
 its shape and its schema. The guard (:mod:`processor.web.guard`) records the role of
-every request it lets through; :func:`role` reads it.
+every request it lets through (:mod:`processor.web.who`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-#: Where the guard keeps the role of a request it let through.
-ROLE = "tidemark.role"
-#: The fields that hold key values, a filter (which names values), or row contents: in
-#: snapshot status and progress, notifications, the offsets document and dead letters.
+from processor.web.who import ROLE, recorded
+
+#: The fields that hold key values, a filter (which names values), row contents, or who
+#: a person is: in snapshot status and progress, notifications, the offsets document,
+#: dead letters and the audit trail.
 PERSONAL = frozenset(
     {
         "condition",
@@ -31,17 +32,11 @@ PERSONAL = frozenset(
         "value_preview",
         "key_base64",
         "value_base64",
+        # the audit trail's: a client's address, a request's body
+        "address",
+        "detail",
     }
 )
-
-
-def role(request: Any) -> str | None:
-    """``operator`` or ``viewer``: the role the guard let ``request`` through with."""
-    try:
-        found = request[ROLE]
-    except (KeyError, TypeError):
-        return None
-    return found if isinstance(found, str) else None
 
 
 def for_viewer(document: Any) -> Any:
@@ -58,4 +53,4 @@ def for_viewer(document: Any) -> Any:
 
 def shown_to(request: Any, document: Any) -> Any:
     """``document`` as ``request``'s role may see it: whole for the operator."""
-    return document if role(request) == "operator" else for_viewer(document)
+    return document if recorded(request, ROLE) == "operator" else for_viewer(document)

@@ -319,6 +319,21 @@ def test_the_sink_page_shows_what_the_sink_published(console: Console) -> None:
     console.accessible()
 
 
+def test_the_audit_page_shows_who_did_what(console: Console) -> None:
+    """The earlier tests' actions (a login, a backfill started, offsets written) are on the
+    Audit page, newest first, each with its session and its result."""
+    b = console.browser
+    console.page("audit")
+    b.until("the actions", lambda: "actions, newest first" in b.text("#audit-summary"), timeout=30)
+    rows = [r.text for r in b.all("main tbody tr")]
+    started = [r for r in rows if "POST /api/v1/snapshots" in r]
+    assert started and all("console" in r and "session:" in r for r in started), rows
+    assert any("POST /console/session" in r and "token:" in r for r in rows), rows
+    assert any("409" in r for r in rows), rows  # the offsets write refused while running
+    b.shot("audit")
+    console.accessible()
+
+
 def test_the_console_works_from_the_keyboard(console: Console) -> None:
     b = console.browser
     console.page("overview")
@@ -357,12 +372,17 @@ def test_the_viewer_sees_every_page_and_can_change_nothing(console: Console) -> 
         ("overview", ["#pipeline-stop", "#pipeline-pause", "#pipeline-resume"]),
         ("snapshots", ["#snapshot-start", "#snapshots-pause", "#snapshots-stop"]),
         ("offsets", ["#offsets-review-button", "#reset-submit", "#offsets-undo"]),
+        ("audit", []),
     ):
         console.page(page)
         for css in buttons:
             assert not b.find(css).is_enabled(), css
         b.shot(f"viewer-{page}")
         console.accessible()
+    # who did what, but not from where (an address is personal data)
+    b.until("the actions", lambda: b.all("main tbody tr"))
+    addresses = [r.find_elements("css selector", "td")[4].text for r in b.all("main tbody tr")]
+    assert addresses and set(addresses) == {"–"}, addresses
     # the API refuses the viewer's writes, with the session's own CSRF token
     csrf = b.driver.execute_async_script(
         "const done = arguments[0];"

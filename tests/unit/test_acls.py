@@ -27,6 +27,7 @@ OWN_TOPICS = [
     topics.progress_topic("p"),
     topics.instances_topic("p"),
     topics.notification_topic("p"),
+    topics.audit_topic("p"),
     topics.changelog_topic("p", INPUT),
     topics.backfill_topic("p", INPUT),
     "p-__assignor-__leader",  # Faust's

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from processor.web.viewers import ROLE, for_viewer, shown_to
+from processor.web.viewers import for_viewer, shown_to
+from processor.web.who import ROLE
 
 STATUS = {
     "paused": False,

@@ -12,7 +12,7 @@ import logging
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from tidemark.core.config import Config, load_config
 from tidemark.core.errors import TidemarkError
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from processor.pipeline.offsets import Offsets
 
 log = logging.getLogger("tidemark")
+T = TypeVar("T")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -301,7 +302,12 @@ def _send(args: argparse.Namespace, kind: str, data: dict[str, object]) -> tuple
     from processor.snapshot.client import send_signal
 
     config = _config(args)
-    request = send_signal(config, kind, data, getattr(args, "id", ""))
+    request = _audited(
+        config,
+        f"snapshot {kind}",
+        data,
+        lambda: send_signal(config, kind, data, getattr(args, "id", "")),
+    )
     print(f"{kind} sent to pipeline {config.processor.pipeline}: request {request}")
     return config, request
 
@@ -348,7 +354,7 @@ def _snapshot_reset_progress(args: argparse.Namespace) -> int:
             "Run again with --yes to do it."
         )
         return 1
-    state = reset_progress(config)
+    state = _audited(config, "snapshot reset-progress", None, lambda: reset_progress(config))
     print(f"progress reset: chunk numbers go on from {state.chunk_sequence + 1}")
     return 0
 
@@ -356,7 +362,8 @@ def _snapshot_reset_progress(args: argparse.Namespace) -> int:
 def _snapshot_sign_progress(args: argparse.Namespace) -> int:
     from processor.snapshot.progress_reset import sign_progress
 
-    state = sign_progress(_config(args))
+    config = _config(args)
+    state = _audited(config, "snapshot sign-progress", None, lambda: sign_progress(config))
     print(f"progress record signed: {len(state.pending())} tables queued or being read")
     return 0
 
@@ -396,7 +403,12 @@ def _pipeline_action(args: argparse.Namespace) -> int:
         call(args.api, "POST", f"/pipelines/{pipeline}/{args.action}")
     else:
         states = {"stop": Lifecycle.STOPPED, "pause": Lifecycle.PAUSED, "resume": Lifecycle.RUNNING}
-        set_lifecycle(config, states[args.action], "cli")
+        _audited(
+            config,
+            f"pipeline {args.action}",
+            None,
+            lambda: set_lifecycle(config, states[args.action], "cli"),
+        )
     print(f"pipeline {pipeline}: {args.action} asked of every instance")
     return 0
 
@@ -443,9 +455,28 @@ def _offsets(
         query = "?reset_state=true" if reset and method in ("PUT", "PATCH", "DELETE") else ""
         url = f"/pipelines/{config.processor.pipeline}/offsets{path}{query}"
         _print_json(call(args.api, method, url, body))
-    else:
+    elif method == "GET":
         _print_json(direct(Offsets(config), reset))
+    else:
+        action = f"offsets {method} {path or '/'}" + (" reset_state" if reset else "")
+        _print_json(_audited(config, action, body, lambda: direct(Offsets(config), reset)))
     return 0
+
+
+def _audited(config: Config, action: str, detail: object, work: Callable[[], T]) -> T:
+    """Do ``work``, an order the CLI gives through Kafka directly, and record it in the
+    audit trail (:mod:`processor.pipeline.audit`), done or refused. Through ``--api`` the
+    processor records it."""
+    from processor.pipeline.audit import AuditWriter, cli_operator, entry
+
+    writer = AuditWriter(config)
+    try:
+        done = work()
+    except TidemarkError as exc:
+        writer.record(entry("cli", cli_operator(), action, 2, str(exc), detail))
+        raise
+    writer.record(entry("cli", cli_operator(), action, 0, None, detail))
+    return done
 
 
 def _offsets_get(args: argparse.Namespace) -> int:

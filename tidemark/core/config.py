@@ -80,6 +80,9 @@ class KafkaConfig:
     #: days). A dead letter is the input message whole: a row, which can be personal
     #: data, kept as long as this says, for an operator to read, mend and send again.
     dead_letter_retention_ms: int = 14 * 24 * 3600 * 1000
+    #: How long the audit topic keeps a record of an operator's action (its
+    #: ``retention.ms``, 400 days: a year of audits, and a month to read the last).
+    audit_retention_ms: int = 400 * 24 * 3600 * 1000
     #: Consumer groups: a member that sends no heartbeat for ``session_timeout_ms``, or
     #: polls no batch for ``max_poll_interval_ms``, loses its partitions. Short, so that a
     #: dead instance's partitions move soon (and a group join does not wait minutes).
@@ -414,6 +417,7 @@ _POSITIVE = {
     ("kafka", "max_poll_interval_ms"),
     ("kafka", "outage_deadline_s"),
     ("kafka", "dead_letter_retention_ms"),
+    ("kafka", "audit_retention_ms"),
     ("source", "statement_timeout_ms"),
     ("source", "lock_timeout_ms"),
     ("source", "connect_timeout_s"),

@@ -8,7 +8,8 @@ A pipeline named ``p`` reading Debezium's topics of prefix ``x`` uses:
 - per input topic: ``p.changelog.<input>`` (state) and ``p.backfill.<input>``
   (the rows of incremental snapshots);
 - per pipeline: ``p.dlq``, ``p.positions``, ``p.control``, ``p.signals``,
-  ``p.snapshots`` (snapshot progress) and ``p.notifications``;
+  ``p.snapshots`` (snapshot progress), ``p.notifications``, ``p.instances``,
+  ``p.sink-status`` and ``p.audit``;
 - consumer groups ``p-dataplane`` (the data plane's, apart from Faust's own)
   and ``p-<role>`` for every other reader.
 
@@ -112,6 +113,11 @@ def instances_topic(pipeline: str) -> str:
 def sink_status_topic(pipeline: str) -> str:
     """Each Iceberg table's status as the sink last saw it (compacted)."""
     return f"{pipeline}.sink-status"
+
+
+def audit_topic(pipeline: str) -> str:
+    """Every operator action: who, what, when, and what came of it (append-only)."""
+    return f"{pipeline}.audit"
 
 
 def notification_topic(pipeline: str) -> str:

@@ -1,5 +1,6 @@
 // The console's frame: the login, the navigation between pages, and each page's refresh.
 import { login, logout, session } from "./api.js";
+import { auditPage } from "./audit.js";
 import { fill, h } from "./dom.js";
 import { deadLettersPage } from "./dead_letters.js";
 import { offsetsPage } from "./offsets.js";
@@ -13,6 +14,7 @@ const PAGES = {
   offsets: offsetsPage,
   "dead-letters": deadLettersPage,
   sink: sinkPage,
+  audit: auditPage,
 };
 
 const main = document.getElementById("main");
