@@ -26,6 +26,7 @@ from processor.errors import (
     BadRequestError,
     FilterError,
     InvalidOffsetsError,
+    OperatorOnlyError,
     PipelineActiveError,
     RequestTooLargeError,
     SignalError,
@@ -54,6 +55,7 @@ from processor.snapshot.coordinator import Coordinator
 from processor.snapshot.filters import refused_filters
 from processor.snapshot.signals import ExecuteSnapshot, json_object, parse_signal
 from processor.web.viewers import shown_to
+from processor.web.who import ROLE, recorded
 from tidemark.core.config import Config
 from tidemark.core.errors import TidemarkError
 
@@ -155,7 +157,8 @@ def register_api(
 
     async def answer(view: View, work: Callable[[], Awaitable[Any]], status: int = 200) -> Response:
         """``work``'s result as JSON, or the error it raised: 400 for a bad request, 409 for
-        a write to a running pipeline, 413 for a body too large, 503 when Kafka could not
+        a write to a running pipeline, 403 for a read the viewer may not make, 413 for a
+        body too large, 503 when Kafka could not
         do it or the reads the process holds are busy (with ``Retry-After``)."""
         try:
             return view.json(await work(), status=status)
@@ -165,6 +168,8 @@ def register_api(
             return view.error(409, str(exc))
         except RequestTooLargeError as exc:
             return view.error(413, str(exc))
+        except OperatorOnlyError as exc:
+            return view.error(403, str(exc))
         except ReadsBusyError as exc:
             headers = {"Retry-After": str(exc.retry_after_s)}
             return view.json({"error": str(exc)}, status=503, headers=headers)
@@ -292,6 +297,9 @@ def register_api(
     def dead_letters(request: Request) -> dict[str, Any]:
         given = query_params(request.query, DEAD_LETTER_PARAMS, MAX_DEAD_LETTERS)
         query = Query(given["table"], given["kind"], given["limit"], given["whole"])
+        if query.whole and recorded(request, ROLE) != "operator":
+            # a viewer's answer holds no keys nor values: a download would be all nulls
+            raise OperatorOnlyError("a download of dead letters (whole=true) is the operator's")
         return shown_to(request, read_dead_letters(config, query))
 
     def audit(request: Request) -> dict[str, Any]:

@@ -115,5 +115,9 @@ class BadRequestError(ProcessorError):
     """A request body the API refuses (HTTP 400)."""
 
 
+class OperatorOnlyError(ProcessorError):
+    """A read the viewer's token may not make (HTTP 403)."""
+
+
 class RequestTooLargeError(ProcessorError):
     """A request body larger than the API reads (HTTP 413)."""

@@ -326,6 +326,7 @@ OPENAPI: dict[str, Any] = {
                     ),
                     "400": _BAD_PARAMETERS,
                     **_READ,
+                    "403": _answer("a viewer's download (whole=true)", _ERROR),
                     "503": _answer(
                         "Kafka could not be read, or the reads of dead letters the process "
                         "holds are in flight (then with Retry-After): one download, "

@@ -24,7 +24,9 @@ from __future__ import annotations
 import getpass
 import hashlib
 import logging
+import queue
 import socket
+import threading
 import time
 from typing import Any
 
@@ -33,6 +35,7 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from processor import metrics
+from processor.pipeline.dead_letters import admitted
 from tidemark.core.config import Config
 from tidemark.core.errors import TidemarkError
 from tidemark.core.kafka import (
@@ -56,6 +59,8 @@ DETAIL_BYTES = 4096
 #: The newest records one read looks at, and the most it answers.
 SCANNED, MAX_ENTRIES = 20_000, 1000
 VIA = frozenset({"api", "console", "cli"})
+#: Records waiting for Kafka in the web port's writer at most.
+QUEUED = 1000
 
 
 def fingerprint(secret: str) -> str:
@@ -126,7 +131,13 @@ def entry_of(document: Any) -> dict[str, Any] | None:
 
 class AuditWriter:
     """Writes audit records, each acknowledged; a record Kafka does not take is logged and
-    counted (``tidemark_audit_records_failed_total``): the action it records was done."""
+    counted (``tidemark_audit_records_failed_total``): the action it records was done.
+
+    The web port hands records over with :meth:`submit`, which never waits: a thread of
+    the writer's own writes them in order from a queue of at most :data:`QUEUED`, so
+    that neither a slow broker nor a flood of failed logins holds the event loop or the
+    threads the API's reads run in. A record the full queue cannot take is counted too.
+    """
 
     def __init__(self, config: Config) -> None:
         self._config = config
@@ -134,6 +145,25 @@ class AuditWriter:
         self._keys = record_keys()
         self._producer: Producer | None = None
         self._acks: Acknowledgements | None = None
+        self._queue: queue.Queue[dict[str, Any]] = queue.Queue(QUEUED)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, document: dict[str, Any]) -> None:
+        """Write ``document`` soon, in the order submitted, without waiting."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._drain, name="audit", daemon=True)
+                self._thread.start()
+        try:
+            self._queue.put_nowait(document)
+        except queue.Full:
+            metrics.AUDIT_FAILED.inc()
+            log.error("audit record not written (%s): the queue is full", document.get("action"))
+
+    def _drain(self) -> None:
+        while True:
+            self.record(self._queue.get())
 
     def record(self, document: dict[str, Any]) -> bool:
         """Write ``document``; whether Kafka acknowledged it."""
@@ -184,25 +214,26 @@ def read_audit(config: Config, limit: int, since_ms: int = 0) -> dict[str, Any]:
     pipeline = config.processor.pipeline
     topic = audit_topic(pipeline)
     keys = record_keys()
-    consumer = Consumer(reader_config(config.kafka, reader_group(pipeline, "audit")))
     found: list[dict[str, Any]] = []
     unreadable = 0
-    try:
-        records, complete = read_newest(consumer, topic, SCANNED)
-        for msg in records:
-            value = msg.value()
-            signed = keys is None or keys.verify(
-                topic, msg.partition() or 0, msg.key(), value, headers_of(msg)
-            )
-            try:
-                document = entry_of(orjson.loads(value or b"")) if signed else None
-            except orjson.JSONDecodeError:
-                document = None
-            if document is None:
-                unreadable += 1
-            elif document["at_ms"] >= since_ms:
-                found.append(document)
-    finally:
-        consumer.close()
+    with admitted(whole=False):  # one of the reads the process holds at a time
+        consumer = Consumer(reader_config(config.kafka, reader_group(pipeline, "audit")))
+        try:
+            records, complete = read_newest(consumer, topic, SCANNED)
+            for msg in records:
+                value = msg.value()
+                signed = keys is None or keys.verify(
+                    topic, msg.partition() or 0, msg.key(), value, headers_of(msg)
+                )
+                try:
+                    document = entry_of(orjson.loads(value or b"")) if signed else None
+                except orjson.JSONDecodeError:
+                    document = None
+                if document is None:
+                    unreadable += 1
+                elif document["at_ms"] >= since_ms:
+                    found.append(document)
+        finally:
+            consumer.close()
     found.sort(key=lambda d: d["at_ms"], reverse=True)
     return {"entries": found[:limit], "complete": complete, "unreadable": unreadable}

@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import orjson
@@ -222,7 +223,7 @@ class Reconciler:
                 batch.rewinds[tp] = group[0].offset
                 continue
             topic = self.topic(state_tp[0])
-            try:
+            with _refusals_of(state_tp[0]):
                 newest = None
                 if state_tp == tp and topic.envelope != "upsert":
                     went_back, newest = self._went_back(topic, group, batch.states.get(tp) or store)
@@ -240,8 +241,6 @@ class Reconciler:
                 self._decide_partition(
                     topic, group, state, batch, reached if state_tp != tp else None
                 )
-            except RegistryRefusedError as exc:  # the batch is dropped, the topic stopped
-                raise RegistryRefusedSourceError(state_tp[0], str(exc)) from None
             if topic.envelope == "debezium":
                 prune_seen(state, SEEN_PAGE)
             end = batch.next_offsets.get(tp, group[0].offset)
@@ -280,7 +279,8 @@ class Reconciler:
                 state = batch.states[tp] = BatchState(store)
             released = self.windows.release(tp, state, position)
             batch.released += len(released)
-            self._decide_partition(self.topic(tp[0]), released, state, batch, None, False)
+            with _refusals_of(tp[0]):
+                self._decide_partition(self.topic(tp[0]), released, state, batch, None, False)
             releasing.append(tp)
         return releasing
 
@@ -454,9 +454,10 @@ class Reconciler:
                 state = batch.states[tp] = BatchState(store)
             source = self.topic(tp[0])
             try:
-                page = truncates.wipe_page(state, self.wipe_page)
-                if page is not None and page.wiped:
-                    self._delete_wiped(source, tp, page.wipe, page.wiped, state, batch)
+                with _refusals_of(tp[0]):
+                    page = truncates.wipe_page(state, self.wipe_page)
+                    if page is not None and page.wiped:
+                        self._delete_wiped(source, tp, page.wipe, page.wiped, state, batch)
             except (StateFormatError, InputError) as exc:
                 origin = RawMessage(tp[0], tp[1], -1, None, None)
                 self._refuse_partition(tp, f"a truncate cannot be applied: {exc}", origin)
@@ -875,6 +876,16 @@ class Reconciler:
         """Stop input ``topic`` for ``reason``: its partitions stay paused."""
         self.refused[topic] = reason
         metrics.SOURCE_REFUSED.labels(topic).set(1)
+
+
+@contextmanager
+def _refusals_of(topic: str) -> Iterator[None]:
+    """The schema registry's refusal of what deciding input ``topic`` needed, as that
+    topic's (:class:`RegistryRefusedSourceError`): the batch is dropped, the topic stops."""
+    try:
+        yield
+    except RegistryRefusedError as exc:
+        raise RegistryRefusedSourceError(topic, str(exc)) from None
 
 
 def _mark_pending(codec: SourceCodec, raw: RawMessage, state: BatchState) -> bytes | None:

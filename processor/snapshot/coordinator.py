@@ -74,7 +74,7 @@ from processor.snapshot.signal_channels import SignalChannels
 from processor.snapshot.signals import ExecuteSnapshot, PauseSnapshot, Signal
 from processor.snapshot.tables import TableChecks
 from tidemark.core.config import Config
-from tidemark.core.errors import TidemarkError
+from tidemark.core.errors import RegistryRefusedError, TidemarkError
 from tidemark.core.group_repair import RebalanceWatch, repair_stuck
 from tidemark.core.kafka import (
     TRANSACTION_TIMEOUT,
@@ -208,7 +208,9 @@ class Coordinator:
                     self._turn()
                     self.outage.passed()
                 except Exception as exc:
-                    if not is_outage(exc):
+                    # the registry refusing to decode signal-table events stops no source
+                    # here: the coordinator waits, as for an outage, and the data plane goes on
+                    if not is_outage(exc) and not isinstance(exc, RegistryRefusedError):
                         raise
                     wait = self.outage.failed(exc)
                     self._step_down()

@@ -7,11 +7,14 @@ sessions, ``set_config`` changes the session, ``pg_sleep`` holds a connection.
 ``EXPLAIN`` shows none of that (it does not show function calls, nor SQL inside a
 string), so the filter is parsed with PostgreSQL's parser (``pglast``) and walked:
 every node must be one this module allows, every function one of
-:data:`FUNCTIONS`, every type cast one of :data:`TYPES`. What is not allowed is
-refused with what it is. A filter may read its table's columns, constants,
-operators, ``CASE``, ``COALESCE``, ``GREATEST``/``LEAST``, ``NULLIF``, ``IN``,
-``BETWEEN``, ``LIKE``, ``SIMILAR TO``, ``IS [NOT] NULL``, array and row values, and
-the current date and time.
+:data:`FUNCTIONS`, every type cast one of :data:`TYPES`, every column a plain name
+(``t.f`` and ``(col).f`` are PostgreSQL's notation for calling ``f``). What is not
+allowed is refused with what it is. The sessions that run filters find bare names in
+``pg_catalog`` alone (:meth:`tidemark.core.config.SourceConfig.session`), so an allowed
+name or operator cannot resolve to one planted in another schema. A filter may read its
+table's columns, constants, operators, ``CASE``, ``COALESCE``, ``GREATEST``/``LEAST``,
+``NULLIF``, ``IN``, ``BETWEEN``, ``LIKE``, ``SIMILAR TO``, ``IS [NOT] NULL``, array and
+row values, and the current date and time.
 """
 
 from __future__ import annotations
@@ -127,8 +130,9 @@ def _check(node: Any) -> None:
     if isinstance(node, tuple):
         _each(node)
     elif isinstance(node, ast.ColumnRef):
-        if not all(isinstance(f, ast.String) for f in node.fields) or len(node.fields) > 3:
-            raise FilterError("a column reference may name one column (no '*')")
+        # `t.f` and `col.f` can be PostgreSQL's function-call notation, f(t) or f(col)
+        if len(node.fields) != 1 or not isinstance(node.fields[0], ast.String):
+            raise FilterError("a column is named by its plain name (no table, no '*', no '.f')")
     elif isinstance(node, ast.A_Expr):
         _operator(node)
     elif isinstance(node, ast.BoolExpr):
@@ -151,10 +155,9 @@ def _check(node: Any) -> None:
     elif isinstance(node, ast.A_Indirection):
         _check(node.arg)
         for step in node.indirection:
-            if isinstance(step, ast.A_Indices):
-                _each((step.lidx, step.uidx))
-            elif not isinstance(step, ast.String):
-                raise FilterError("an indirection may be a subscript or a field")
+            if not isinstance(step, ast.A_Indices):  # (col).f can call f(col)
+                raise FilterError("only subscripts may follow a value ('[i]', not '.f')")
+            _each((step.lidx, step.uidx))
     elif isinstance(node, ast.CollateClause):
         _check(node.arg)
     elif isinstance(node, ast.SQLValueFunction):

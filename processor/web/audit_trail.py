@@ -4,13 +4,15 @@ with who made it, once it is answered.
 
 It stands inside the guard (:mod:`processor.web.guard`), so a request the guard refused
 (401, 403) is not an action and is not recorded; a failed login is, and so is an action
-the API refused (400, 409). A login's body holds the token: it is never recorded.
+the API refused (400, 409), but not a login refused for the client's earlier failures
+(429). A login's body holds the token: it is never recorded. Records go to the writer's
+queue (:meth:`processor.pipeline.audit.AuditWriter.submit`): the answer never waits.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -41,7 +43,8 @@ def audited(writer: AuditWriter, served: str) -> Middleware:
         except web.HTTPException as exc:
             await _record(writer, request, exc.status, exc.text)
             raise
-        await _record(writer, request, response.status, _error_of(response))
+        if response.status != 429:  # refused for the client's earlier failures: not an action
+            await _record(writer, request, response.status, _error_of(response))
         return response
 
     return audit
@@ -52,17 +55,20 @@ async def _record(
 ) -> None:
     credential = recorded(request, CREDENTIAL)
     login = request.path == SESSION_PATH
+    detail: Any
     if login:
         detail = {"session": recorded(request, SESSION)} if recorded(request, SESSION) else None
     else:
-        detail = detail_of(await request.read())
+        try:
+            detail = detail_of(await request.read())  # aiohttp keeps what the handler read
+        except Exception:  # noqa: BLE001 - a body too large, a client gone: say so
+            detail = {"unread": True}
     via = "console" if login or (credential or "").startswith("session:") else "api"
     who = {"role": recorded(request, ROLE), "credential": credential, "address": request.remote}
     action = f"{request.method} {request.path}"
     if request.query_string:
         action += "?" + request.query_string
-    document = entry(via, who, action, status, error if status >= 400 else None, detail)
-    await asyncio.get_running_loop().run_in_executor(None, writer.record, document)
+    writer.submit(entry(via, who, action, status, error if status >= 400 else None, detail))
 
 
 def _error_of(response: web.StreamResponse) -> str | None:

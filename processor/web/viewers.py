@@ -35,6 +35,9 @@ PERSONAL = frozenset(
         # the audit trail's: a client's address, a request's body
         "address",
         "detail",
+        # errors: the source's messages can quote a row's value
+        "error",
+        "waiting",
     }
 )
 

@@ -218,7 +218,12 @@ def test_a_filter_past_the_statement_timeout_is_its_tables_fault(stack: DevStack
 
 @pytest.mark.parametrize(
     ("setting", "value"),
-    [("statement_timeout", "0"), ("lock_timeout", "0"), ("standard_conforming_strings", "off")],
+    [
+        ("statement_timeout", "0"),
+        ("lock_timeout", "0"),
+        ("standard_conforming_strings", "off"),
+        ("search_path", "public"),
+    ],
 )
 def test_a_setting_a_filter_changed_for_the_session_is_back_in_the_next_transaction(
     stack: DevStack, setting: str, value: str

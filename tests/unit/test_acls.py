@@ -53,7 +53,8 @@ def test_the_processor_may_do_what_it_does_and_no_more() -> None:
         assert may("topic", OUTPUT, operation)
     for name in OWN_TOPICS:
         for operation in ("Read", "Write", "Create", "DescribeConfigs", "AlterConfigs"):
-            assert may("topic", name, operation), (name, operation)
+            if (name, operation) != (topics.audit_topic("p"), "AlterConfigs"):  # see below
+                assert may("topic", name, operation), (name, operation)
     groups = [topics.dataplane_group("p"), topics.snapshot_group("p"), "p"]
     groups += [topics.reader_group("p", role) for role in reader_roles()]
     for group in groups:
@@ -65,6 +66,15 @@ def test_the_processor_may_do_what_it_does_and_no_more() -> None:
         assert not may("topic", name, "Write") and not may("topic", name, "Read"), name
     assert not may("group", "p2-dataplane", "Read") and not may("group", "victim-group", "Read")
     assert not may("topic", INPUT, "Delete") and not may("topic", OUTPUT, "Delete")
+
+
+def test_no_component_can_shorten_or_delete_the_audit_trail() -> None:
+    audit = topics.audit_topic("p")
+    for principal in ("processor", "operator"):
+        assert covered(FOUND, principal, "topic", audit, "Write")
+        for operation in ("AlterConfigs", "Delete"):
+            assert not covered(FOUND, principal, "topic", audit, operation), principal
+    assert covered(FOUND, "processor", "topic", topics.control_topic("p"), "AlterConfigs")
 
 
 def test_debezium_writes_its_change_topics_and_never_the_reconciled_ones() -> None:

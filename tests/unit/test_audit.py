@@ -28,9 +28,8 @@ class Kept(AuditWriter):
         super().__init__(Config())
         self.kept: list[dict[str, Any]] = []
 
-    def record(self, document: dict[str, Any]) -> bool:
+    def submit(self, document: dict[str, Any]) -> None:
         self.kept.append(document)
-        return True
 
 
 def test_a_record_names_the_secret_by_its_fingerprint_and_the_body_as_it_was() -> None:

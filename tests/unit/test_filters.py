@@ -104,7 +104,7 @@ ALLOWED = [
     "substring(name from 1 for 2) = 'ab' AND trim(name) <> '' AND position('a' in name) > 0",
     "ts AT TIME ZONE 'UTC' > '2020-01-01' AND t::date = current_date",
     "x::int > 1 AND x::numeric(10, 2) > 1 AND v = ANY('{1,2}'::int[])",
-    "name COLLATE \"C\" < 'b' AND t.v > 1 AND NOT (a AND b)",
+    "name COLLATE \"C\" < 'b' AND v > 1 AND NOT (a AND b)",
     "name SIMILAR TO 'a%' AND x IS DISTINCT FROM 1",
 ]
 #: Filters that are one expression, and what each may not contain.
@@ -129,7 +129,10 @@ NOT_ALLOWED = {
     "x::public.mytype IS NULL": "a cast to public.mytype",
     "current_user = 'postgres'": "the date and time",
     "$1 = 1": "a parameter",
-    "t.* IS NULL": "a column reference may name one column",
+    "t.* IS NULL": "a column is named by its plain name",
+    "orders.to_jsonb IS NOT NULL": "a column is named by its plain name",  # to_jsonb(orders)
+    "id.pg_terminate_backend": "a column is named by its plain name",
+    "(pid).pg_terminate_backend": "only subscripts may follow a value",
     "v >": "not valid SQL: syntax error",
 }
 

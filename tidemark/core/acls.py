@@ -21,7 +21,7 @@ import shlex
 from dataclasses import dataclass
 
 from tidemark.core.config import Config
-from tidemark.core.topics import RECONCILED, reader_group, sink_status_topic
+from tidemark.core.topics import RECONCILED, audit_topic, reader_group, sink_status_topic
 
 #: The components, each with a principal of its own.
 PRINCIPALS = ("debezium", "processor", "sink", "operator")
@@ -70,6 +70,9 @@ def grants(config: Config) -> list[Grant]:
               "the reconciled topics: made, their settings aligned, written"),
         *(Grant("processor", "topic", "prefixed", p, _OWN_TOPIC,
                 f"the pipeline's own topics ({p}*)") for p in own),
+        Grant("processor", "topic", "literal", audit_topic(pipeline), ("AlterConfigs", "Delete"),
+              "the audit trail's retention is a Kafka administrator's, not the pipeline's",
+              deny=True),
         Grant("processor", "group", "literal", pipeline, ("Read", "Describe"),
               "Faust's group"),
         Grant("processor", "group", "prefixed", f"{pipeline}-", ("Read", "Describe", "Delete"),
@@ -90,6 +93,9 @@ def grants(config: Config) -> list[Grant]:
         *(Grant("operator", "topic", "prefixed", p, _OWN_TOPIC,
                 "signals, the lifecycle, offsets plans, status, progress repair")
           for p in own),
+        Grant("operator", "topic", "literal", audit_topic(pipeline), ("AlterConfigs", "Delete"),
+              "the audit trail's retention is a Kafka administrator's, not an operator's",
+              deny=True),
         Grant("operator", "group", "prefixed", f"{pipeline}-", ("Read", "Describe", "Delete"),
               "the data plane's offsets: read, moved, its group deleted"),
         Grant("operator", "transactional-id", "prefixed", f"{pipeline}.", ("Write", "Describe"),

@@ -187,8 +187,12 @@ class SourceConfig:
     def session(self, read_only: bool = True) -> dict[str, Any]:
         """:meth:`conninfo` for the processor's own connections: read-only for the whole
         session (but for the one that writes signal-table watermarks), with the timeouts,
-        and standard strings (the filter check reads quotes as PostgreSQL then does)."""
+        standard strings (the filter check reads quotes as PostgreSQL then does), and
+        ``pg_catalog`` alone on the search path (every table is named with its schema)."""
         settings = {
+            # only the catalog's functions, operators and types are found by a bare name:
+            # a filter's `lower(x)` or `a = b` cannot reach one a user planted in public
+            "search_path": "pg_catalog",
             "default_transaction_read_only": "on" if read_only else "off",
             "statement_timeout": self.statement_timeout_ms,
             "lock_timeout": self.lock_timeout_ms,
@@ -609,6 +613,12 @@ def _check_ranges(config: Config) -> None:
             "kafka: heartbeat_interval_ms < session_timeout_ms <= max_poll_interval_ms, "
             f"not {kafka.heartbeat_interval_ms}, {kafka.session_timeout_ms}, "
             f"{kafka.max_poll_interval_ms}"
+        )
+    if not 0 <= kafka.schema_registry_unknown_after_s < kafka.outage_deadline_s:
+        raise ConfigError(
+            "kafka.schema_registry_unknown_after_s: from 0 to below outage_deadline_s (a "
+            "schema asked again for longer would stop the processor first), not "
+            f"{kafka.schema_registry_unknown_after_s}"
         )
     if kafka.stuck_rebalance_s and kafka.stuck_rebalance_s * 1000 < 3 * kafka.max_poll_interval_ms:
         raise ConfigError(

@@ -13,8 +13,10 @@ dead-lettered for the registry's sake:
 
 - a schema id it does not know (404, ``error_code`` 40403) is the input's fault
   (:class:`UnknownSchemaError`: the message goes to the dead-letter topic), but only
-  once it has been missing for ``unknown_after_s``: a follower that has not seen a new
-  schema yet answers 404 too, so until then it is an outage;
+  once the registry has answered 404 for ``unknown_after_s`` with no id found since: a
+  follower that has not seen a new schema yet answers 404 too, so until then it is an
+  outage. The window is one for a run of 404s, so that messages with many unknown ids
+  (hostile ones) hold the data plane back for ``unknown_after_s`` in all, not each;
 - 429, a 5xx or no answer is asked again a few times, then is an outage
   (:class:`RegistryError`: the data plane drops the batch and tries again, up to
   ``kafka.outage_deadline_s``), and so is a 404 that is not a registry's (a wrong URL);
@@ -152,8 +154,9 @@ class HttpRegistry(SchemaRegistry):
         self._unknown_after_s = unknown_after_s
         self._retry_pause_s = retry_pause_s
         self._clock = clock
-        #: When each id was first answered 404, until it is found or declared unknown.
-        self._missing: dict[int, float] = {}
+        #: Since when the registry has answered 404 for ids, with no id found since: one
+        #: grace window for a run of them, however many ids (hostile ones included).
+        self._missing_since: float | None = None
         #: HTTPS: the system's trusted authorities, or ``cafile``'s (a private CA).
         self._tls = ssl.create_default_context(cafile=cafile or None)
         self._headers = {
@@ -174,14 +177,15 @@ class HttpRegistry(SchemaRegistry):
                     "a schema registry's answer (check kafka.schema_registry_url)"
                 )
             now = self._clock()
-            since = self._missing.setdefault(schema_id, now)
-            if now - since < self._unknown_after_s:
+            if self._missing_since is None:
+                self._missing_since = now
+            if now - self._missing_since < self._unknown_after_s:
                 raise RegistryError(
                     f"schema registry {self._url}: schema id {schema_id} not found yet (a "
                     f"follower may lag); asked again for up to {self._unknown_after_s:g} s"
                 )
             raise UnknownSchemaError(f"schema id {schema_id} is not registered")
-        self._missing.pop(schema_id, None)
+        self._missing_since = None
         text = document.get("schema")
         if not isinstance(text, str):
             raise RegistryError(f"schema registry {self._url}: no schema text for id {schema_id}")

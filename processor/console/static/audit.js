@@ -29,7 +29,7 @@ export function auditPage(ctx) {
           c[3].textContent = e.who.credential || "–";
           c[4].textContent = e.who.address || "–";
           c[5].textContent = e.action;
-          const ok = e.result.status < 400;
+          const ok = e.via === "cli" ? e.result.status === 0 : e.result.status < 400; // an exit code
           fill(c[6], badge(String(e.result.status), ok ? "ok" : "bad"),
             e.result.error ? h("div", { class: "error" }, e.result.error) : "");
         });

@@ -29,7 +29,7 @@ export function deadLettersPage(ctx) {
   let shown = [];
 
   function chosen() {
-    download.disabled = selected.size === 0;
+    download.disabled = !ctx.canWrite || selected.size === 0; // a download is the operator's
     fill(download, selected.size ? `Download ${selected.size} selected` : "Download selected");
   }
   all.addEventListener("change", () => {
