@@ -26,8 +26,7 @@ def test_every_operator_action_is_in_the_audit_trail(stack: DevStack) -> None:
     api = f"{base}/api/v1"
     try:
         assert call("POST", f"{api}/snapshots/pause")[0] == 202
-        status, _ = call("DELETE", f"{api}/pipelines/audit/offsets")  # the pipeline runs
-        assert status == 409
+        assert call("POST", f"{api}/snapshots", {"nope": 1})[0] == 400  # refused, recorded
         session = f"{base}/console/session"
         assert answered("POST", session, {"token": VIEWER}, token=None)[0] == 200
         done = run_cli(processor, "pipeline", "pause", env={KEY_ENV: RECORD_KEY})
@@ -47,8 +46,8 @@ def test_every_operator_action_is_in_the_audit_trail(stack: DevStack) -> None:
         assert cli["who"]["credential"].startswith("cli:") and cli["result"]["status"] == 0
         assert login_entry["via"] == "console" and login_entry["who"]["role"] == "viewer"
         assert login_entry["who"]["credential"] == "token:" + fingerprint(VIEWER)
-        assert refused["action"] == "DELETE /api/v1/pipelines/audit/offsets"
-        assert refused["result"]["status"] == 409 and refused["result"]["error"]
+        assert refused["action"] == "POST /api/v1/snapshots" and refused["detail"] == {"nope": 1}
+        assert refused["result"]["status"] == 400 and refused["result"]["error"]
         assert paused["action"] == "POST /api/v1/snapshots/pause"
         assert paused["who"] == {
             "role": "operator",

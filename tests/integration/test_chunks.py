@@ -37,7 +37,7 @@ def reader(stack: DevStack) -> PostgresChunkReader:
         conn.execute("CREATE TABLE iso_chunks_canary (a int)")
         conn.execute(
             "CREATE FUNCTION iso_chunks_side_effect() RETURNS boolean LANGUAGE plpgsql AS "
-            "$$ BEGIN INSERT INTO iso_chunks_canary VALUES (1); RETURN true; END $$"
+            "$$ BEGIN INSERT INTO public.iso_chunks_canary VALUES (1); RETURN true; END $$"
         )
         # Rights the processor's role must never have, given here so that the read-only
         # session is what stops the writes below (without them, the role's rights do).
@@ -135,8 +135,13 @@ def test_tables_without_a_usable_key_are_refused(reader: PostgresChunkReader) ->
 
 
 def test_chunks_are_read_only_whatever_the_filter(reader: PostgresChunkReader) -> None:
+    """Past the filter check (called here without it): a sequence named by its schema is
+    found, and advancing it is refused by the read-only transaction; named bare, it is
+    not even found (the session's search path is pg_catalog alone)."""
     info = reader.table_info("public.iso_chunks_surrogate", surrogate_key="code")
     with pytest.raises(ChunkError, match="read-only transaction"):
+        reader.read_chunk(info, None, ("c9",), "(SELECT nextval('public.iso_chunks_seq')) > 0")
+    with pytest.raises(ChunkError, match='relation "iso_chunks_seq" does not exist'):
         reader.read_chunk(info, None, ("c9",), "(SELECT nextval('iso_chunks_seq')) > 0")
 
 
@@ -196,7 +201,10 @@ def test_a_filter_that_turns_the_session_writable_leaves_every_later_read_read_o
     info = reader.table_info("public.iso_chunks_surrogate", surrogate_key="code")
     opened = "set_config('default_transaction_read_only', 'off', false) = 'off'"
     assert len(reader.read_chunk(info, None, ("c9",), opened).rows) == 9
-    for writing in ("iso_chunks_side_effect()", "(SELECT nextval('iso_chunks_seq')) > 0"):
+    for writing in (
+        "public.iso_chunks_side_effect()",
+        "(SELECT nextval('public.iso_chunks_seq')) > 0",
+    ):
         with pytest.raises(ChunkError, match="read-only transaction"):
             reader.read_chunk(info, None, ("c9",), writing)
     with psycopg.connect(**stack.config.owner_conninfo()) as conn:
