@@ -96,6 +96,10 @@ BATCH_SECONDS = Histogram(
 ASSIGNED_PARTITIONS = Gauge(
     "tidemark_assigned_partitions", "Input partitions owned by this instance"
 )
+PRODUCERS = Gauge(
+    "tidemark_dataplane_producers",
+    "Transactional producers of the data plane: one per partition slot owned",
+)
 SNAPSHOT_ROWS = Counter(
     "tidemark_snapshot_rows_total", "Rows read by incremental snapshots", ["table"]
 )

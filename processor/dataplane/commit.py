@@ -27,10 +27,10 @@ runs the rest. Each step's crash window:
    Kafka, so it is not emitted again (a store restored from the changelog has
    no checkpoint, and re-emits its equal versions).
 
-Every record of an input partition goes through that partition's
-transactional producer (:mod:`processor.dataplane.writers`), one transaction a
-batch: a zombie that lost the partition is fenced, and none of its records
-lands after the next owner's. The store's checkpoint keeps how far its
+Every record of an input partition goes through the transactional producer
+of its slot (:mod:`processor.dataplane.writers`), one transaction a batch: a
+zombie that lost the partition is fenced, and none of its records lands after
+the next owner's. The store's checkpoint keeps how far its
 changelog goes: the partition's end, read at most every few seconds while a
 batch's transaction is still open (after its commit a next owner may have
 written there), so a restore replays at most those seconds again.
@@ -52,7 +52,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from processor import metrics
 from processor.dataplane.positions import source_position
-from processor.dataplane.writers import PartitionWriter
+from processor.dataplane.writers import SlotWriter
 from processor.reconcile.batch import Batch, Reconciler, TopicPartitionKey
 from processor.reconcile.batch_reads import READS_KEY
 from processor.snapshot.signals import read_again_signals
@@ -99,18 +99,22 @@ class Committer:
         self,
         batch: Batch,
         stores: Mapping[TopicPartitionKey, PartitionStore],
-        writers: Mapping[TopicPartitionKey, PartitionWriter],
+        writers: Mapping[TopicPartitionKey, SlotWriter],
         consumer: Consumer,
     ) -> None:
         """Make ``batch`` durable: outputs first, then state, then input offsets
         (``writers``: the owned input partitions')."""
-        used: dict[TopicPartitionKey, PartitionWriter] = {}
+        used: dict[TopicPartitionKey, SlotWriter] = {}
+        #: The writers of the batch's transactions, each once (partitions share a slot's).
+        opened: dict[int, SlotWriter] = {}
 
-        def writer(tp: TopicPartitionKey) -> PartitionWriter:
+        def writer(tp: TopicPartitionKey) -> SlotWriter:
             found = used.get(tp)
             if found is None:
                 found = used[tp] = writers[tp]
-                found.begin()
+                if id(found) not in opened:
+                    opened[id(found)] = found
+                    found.begin()
             return found
 
         # Step 2: first what partitions whose decisions depend on how their two topics
@@ -157,7 +161,7 @@ class Committer:
             owner = self._reconciler.state_partition((msg.topic, msg.partition))
             self._produce_dead_letter(writer(owner), error)
         self._record_positions(batch, writer)
-        for target in used.values():
+        for target in opened.values():
             target.wait()
         self._outputs_acked.passed()
         # Step 3: the changelog records, acknowledged with the transaction's commit.
@@ -179,7 +183,7 @@ class Committer:
             for tp, state in batch.states.items()
             if state.updates and tp in stores
         }
-        for target in used.values():
+        for target in opened.values():
             target.commit()
         self._after_flush.passed()
         if batch.released:
@@ -231,7 +235,7 @@ class Committer:
         return int(self._probe.get_watermark_offsets(changelog, timeout=10)[1])
 
     def _record_positions(
-        self, batch: Batch, writer: Callable[[TopicPartitionKey], PartitionWriter]
+        self, batch: Batch, writer: Callable[[TopicPartitionKey], SlotWriter]
     ) -> None:
         """Produce each input partition's source position at its next offset (step 2)."""
         for tp, event in batch.last_events.items():
@@ -245,7 +249,7 @@ class Committer:
                 )
 
     def _record_reads(
-        self, batch: Batch, writer: Callable[[TopicPartitionKey], PartitionWriter]
+        self, batch: Batch, writer: Callable[[TopicPartitionKey], SlotWriter]
     ) -> None:
         """Produce each partition's batch reads to its changelog, and wait for them."""
         for tp, reads in batch.reads.items():
@@ -259,12 +263,10 @@ class Committer:
                 target.acks.on_delivery,
                 tp[1],
             )
-        for tp in batch.reads:
-            writer(tp).wait()
+        for target in {id(writer(tp)): writer(tp) for tp in batch.reads}.values():
+            target.wait()
 
-    def _ask_again(
-        self, target: PartitionWriter, topic: str, keys: list[dict[str, object]]
-    ) -> None:
+    def _ask_again(self, target: SlotWriter, topic: str, keys: list[dict[str, object]]) -> None:
         """Ask the snapshot coordinator for the rows of ``keys`` of ``topic``'s table: signals
         in the partition's transaction, so in Kafka before the state that marks them
         pending."""
@@ -280,7 +282,7 @@ class Committer:
             )
         metrics.ROWS_ASKED_AGAIN.labels(topic).inc(len(keys))
 
-    def _produce_dead_letter(self, target: PartitionWriter, error: InputError) -> None:
+    def _produce_dead_letter(self, target: SlotWriter, error: InputError) -> None:
         msg = error.message
         log.warning("dead letter: %s", error)
         headers: Headers = [

@@ -196,7 +196,7 @@ class DataPlane:
             partitions = self.partitions
             batch = self.decide(messages)
             self._decided.passed()
-            self._committer.commit(batch, partitions.stores, partitions.writers, consumer)
+            self._committer.commit(batch, partitions.stores, partitions.writers.of, consumer)
             self._replays.resume(consumer, self._held)
             metrics.BATCH_SECONDS.observe(time.perf_counter() - started)
         if self.partitions.busy:

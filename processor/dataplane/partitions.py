@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processor import metrics
-from processor.dataplane.writers import PartitionWriter
+from processor.dataplane.writers import Writers
 from processor.reconcile.batch import Reconciler, TopicPartitionKey
 from state.changelog import Restorer
 from state.store import PartitionStore, StateBackend
@@ -54,8 +53,8 @@ class Partitions:
         self._reconciler = reconciler
         self._admin = admin
         self.stores: dict[TopicPartitionKey, PartitionStore] = {}
-        #: Each owned input partition's producer (its id fences the previous owner).
-        self.writers: dict[TopicPartitionKey, PartitionWriter] = {}
+        #: The owned input partitions' producers (their ids fence the previous owners).
+        self.writers = Writers(config)
         #: Committed offsets of input partitions whose restored state has no checkpoint.
         self._committed: dict[TopicPartitionKey, int] = {}
         self._restorer = Restorer(
@@ -78,15 +77,17 @@ class Partitions:
         partitions = [p for p in partitions if not self.is_backfill(p.topic)]
         topics = {p.topic for p in partitions}
         new = topics - set(self._reconciler.topics)
-        if new:
-            counts = partition_counts(self._admin, new)
+        unknown = (topics - set(self.partition_counts)) | new
+        if unknown:
+            counts = partition_counts(self._admin, unknown)
             self.partition_counts.update(counts)
+        if new:
             kafka = self._config.kafka
             replication = kafka.replication_factor
             compacted = record_topic_config(kafka, **{"cleanup.policy": "compact"})
             topic = self._reconciler.topic
-            outputs = {topic(t).output: counts[t] for t in new}
-            changelogs = {topic(t).changelog: counts[t] for t in new}
+            outputs = {topic(t).output: self.partition_counts[t] for t in new}
+            changelogs = {topic(t).changelog: self.partition_counts[t] for t in new}
             ensure_topics(self._admin, changelogs, replication, config=compacted)
             ensure_topics(self._admin, outputs, replication, output_topic_config(kafka))
         self._refuse_grown(topics)
@@ -97,9 +98,7 @@ class Partitions:
             if self._reconciler.stopped(tp) and p.topic in self._grown:
                 continue  # no changelog partition to restore from, no output to write to
             # The producer first: once it exists, the previous owner can write no more.
-            started = time.monotonic()
-            self.writers[tp] = PartitionWriter(self._config, tp)
-            log.debug("producer of %s[%d] in %.2f s", *tp, time.monotonic() - started)
+            self.writers.take(tp, self.partition_counts[p.topic])
             store = self.stores[tp] = self._backend.open(p.topic, p.partition)
             stores[(self._reconciler.topic(p.topic).changelog, p.partition)] = store
         self._restorer.add(stores)
@@ -160,9 +159,7 @@ class Partitions:
             store = self.stores.pop(tp, None)
             if store is not None:
                 store.close()
-            writer = self.writers.pop(tp, None)
-            if writer is not None:
-                writer.close()
+            self.writers.give_up(tp)
             self._reconciler.windows.forget(tp)
             self._released(tp)
             self._committed.pop(tp, None)

@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from processor.dataplane.commit import Committer
-from processor.dataplane.writers import PartitionWriter
+from processor.dataplane.writers import SlotWriter
 from processor.events.chunk_tag import ChunkTag
 from processor.events.source_codec import SourceCodec
 from processor.events.visibility import PgSnapshot
@@ -59,7 +59,7 @@ def test_no_changelog_record_is_durable_before_the_batchs_outputs(stack: DevStac
     name = f"commit{uuid.uuid4().hex[:8]}"
     committer, topic = committer_of(config, name, "debezium", 3)
     output, changelog = topic.output, topic.changelog
-    writers = {(topic.topic, 2): PartitionWriter(config, (topic.topic, 2))}
+    writers = {(topic.topic, 2): SlotWriter(config, (3, 2))}
     batch = Batch()
     # An output Kafka cannot take: its topic has one partition.
     batch.records.append((output, 2, b'{"id":1}', b'{"after":{"id":1}}'))
@@ -152,10 +152,10 @@ def test_a_stalled_owner_never_checkpoints_the_next_owners_changelog_records(
     committer, topic = committer_of(config, name, "debezium-upsert", 1)
     output, changelog = topic.output, topic.changelog
     tp = (topic.topic, 0)
-    writers = {tp: PartitionWriter(config, tp)}
+    writers = {tp: SlotWriter(config, (1, 0))}
 
     def next_owner_writes() -> None:
-        taker = PartitionWriter(config, tp)  # fences A's producer
+        taker = SlotWriter(config, (1, 0))  # fences A's producer
         taker.begin()
         for i in range(3):
             taker.producer.produce(changelog, b"B's", f"b{i}".encode(), 0)

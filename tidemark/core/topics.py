@@ -148,10 +148,11 @@ def snapshot_group(pipeline: str) -> str:
 # -- transactional ids --------------------------------------------------------------
 
 
-def transactional_id(pipeline: str, input_topic: str, partition: int) -> str:
-    """The producer id of one input partition's records: the owner that takes the
-    partition over fences its previous owner's producer by it."""
-    return f"{pipeline}.dataplane.{input_topic}.{partition}"
+def transactional_id(pipeline: str, partition_count: int, partition: int) -> str:
+    """The producer id of the records of every input partition numbered ``partition`` in
+    a topic of ``partition_count`` (a slot, :mod:`processor.dataplane.writers`): the
+    owner that takes one over fences the slot's previous holder by it."""
+    return f"{pipeline}.dataplane.slot-{partition_count}-{partition}"
 
 
 def coordinator_transactional_id(pipeline: str) -> str:

@@ -1,0 +1,93 @@
+"""An estate of many tables: what an instance costs does not grow with its partitions.
+
+The input topics are made here, with Debezium-shaped events produced to them, so the
+test is about the data plane alone (the ``make scale`` benchmark runs real Debezium).
+"""
+
+from __future__ import annotations
+
+import orjson
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient
+
+from tests.integration.processes import Processor, metric, pipeline_config, read_topic, wait_for
+from tests.integration.test_commit import change_event
+from tests.integration.test_recovery import other_instance
+from tidemark.core.kafka import Acknowledgements, client_config, ensure_topics
+from tidemark.core.topics import output_topic
+from tidemark.devstack.stack import DevStack
+
+TABLES = 16
+PARTITIONS = 3
+
+
+def threads_of(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        line = next(ln for ln in status if ln.startswith("Threads:"))
+    return int(line.split()[1])
+
+
+def test_producers_and_threads_do_not_grow_with_the_partitions_owned(stack: DevStack) -> None:
+    """48 input partitions on one instance, then on two: each instance holds a producer per
+    partition slot it owns (3, then 2 and 1), its thread count stays far below one
+    producer's threads per partition, and no instance fences another's live producer."""
+    config = pipeline_config(stack, "estate")
+    prefix = config.source.topic_prefix
+    topics = [f"{prefix}.public.iso_estate_t{i:02d}" for i in range(TABLES)]
+    ensure_topics(AdminClient(client_config(config.kafka)), dict.fromkeys(topics, 3), 1)
+    producer = Producer(client_config(config.kafka))
+    acks = Acknowledgements(producer)
+
+    def send(version: int) -> None:
+        for topic in topics:
+            for partition in range(PARTITIONS):
+                key = partition + 10 * version
+                value = change_event(topic.rsplit(".", 1)[1], "c", f"v{version}", version, key)
+                producer.produce(
+                    topic, value, orjson.dumps({"id": key}), partition, acks.on_delivery
+                )
+        acks.wait("test changes")
+
+    def arrived(version: int) -> bool:
+        for topic in topics:
+            names = {
+                orjson.loads(r.value)["after"]["name"]
+                for r in read_topic(config, output_topic(prefix, topic))
+                if r.value is not None
+            }
+            if f"v{version}" not in names:
+                return False
+        return True
+
+    send(1)
+    first = Processor(stack, config, "estate-a").start()
+    second = Processor(stack, other_instance(config, "b"), "estate-b")
+    try:
+        wait_for("every table's outputs", lambda: arrived(1), timeout=180)
+        assert first.health()["assigned_partitions"] == TABLES * PARTITIONS
+        assert metric(first.metrics(), "tidemark_dataplane_producers") == PARTITIONS
+        # librdkafka runs a few threads per producer: one per partition would be ~200 here.
+        assert threads_of(first.pid) < 90, threads_of(first.pid)
+
+        second.start()
+        wait_for(
+            "the partitions shared",
+            lambda: (
+                sorted(p.health().get("assigned_partitions", 0) for p in (first, second))
+                == [TABLES, 2 * TABLES]
+            ),
+            timeout=120,
+        )
+        send(2)
+        wait_for("every table's outputs after the rebalance", lambda: arrived(2), timeout=180)
+        # The range assignor keeps each slot on one member: partitions 0 and 1 of every
+        # topic on one instance, partition 2 on the other.
+        producers = sorted(
+            metric(p.metrics(), "tidemark_dataplane_producers") for p in (first, second)
+        )
+        assert producers == [1, 2], producers
+        for instance in (first, second):
+            assert "fenced" not in instance.log.read_text()
+    finally:
+        first.stop()
+        second.stop()
