@@ -183,7 +183,9 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
         topic_replication_factor=config.kafka.replication_factor,
         autodiscover=False,
     )
-    dataplane = DataPlane(config, RocksDBBackend(pc.state_dir, pc.state_cache_mb << 20))
+    dataplane = DataPlane(
+        config, RocksDBBackend(pc.state_dir, pc.state_cache_mb << 20, pc.state_memory_mb << 20)
+    )
     # The source's connector: the one place a database kind is chosen.
     connector = PostgresConnector(config)
     coordinator = Coordinator(config, connector, dataplane.reconciler.schemas)

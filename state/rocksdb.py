@@ -1,22 +1,32 @@
-"""RocksDB state (rocksdict), one database per input topic-partition.
+"""RocksDB state (rocksdict): one database per process, a key range per input partition.
 
-One database per partition keeps a partition's state movable as a unit: when a
-partition is revoked its database is closed, when it is assigned it is opened
-again (and brought up to date from its changelog). The checkpoint lives in the
-same database under reserved keys, and every :meth:`commit` is one RocksDB
-write batch, so state and checkpoint are atomic together.
+Every partition store of a process lives in one database, each under a prefix
+that names its topic and partition. One database keeps the process's files,
+memtables, caches and background threads the same whether it holds 3 partitions
+or 1,500 (a database per partition cost each its own), within one memory budget
+(``processor.state_memory_mb``: write buffers and a block cache). A partition's
+state stays movable as a unit: its keys are one range, wiped by one range
+deletion, and its checkpoint lives in the range under reserved keys; every
+:meth:`commit` is one RocksDB write batch, so state and checkpoint are atomic
+together.
 
-Commits skip RocksDB's write-ahead log: the changelog topic is the store's log.
-A crash loses the batches still in the memtable, all together, and the
-database reopens at an earlier commit with that commit's checkpoint; the
-:class:`~state.changelog.Restorer` then replays the changelog from there, as for
-a store that was stale because its partition lived elsewhere. A clean close
-flushes the memtable. Kafka Streams runs its RocksDB stores the same way; it
-takes more than half the CPU out of a commit.
+Commits skip RocksDB's write-ahead log: the changelog topics are the stores' log.
+A crash loses the writes still in the memtable, all together: the database
+reopens at an earlier point of its one sequence of writes, and each partition
+with the checkpoint of its last commit before that point; the
+:class:`~state.changelog.Restorer` then replays its changelog from there, as for
+a store that was stale because its partition lived elsewhere. The database is
+open while a partition store is; the last store's close flushes the memtable and
+closes it. Kafka Streams runs its RocksDB stores the same way; it takes more
+than half the CPU out of a commit.
 
 Tables and memtables carry whole-key bloom filters (10 bits a key): most reads of a
 backfill are of keys the store has never held, and a filter answers those without
 searching every file.
+
+State written by earlier versions, a database per partition under
+``<root>/<topic>/<partition>``, is moved into the shared database the first time
+its partition is opened.
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rocksdict import BlockBasedOptions, Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, WriteOptions
 
 from state.cache import CacheBudget, CachedStore
 from state.errors import StateError
@@ -40,8 +50,14 @@ _RESERVED = b"\x00\x00checkpoint:"
 _INPUT_KEY = _RESERVED + b"input"
 _CHANGELOG_KEY = _RESERVED + b"changelog"
 _OFFSET = struct.Struct(">q")
-#: The processor's default (``processor.state_cache_mb``).
+#: The processor's defaults (``processor.state_cache_mb``, ``processor.state_memory_mb``).
 DEFAULT_CACHE_BYTES = 64 << 20
+DEFAULT_MEMORY_BYTES = 128 << 20
+#: The shared database's folder under the state root: ``@`` is in no Kafka topic name,
+#: so it never meets a legacy ``<root>/<topic>`` folder.
+DATABASE = "@rocksdb"
+#: Keys copied from a legacy database per write batch.
+_MOVE_BATCH = 10_000
 
 
 def _upper_bound(prefix: bytes) -> bytes | None:
@@ -52,33 +68,79 @@ def _upper_bound(prefix: bytes) -> bytes | None:
     return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
-class RocksDBPartitionStore(PartitionStore):
-    """A partition's state in its own RocksDB database."""
+def partition_prefix(topic: str, partition: int) -> bytes:
+    """The key prefix of ``topic``'s ``partition``: the topic's length first, so no
+    partition's prefix starts another's."""
+    name = topic.encode()
+    return struct.pack(">H", len(name)) + name + struct.pack(">I", partition)
 
-    def __init__(self, path: Path) -> None:
+
+class SharedDatabase:
+    """The process's one RocksDB database, open while any partition store is."""
+
+    def __init__(self, path: Path, memory_bytes: int) -> None:
         self.path = path
-        self._db = self._open()
-        self._write = WriteOptions()
+        self._memory_bytes = memory_bytes
+        self._db: Rdict | None = None
+        self._users = 0
+        self.write_options = WriteOptions()
         # A property at run time; rocksdict's stub calls it a method.
-        self._write.disable_wal = True  # type: ignore[method-assign,assignment]
+        self.write_options.disable_wal = True  # type: ignore[method-assign,assignment]
+
+    def acquire(self) -> Rdict:
+        if self._db is None:
+            self._db = self._open()
+        self._users += 1
+        return self._db
+
+    def release(self) -> None:
+        self._users -= 1
+        if self._users == 0 and self._db is not None:
+            self._db.close()  # flushes the memtable
+            self._db = None
 
     def _open(self) -> Rdict:
+        # Half the budget for the block cache (data, index and filter blocks), half for
+        # two write buffers.
         options = Options(raw_mode=True)
         options.create_if_missing(True)
         tables = BlockBasedOptions()
         tables.set_bloom_filter(10, False)
+        tables.set_block_cache(Cache(max(8 << 20, self._memory_bytes // 2)))
+        tables.set_cache_index_and_filter_blocks(True)
+        tables.set_pin_l0_filter_and_index_blocks_in_cache(True)
         options.set_block_based_table_factory(tables)
+        options.set_write_buffer_size(max(4 << 20, self._memory_bytes // 4))
+        options.set_max_write_buffer_number(2)
         options.set_memtable_prefix_bloom_ratio(0.02)  # with no prefix extractor: whole keys
         options.set_memtable_whole_key_filtering(True)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             return Rdict(str(self.path), options)
         except Exception as exc:  # rocksdict raises plain Exception
             raise StateError(f"cannot open RocksDB state at {self.path}: {exc}") from exc
 
+
+class RocksDBPartitionStore(PartitionStore):
+    """A partition's state: its key range of the shared database."""
+
+    def __init__(self, database: SharedDatabase, prefix: bytes) -> None:
+        self._database = database
+        self._prefix = prefix
+        self._db: Rdict | None = database.acquire()
+        self._input_key = prefix + _INPUT_KEY
+        self._changelog_key = prefix + _CHANGELOG_KEY
+
+    def _open_db(self) -> Rdict:
+        if self._db is None:
+            raise StateError("the partition store is closed")
+        return self._db
+
     def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
         if not keys:
             return []
-        return typing.cast(list[bytes | None], self._db.get(list(keys)))
+        prefix = self._prefix
+        return typing.cast(list[bytes | None], self._open_db().get([prefix + k for k in keys]))
 
     def keys(
         self,
@@ -92,33 +154,37 @@ class RocksDBPartitionStore(PartitionStore):
         bound = _upper_bound(prefix)
         if before is not None and (bound is None or before < bound):
             bound = before
-        start = prefix if after is None or after < prefix else after + b"\x00"
-        for key in self._db.keys(from_key=start):
+        mine = self._prefix
+        start = mine + (prefix if after is None or after < prefix else after + b"\x00")
+        end = mine + bound if bound is not None else _upper_bound(mine)
+        cut = len(mine)
+        for key in self._open_db().keys(from_key=start):
             assert isinstance(key, bytes)  # raw mode
-            if bound is not None and key >= bound:
+            if end is not None and key >= end:
                 break
-            if not key.startswith(_RESERVED):
-                found.append(key)
+            if not key.startswith(_RESERVED, cut):
+                found.append(key[cut:])
                 if limit is not None and len(found) >= limit:
                     break
         return found
 
     def commit(self, updates: Mapping[bytes, bytes | None], checkpoint: Checkpoint) -> None:
         batch = WriteBatch(raw_mode=True)
+        prefix = self._prefix
         for key, value in updates.items():
             if value is None:
-                batch.delete(key)
+                batch.delete(prefix + key)
             else:
-                batch.put(key, value)
+                batch.put(prefix + key, value)
         if checkpoint.input_offset is not None:
-            batch.put(_INPUT_KEY, _OFFSET.pack(checkpoint.input_offset))
+            batch.put(self._input_key, _OFFSET.pack(checkpoint.input_offset))
         if checkpoint.changelog_offset is not None:
-            batch.put(_CHANGELOG_KEY, _OFFSET.pack(checkpoint.changelog_offset))
-        self._db.write(batch, self._write)
+            batch.put(self._changelog_key, _OFFSET.pack(checkpoint.changelog_offset))
+        self._open_db().write(batch, self._database.write_options)
 
     def checkpoint(self) -> Checkpoint:
         raw_input, raw_changelog = typing.cast(
-            list[bytes | None], self._db.get([_INPUT_KEY, _CHANGELOG_KEY])
+            list[bytes | None], self._open_db().get([self._input_key, self._changelog_key])
         )
         return Checkpoint(
             None if raw_input is None else int(_OFFSET.unpack(raw_input)[0]),
@@ -126,27 +192,63 @@ class RocksDBPartitionStore(PartitionStore):
         )
 
     def wipe(self) -> None:
-        self._db.close()
-        shutil.rmtree(self.path, ignore_errors=True)
-        self._db = self._open()
+        end = _upper_bound(self._prefix)
+        assert end is not None  # a prefix ends with the partition number, never all 0xff
+        self._open_db().delete_range(self._prefix, end, self._database.write_options)
 
     def close(self) -> None:
-        self._db.close()
+        if self._db is not None:
+            self._db = None
+            self._database.release()
 
 
 class RocksDBBackend(StateBackend):
-    """Partition stores under ``<root>/<topic>/<partition>``, each behind a cache of the
-    values of its keys in use (:mod:`state.cache`); they share ``cache_bytes`` (0: no
-    cache)."""
+    """Partition stores in one database under ``<root>/@rocksdb`` (``memory_bytes``: its
+    write buffers and block cache), each behind a cache of the values of its keys in use
+    (:mod:`state.cache`); they share ``cache_bytes`` (0: no cache)."""
 
-    def __init__(self, root: str | Path, cache_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+    def __init__(
+        self,
+        root: str | Path,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    ) -> None:
         self.root = Path(root)
         self._budget = CacheBudget(cache_bytes) if cache_bytes > 0 else None
+        self._database = SharedDatabase(self.root / DATABASE, memory_bytes)
 
     def open(self, topic: str, partition: int) -> PartitionStore:
         if not re.fullmatch(r"[A-Za-z0-9._-]+", topic):
             raise StateError(f"topic name {topic!r} cannot name a state folder")
-        path = self.root / topic / str(partition)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        store = RocksDBPartitionStore(path)
+        store = RocksDBPartitionStore(self._database, partition_prefix(topic, partition))
+        legacy = self.root / topic / str(partition)
+        if legacy.is_dir():
+            self._move_legacy(legacy, store)
         return store if self._budget is None else CachedStore(store, self._budget)
+
+    def _move_legacy(self, legacy: Path, store: RocksDBPartitionStore) -> None:
+        """Copy a partition's database of an earlier version into its range, then delete
+        it. The copy is flushed first: a crash in between leaves the legacy database,
+        copied again on the next open (over a range wiped first)."""
+        store.wipe()
+        options = Options(raw_mode=True)
+        try:
+            old = Rdict(str(legacy), options)
+        except Exception as exc:  # rocksdict raises plain Exception
+            raise StateError(f"cannot open legacy RocksDB state at {legacy}: {exc}") from exc
+        try:
+            batch: dict[bytes, bytes | None] = {}
+            for key, value in old.items():
+                assert isinstance(key, bytes) and isinstance(value, bytes)  # raw mode
+                batch[key] = value
+                if len(batch) >= _MOVE_BATCH:
+                    store.commit(batch, Checkpoint())
+                    batch = {}
+            store.commit(batch, Checkpoint())
+        finally:
+            old.close()
+        store._open_db().flush()
+        shutil.rmtree(legacy)
+        with_topic = legacy.parent
+        if not any(with_topic.iterdir()):
+            with_topic.rmdir()

@@ -109,6 +109,10 @@ def test_the_catalog_password_comes_from_the_environment_and_stays_out_of_repr(
             "processor:\n  state_cache_mb: -1\n",
             "processor.state_cache_mb: must be 0 (no cache) or more",
         ),
+        (
+            "processor:\n  state_memory_mb: 8\n",
+            "processor.state_memory_mb: at least 16",
+        ),
         ("kafka: {bootstrap_servers: [\n", "not valid YAML"),
         ("- just\n- a list\n", "the top level must be a mapping"),
     ],

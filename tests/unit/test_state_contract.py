@@ -192,3 +192,48 @@ def test_rocksdb_state_after_a_kill_is_one_earlier_commit_whole(tmp_path: Path) 
 def test_rocksdb_refuses_a_topic_that_cannot_name_a_folder(tmp_path: Path) -> None:
     with pytest.raises(StateError, match="cannot name a state folder"):
         RocksDBBackend(tmp_path).open("../escape", 0)
+
+
+def test_partitions_wiped_and_listed_stay_in_their_own_range(tmp_path: Path) -> None:
+    """Every partition shares one database: a partition's keys, listing and wipe never
+    reach a neighbour's, even one whose topic name starts the same."""
+    backend = RocksDBBackend(tmp_path, 0)
+    stores = [backend.open(t, p) for t, p in (("t", 1), ("t", 2), ("t.x", 1), ("tt", 0))]
+    for i, store in enumerate(stores):
+        store.commit({b"k1": b"%d" % i, b"k2": b"%d" % i}, Checkpoint(i, i))
+    stores[1].wipe()
+    assert stores[1].get_many([b"k1", b"k2"]) == [None, None]
+    assert stores[1].checkpoint() == Checkpoint(None, None)
+    for i in (0, 2, 3):
+        assert stores[i].keys(b"k") == [b"k1", b"k2"]
+        assert stores[i].checkpoint() == Checkpoint(i, i)
+    assert stores[0].keys(b"", after=b"k1") == [b"k2"]
+    for store in stores:
+        store.close()
+    assert [p.name for p in tmp_path.iterdir()] == ["@rocksdb"]
+
+
+def test_state_of_a_database_per_partition_is_moved_into_the_shared_one(
+    tmp_path: Path,
+) -> None:
+    """State an earlier version kept in ``<root>/<topic>/<partition>`` is moved on first
+    open, with its checkpoint: an upgrade restores nothing from the changelog."""
+    from rocksdict import Options, Rdict
+
+    legacy = tmp_path / "orders" / "2"
+    legacy.parent.mkdir()
+    old = Rdict(str(legacy), Options(raw_mode=True))
+    for key in range(25_000):
+        old[b"k%06d" % key] = b"v%d" % key
+    old[b"\x00\x00checkpoint:input"] = (42).to_bytes(8, "big")
+    old[b"\x00\x00checkpoint:changelog"] = (7).to_bytes(8, "big")
+    old.close()
+    store = RocksDBBackend(tmp_path).open("orders", 2)
+    assert store.checkpoint() == Checkpoint(42, 7)
+    assert store.get_many([b"k000000", b"k024999"]) == [b"v0", b"v24999"]
+    assert len(store.keys(b"k")) == 25_000
+    assert not (tmp_path / "orders").exists()
+    store.close()
+    again = RocksDBBackend(tmp_path).open("orders", 2)
+    assert again.checkpoint() == Checkpoint(42, 7)
+    again.close()

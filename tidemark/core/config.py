@@ -221,6 +221,9 @@ class ProcessorConfig:
     #: this instance holds (0: none). A change whose key changed recently then reads its
     #: stored value from memory, not RocksDB.
     state_cache_mb: int = 64
+    #: Memory of the process's RocksDB database, which holds every partition's state:
+    #: half for its block cache, half for its two write buffers.
+    state_memory_mb: int = 128
     #: Address the web server binds: the management API, the console, ``/metrics`` and
     #: ``/health``; ``0.0.0.0`` where they are reached from outside (Kubernetes).
     web_host: str = "127.0.0.1"
@@ -656,6 +659,8 @@ def _check_ranges(config: Config) -> None:
         raise ConfigError("processor.offsets_write_abandoned_s: at least 6 (seconds)")
     if config.processor.state_cache_mb < 0:
         raise ConfigError("processor.state_cache_mb: must be 0 (no cache) or more")
+    if config.processor.state_memory_mb < 16:
+        raise ConfigError("processor.state_memory_mb: at least 16")
     if sink.snapshot_retention_hours < 0:
         raise ConfigError("sink.snapshot_retention_hours: must be 0 or more")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", sink.catalog_name):
