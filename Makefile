@@ -7,7 +7,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export NO_MKDOCS_2_WARNING := 1
 export DISABLE_MKDOCS_2_WARNING := true
 
-.PHONY: setup system-deps demo test unit integration sanitize lint docs bench chaos lifetime fidelity fuzz vendor lock sbom clean
+.PHONY: setup system-deps demo test unit integration sanitize lint docs bench chaos lifetime fidelity fuzz scale vendor lock sbom clean
 
 setup: system-deps $(VENV)/.installed $(VENV)/.compiled $(BIN)/promtool
 
@@ -149,6 +149,13 @@ FUZZ_SCALE ?= 50
 
 fuzz: setup
 	TIDEMARK_FUZZ_SCALE=$(FUZZ_SCALE) $(BIN)/python -m pytest -m fuzz -n 2
+
+# An estate of 500 tables over 2 processors with real Debezium (bench/scale.py): start-up,
+# failover, resources, latency under load and throughput. Writes bench/results/scale.json.
+TABLES ?= 500
+
+scale: setup
+	$(BIN)/python bench/scale.py --tables $(TABLES)
 
 # Quix Streams pins an older confluent-kafka, so it gets a virtualenv of its own.
 QUIX := .venv-quix
