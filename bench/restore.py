@@ -75,14 +75,17 @@ def fill(bootstrap: str, topic: str, keys: int, versions: int) -> int:
 
 def restore(bootstrap: str, topic: str, state_dir: Path) -> dict[str, Any]:
     """Restore every partition of ``topic`` into new stores, as a newly assigned instance does."""
+    from confluent_kafka.admin import AdminClient
+
     from state.changelog import Restorer
     from state.rocksdb import RocksDBBackend
     from tidemark.core.config import KafkaConfig
-    from tidemark.core.kafka import consumer_config
+    from tidemark.core.kafka import client_config, consumer_config
 
     backend = RocksDBBackend(state_dir)
     stores = {(topic, p): backend.open("bench.public.items", p) for p in range(PARTITIONS)}
-    restorer = Restorer(consumer_config(KafkaConfig(bootstrap_servers=bootstrap), "bench-restore"))
+    kafka = KafkaConfig(bootstrap_servers=bootstrap)
+    restorer = Restorer(consumer_config(kafka, "bench-restore"), AdminClient(client_config(kafka)))
     started, cpu = time.perf_counter(), time.process_time()
     restorer.add(stores)
     records = 0

@@ -25,7 +25,10 @@ runs the rest. Each step's crash window:
 5. commit the input offsets to Kafka: a crash before it replays the batch
    against a store whose checkpoint already covers it; its outputs are in
    Kafka, so it is not emitted again (a store restored from the changelog has
-   no checkpoint, and re-emits its equal versions).
+   no checkpoint, and re-emits its equal versions). A commit the group refuses
+   because it is rebalancing is the same case: the partitions move at the next
+   poll, and the batch is not failed (leaving the group would cost every
+   member one more rebalance).
 
 Every record of an input partition goes through the transactional producer
 of its slot (:mod:`processor.dataplane.writers`), one transaction a batch: a
@@ -48,7 +51,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from processor import metrics
 from processor.dataplane.positions import source_position
@@ -60,13 +64,24 @@ from state.store import Checkpoint, PartitionStore
 from tidemark.core.config import Config
 from tidemark.core.errors import InputError
 from tidemark.core.failpoints import Failpoint
-from tidemark.core.kafka import consumer_config, produce_waiting
+from tidemark.core.kafka import client_config, produce_waiting, watermarks
 from tidemark.core.record_auth import record_keys
-from tidemark.core.topics import dead_letter_topic, positions_topic, reader_group, signal_topic
+from tidemark.core.topics import dead_letter_topic, positions_topic, signal_topic
 
 log = logging.getLogger(__name__)
 
 Headers = list[tuple[str, str | bytes | None]]
+
+
+#: Offset commits a rebalance refuses: the member's generation is over.
+_REBALANCE_CODES = frozenset(
+    {KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION, KafkaError.REBALANCE_IN_PROGRESS}
+)
+
+
+def _rebalancing(exc: KafkaException) -> bool:
+    error = exc.args[0] if exc.args else None
+    return isinstance(error, KafkaError) and error.code() in _REBALANCE_CODES
 
 
 #: Seconds between two readings of a changelog partition's end (the checkpoint's position).
@@ -87,7 +102,7 @@ class Committer:
         self.signal_topic = signal_topic(pipeline)
         self._topic_prefix = config.source.topic_prefix
         #: Reads where changelog partitions end.
-        self._probe = Consumer(consumer_config(config.kafka, reader_group(pipeline, "commit")))
+        self._admin = AdminClient(client_config(config.kafka))
         #: Per input partition: when its changelog's end was last read.
         self._positions_read: dict[TopicPartitionKey, float] = {}
         self._record_keys = record_keys()
@@ -177,12 +192,10 @@ class Committer:
                 except BufferError:
                     produce_waiting(target.producer, changelog, value, key, on_delivery, partition)
         # Where each changelog goes, read before the commits: no other owner's records can
-        # be there yet (see _changelog_position).
-        positions = {
-            tp: self._changelog_position(tp)
-            for tp, state in batch.states.items()
-            if state.updates and tp in stores
-        }
+        # be there yet (see _changelog_positions).
+        positions = self._changelog_positions(
+            [tp for tp, state in batch.states.items() if state.updates and tp in stores]
+        )
         for target in opened.values():
             target.commit()
         self._after_flush.passed()
@@ -196,17 +209,24 @@ class Committer:
             store.commit(state.updates, Checkpoint(batch.next_offsets.get(tp), positions.get(tp)))
         # Step 5: the input offsets in Kafka.
         if batch.next_offsets:
-            consumer.commit(
-                offsets=[TopicPartition(t, p, o) for (t, p), o in batch.next_offsets.items()],
-                asynchronous=False,
-            )
+            try:
+                consumer.commit(
+                    offsets=[TopicPartition(t, p, o) for (t, p), o in batch.next_offsets.items()],
+                    asynchronous=False,
+                )
+            except KafkaException as exc:
+                if not _rebalancing(exc):
+                    raise
+                # As a crash before this step: the partitions move at the next poll, and
+                # their next owner replays the batch from the committed offsets.
+                log.info("input offsets not committed, the group is rebalancing: %s", exc)
         for (topic, partition), offset in batch.rewinds.items():
             rewind = TopicPartition(topic, partition, offset)
             consumer.pause([rewind])
             consumer.seek(rewind)
 
     def close(self) -> None:
-        self._probe.close()
+        """Nothing to release: the admin client goes with the object."""
 
     def _input_of(self, output: str) -> str:
         """The input topic whose output topic ``output`` is."""
@@ -216,9 +236,10 @@ class Committer:
             found = self._inputs[output]
         return found
 
-    def _changelog_position(self, tp: TopicPartitionKey) -> int | None:
-        """The end of ``tp``'s changelog, read at most every few seconds (``None``: not now;
-        the store keeps its last position, a lower bound).
+    def _changelog_positions(self, tps: list[TopicPartitionKey]) -> dict[TopicPartitionKey, int]:
+        """The end of each of ``tps``' changelogs, read at most every few seconds a partition,
+        all in one request (a partition left out: not now; its store keeps its last
+        position, a lower bound).
 
         It is read while the batch's transaction is open. If that transaction then
         commits, no other instance had been given the partition (its writer would have
@@ -228,11 +249,17 @@ class Committer:
         itself may lie above it (a reader sees up to the open transaction), and a restore
         reads it again."""
         now = time.monotonic()
-        if now - self._positions_read.get(tp, 0.0) < CHANGELOG_POSITION_EVERY:
-            return None
-        self._positions_read[tp] = now
-        changelog = TopicPartition(self._reconciler.topic(tp[0]).changelog, tp[1])
-        return int(self._probe.get_watermark_offsets(changelog, timeout=10)[1])
+        due = [
+            tp for tp in tps if now - self._positions_read.get(tp, 0.0) >= CHANGELOG_POSITION_EVERY
+        ]
+        if not due:
+            return {}
+        for tp in due:
+            self._positions_read[tp] = now
+        topic = self._reconciler.topic
+        asked = {TopicPartition(topic(t).changelog, p): (t, p) for t, p in due}
+        marks = watermarks(self._admin, list(asked))
+        return {asked[TopicPartition(c, p)]: high for (c, p), (_low, high) in marks.items()}
 
     def _record_positions(
         self, batch: Batch, writer: Callable[[TopicPartitionKey], SlotWriter]

@@ -58,7 +58,7 @@ class Partitions:
         #: Committed offsets of input partitions whose restored state has no checkpoint.
         self._committed: dict[TopicPartitionKey, int] = {}
         self._restorer = Restorer(
-            consumer_config(config.kafka, reader_group(self._pipeline, "restore"))
+            consumer_config(config.kafka, reader_group(self._pipeline, "restore")), admin
         )
         #: Whether the pipeline is paused: newly assigned or restored partitions stay paused.
         self._paused = paused
@@ -154,8 +154,8 @@ class Partitions:
 
     def release(self, partitions: list[TopicPartitionKey]) -> None:
         """Forget the state of input ``partitions``: they are no longer this instance's."""
+        self._restorer.remove([(self._reconciler.topic(t).changelog, p) for t, p in partitions])
         for tp in partitions:
-            self._restorer.remove(self._reconciler.topic(tp[0]).changelog, tp[1])
             store = self.stores.pop(tp, None)
             if store is not None:
                 store.close()
@@ -211,9 +211,11 @@ class Partitions:
 
     def restore_step(self, consumer: Consumer, subscribed: list[str]) -> None:
         """Apply changelog records for a bounded time; resume the partitions restored."""
-        sources = self._reconciler.topics.values()
+        inputs = {s.changelog: s.topic for s in self._reconciler.topics.values()}
+        reading = set(subscribed)
+        resumed: list[TopicPartition] = []
         for done in self._restorer.step():
-            input_topic = next((s.topic for s in sources if s.changelog == done.topic), None)
+            input_topic = inputs.get(done.topic)
             if input_topic is None:
                 continue
             metrics.RESTORE_RECORDS.labels(input_topic).inc(done.records)
@@ -225,13 +227,13 @@ class Partitions:
                 done.seconds,
             )
             if not self._reconciler.stopped((input_topic, done.partition)) and not self._paused():
-                consumer.resume(
-                    [
-                        TopicPartition(topic, done.partition)
-                        for topic in (input_topic, backfill_topic(self._pipeline, input_topic))
-                        if topic in subscribed
-                    ]
-                )
+                resumed += [
+                    TopicPartition(topic, done.partition)
+                    for topic in (input_topic, backfill_topic(self._pipeline, input_topic))
+                    if topic in reading
+                ]
+        if resumed:
+            consumer.resume(resumed)
         metrics.RESTORING_PARTITIONS.set(sum(1 for tp in self.stores if self.restoring(tp)))
 
     def reached(self, consumer: Consumer, tp: TopicPartitionKey) -> int:

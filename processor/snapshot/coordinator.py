@@ -386,11 +386,30 @@ class Coordinator:
             log.info("signal %s: %s", signal.request_id, type(signal).__name__)
         if isinstance(signal, ExecuteSnapshot) and signal.conditions:
             notes += self._check_filters(signal)
+        if isinstance(signal, ExecuteSnapshot):
+            self._make_topics(signal)
         if notes and isinstance(signal, PauseSnapshot):
             # Paused means quiet: the parts being read are recorded before PAUSED is sent.
             while self._workers.busy():
                 self._collect(1.0)
         self._persist(notes)
+
+    def _make_topics(self, signal: ExecuteSnapshot) -> None:
+        """Make the topics of the request's tables at once (one rebalance of the data
+        plane); a source that does not answer leaves it to each table's turn."""
+        state = self.state
+        assert state is not None
+        entries = [
+            e for e in state.tables if e.request_id == signal.request_id and e.status == QUEUED
+        ]
+        if not entries:
+            return
+        try:
+            self._tables.make_topics(entries, self._connected())
+        except SourceUnavailableError as exc:
+            log.warning(
+                "topics of request %s left to each table's turn: %s", signal.request_id, exc
+            )
 
     def _check_filters(self, signal: ExecuteSnapshot) -> list[Notification]:
         """Abort, as they arrive, the tables of ``signal`` whose filter is refused."""

@@ -90,6 +90,50 @@ class TableChecks:
         #: Tables whose columns changed under their backfill: what they were before.
         self._changed_from: dict[tuple[str, str], TableInfo] = {}
 
+    def make_topics(self, entries: list[TableProgress], reader: ChunkReader) -> None:
+        """Make the topics of a request's tables at once: the change topics of those
+        Debezium has not written to yet (captured tables the pipeline reads, each of the
+        partitions of another table's topic, as :meth:`prepare` makes one) and every
+        table's backfill topic. The data plane then subscribes to all of them in one
+        rebalance, where making each when its table's turn comes cost one rebalance a
+        table. A table that cannot be backfilled is left to :meth:`prepare`, which
+        refuses it with its reason."""
+        prefix = self._config.source.topic_prefix
+        inputs = re.compile(self._config.input_pattern())
+        topics = {
+            e.table: change_topic(prefix, e.table)
+            for e in entries
+            if inputs.fullmatch(change_topic(prefix, e.table))
+        }
+        counts = partition_counts(self._admin, list(topics.values()))
+        missing = []
+        for entry in entries:
+            topic = topics.get(entry.table)
+            if topic is None or topic in counts:
+                continue
+            try:
+                if reader.table_info(entry.table, entry.surrogate_key).captured:
+                    missing.append(topic)
+            except ChunkError:
+                continue
+        replication = self._config.kafka.replication_factor
+        if missing:
+            sibling = self._sibling_event(missing[0])
+            if sibling is not None:
+                ensure_topics(self._admin, dict.fromkeys(missing, sibling.partitions), replication)
+                counts.update(dict.fromkeys(missing, sibling.partitions))
+                log.info(
+                    "created %d change topics (%d partitions, as %s) for tables with no event yet",
+                    len(missing),
+                    sibling.partitions,
+                    sibling.topic,
+                )
+        pipeline = self._config.processor.pipeline
+        backfills = {backfill_topic(pipeline, t): counts[t] for t in topics.values() if t in counts}
+        if backfills:
+            kafka = self._config.kafka
+            ensure_topics(self._admin, backfills, replication, config=queue_topic_config(kafka))
+
     def prepare(self, entry: TableProgress, reader: ChunkReader) -> PreparedTable:
         """Check that ``entry``'s table can be backfilled and learn how its events look."""
         found = self._prepared.get((entry.table, entry.request_id))

@@ -44,7 +44,8 @@ def test_a_changelog_whose_stable_offset_is_held_back_is_restored_not_wiped(
     dead = Producer(producer_config(config.kafka, **{"transactional.id": "tests-held-changelog"}))
     dead.init_transactions(TRANSACTION_TIMEOUT)
     dead.begin_transaction()
-    restorer = Restorer(consumer_config(config.kafka, "tests-restore"))
+    admin = AdminClient(client_config(config.kafka))
+    restorer = Restorer(consumer_config(config.kafka, "tests-restore"), admin)
     try:
         dead.produce(topic, b"v10", b"k10", 0)  # a writer that died inside its transaction
         assert dead.flush(30) == 0

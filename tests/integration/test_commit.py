@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
 from processor.dataplane.commit import Committer
@@ -75,6 +75,39 @@ def test_no_changelog_record_is_durable_before_the_batchs_outputs(stack: DevStac
     finally:
         consumer.close()
         committer.close()
+
+
+class RebalancingConsumer:
+    """A group member whose offset commit Kafka refuses: the group rebalanced under it."""
+
+    def commit(self, **_kwargs: Any) -> None:
+        raise KafkaException(KafkaError(KafkaError.UNKNOWN_MEMBER_ID, "Broker: Unknown member"))
+
+
+def test_an_offset_commit_refused_by_a_rebalance_does_not_fail_the_batch(stack: DevStack) -> None:
+    """A batch that ends as the group rebalances has its outputs and state in, only its
+    offsets refused: the partitions move at the next poll, and their next owner replays
+    from the committed offsets (equal versions). Failing the turn made the instance leave
+    the group, one more rebalance for every member; at 1,000 partitions it happened on
+    every rebalance."""
+    config = stack.config
+    name = f"rebal{uuid.uuid4().hex[:8]}"
+    committer, topic = committer_of(config, name, "debezium-upsert", 1)
+    tp = (topic.topic, 0)
+    writers = {tp: SlotWriter(config, (1, 0))}
+    store = MemoryPartitionStore()
+    batch = Batch()
+    batch.records.append((topic.output, 0, b'{"id":1}', b'{"after":{"id":1}}'))
+    state = batch.states[tp] = BatchState(store)
+    state.put(b"a", b"1")
+    batch.next_offsets[tp] = 7
+    try:
+        committer.commit(batch, {tp: store}, writers, RebalancingConsumer())  # type: ignore[arg-type]
+        assert store.checkpoint().input_offset == 7
+        assert [r.key for r in read_topic(config, topic.output)] == [b'{"id":1}']
+    finally:
+        committer.close()
+        writers[tp].close()
 
 
 def change_event(table: str, op: str, name: str, txid: int | None, key: int = 1) -> bytes:

@@ -14,13 +14,22 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    IsolationLevel,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
     NewTopic,
+    OffsetSpec,
 )
 
 from tidemark.core.config import KafkaConfig
@@ -335,8 +344,32 @@ _POLL_S = 0.02
 _DRAIN_S = 0.5
 
 
+def watermarks(
+    admin: AdminClient,
+    partitions: list[TopicPartition],
+    committed: bool = True,
+    timeout: float = 10.0,
+) -> dict[tuple[str, int], tuple[int, int]]:
+    """Each partition's low and high watermark (``committed``: the high one a
+    ``read_committed`` consumer sees), in two requests for all of them: a consumer's
+    ``get_watermark_offsets`` asks once a partition, and an instance holding 1,500
+    partitions waited seconds for them on a busy broker."""
+    if not partitions:
+        return {}
+    level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+    found: dict[str, dict[tuple[str, int], int]] = {}
+    for name, spec in (("low", OffsetSpec.earliest()), ("high", OffsetSpec.latest())):
+        asked = {TopicPartition(tp.topic, tp.partition): spec for tp in partitions}
+        futures = admin.list_offsets(asked, isolation_level=level, request_timeout=timeout)
+        found[name] = {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+    return {tp: (found["low"][tp], high) for tp, high in found["high"].items()}
+
+
 def exact_end_offsets(
-    consumer: Consumer, partitions: list[TopicPartition], timeout: float = 10.0
+    consumer: Consumer,
+    partitions: list[TopicPartition],
+    timeout: float = 10.0,
+    marks: Mapping[tuple[str, int], tuple[int, int]] | None = None,
 ) -> dict[tuple[str, int], int]:
     """The offset after the last readable message of each partition.
 
@@ -347,12 +380,16 @@ def exact_end_offsets(
     On Apache Kafka this returns the high watermark. Where transactions wrote, the
     last offset may hold a commit marker, which no reader is given: the consumer's
     position, past it, says where the partition ends. ``consumer`` is reassigned:
-    give it a consumer of its own.
+    give it a consumer of its own. ``marks``: the partitions' :func:`watermarks` for
+    ``consumer``'s isolation level, when known.
     """
     ends: dict[tuple[str, int], int] = {}
     starts = []
     for tp in partitions:
-        low, high = consumer.get_watermark_offsets(tp, timeout=10)
+        if marks is None:
+            low, high = consumer.get_watermark_offsets(tp, timeout=10)
+        else:
+            low, high = marks[(tp.topic, tp.partition)]
         ends[(tp.topic, tp.partition)] = high
         if high > max(low, 0):
             starts.append(TopicPartition(tp.topic, tp.partition, high - 1))
@@ -505,20 +542,26 @@ def newest_by_key(
 
 
 def ends_past_stable(
-    consumer: Consumer, stable: dict[tuple[str, int], int]
+    consumer: Consumer,
+    stable: dict[tuple[str, int], int],
+    marks: Mapping[tuple[str, int], tuple[int, int]] | None = None,
 ) -> dict[tuple[str, int], int]:
     """The ends of the partitions whose records go past their ``stable`` end (a
     ``read_committed`` reader's, from :func:`exact_end_offsets`): a transaction still
     open, or one the embedded broker never closes. ``consumer`` reads
-    ``read_uncommitted`` and is reassigned; the other partitions are left out."""
-    above = [
-        TopicPartition(topic, partition)
-        for (topic, partition), end in stable.items()
-        if consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1] > end
-    ]
+    ``read_uncommitted`` and is reassigned; the other partitions are left out.
+    ``marks``: the partitions' ``read_uncommitted`` :func:`watermarks`, when known."""
+
+    def high(topic: str, partition: int) -> int:
+        if marks is not None:
+            return marks[(topic, partition)][1]
+        return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1])
+
+    above = [TopicPartition(t, p) for (t, p), end in stable.items() if high(t, p) > end]
     if not above:
         return {}
-    return {tp: end for tp, end in exact_end_offsets(consumer, above).items() if end > stable[tp]}
+    found = exact_end_offsets(consumer, above, marks=marks)
+    return {tp: end for tp, end in found.items() if end > stable[tp]}
 
 
 def read_range(
