@@ -391,11 +391,14 @@ def tidemark(
             "TIDEMARK_PROCESSOR__FUSED_PATHS": "true" if fused else "false",
         },
     )
-    plane = DataPlane(config, RocksDBBackend(
-        state_dir,
-        config.processor.state_cache_mb << 20,
-        config.processor.state_memory_mb << 20,
-    ))
+    plane = DataPlane(
+        config,
+        RocksDBBackend(
+            state_dir,
+            config.processor.state_cache_mb << 20,
+            config.processor.state_memory_mb << 20,
+        ),
+    )
     thread = threading.Thread(target=plane.run, daemon=True)
     thread.start()
     probe = Consumer(_consumer_settings(bootstrap, plane.group))

@@ -1047,6 +1047,36 @@ def test_a_table_with_no_event_yet_is_backfilled_as_debezium_would_write_it(
         )
 
 
+def test_the_topics_of_a_whole_request_are_made_at_once(stack: DevStack) -> None:
+    """A request for tables with no topic yet (never streamed) makes every one of their
+    change and backfill topics when it arrives: the data plane subscribes to them all in
+    one rebalance, not one a table while each waits for the one before."""
+    # Each table takes 3 s, so one topic a table would reach the data plane in turns.
+    config = tiny_chunks(stack, "bulk", "read-only", rows_per_second=10)
+    uncaptured_table(config, "iso_bulk_other", 0)  # another table's event: one row
+    names = [f"iso_bulk_t{i}" for i in range(4)]
+    for name in names:
+        uncaptured_table(config, name, 30, streamed_row=False)
+    processor = Processor(stack, config, "bulk-processor").start()
+    try:
+        wait_for("the coordinator", lambda: leading(processor))
+        wait_for("the first subscription", lambda: "input topics: " in processor.log.read_text())
+        before = processor.log.read_text().count("input topics: ")
+        tables = [f"public.{n}" for n in names]
+        cli(processor, "snapshot", "start", *tables, "--id", "bulk-1")
+        wait_for("the backfill", lambda: notified(config, "COMPLETED", "bulk-1"), timeout=180)
+        assert not notified(config, "ABORTED", "bulk-1"), processor.log.read_text()[-2000:]
+        changes = processor.log.read_text().split("input topics: ")[before + 1 :]
+        assert changes, "no subscription change"
+        first = changes[0].splitlines()[0]
+        assert all(f"public.{n}," in first or first.endswith(f"public.{n}") for n in names), first
+        wait_caught_up(config)
+        for name in names:
+            assert final_rows(reconciled(config, name)) == source_rows(config, name)
+    finally:
+        processor.stop()
+
+
 class ToastWriter(Writer):
     """Updates that leave the TOASTed ``doc`` untouched (Debezium sends its placeholder
     under REPLICA IDENTITY DEFAULT), now and then a new ``doc``, a delete or a new row."""
