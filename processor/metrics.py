@@ -96,6 +96,10 @@ BATCH_SECONDS = Histogram(
 ASSIGNED_PARTITIONS = Gauge(
     "tidemark_assigned_partitions", "Input partitions owned by this instance"
 )
+BATCH_LIMIT = Gauge(
+    "tidemark_batch_limit",
+    "Records the data plane takes a batch: processor.batch_size, less after slow batches",
+)
 PRODUCERS = Gauge(
     "tidemark_dataplane_producers",
     "Transactional producers of the data plane: one per partition slot owned",

@@ -24,6 +24,7 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processor import metrics
+from processor.dataplane.batch_limit import next_batch_limit
 from processor.dataplane.commit import Committer
 from processor.dataplane.partitioner_watch import PartitionerWatch
 from processor.dataplane.partitions import Partitions
@@ -93,6 +94,11 @@ class DataPlane:
             lambda topic: self.partitions.partition_counts.get(topic, 0),
             self._backfill,
         )
+        #: Records a batch takes now (:mod:`processor.dataplane.batch_limit`), and the time a
+        #: batch may take before the limit is cut.
+        self._batch_limit = config.processor.batch_size
+        self._batch_budget = config.kafka.max_poll_interval_ms / 1000 / 4
+        metrics.BATCH_LIMIT.set(self._batch_limit)
         self._chunk_tags = ChunkTags()
         self._record_keys = record_keys()
         self._subscribed: list[str] = []
@@ -183,7 +189,7 @@ class DataPlane:
             self._next_discovery = now + 5.0
         restoring = self.partitions.busy
         timeout = 0.01 if restoring else self.config.processor.batch_timeout_ms / 1000
-        messages = consumer.consume(self.config.processor.batch_size, timeout)
+        messages = consumer.consume(self._batch_limit, timeout)
         self._callback_errors.raise_pending()
         if now >= self._next_ask_check:
             self._next_ask_check = now + 1.0
@@ -198,7 +204,15 @@ class DataPlane:
             self._decided.passed()
             self._committer.commit(batch, partitions.stores, partitions.writers.of, consumer)
             self._replays.resume(consumer, self._held)
-            metrics.BATCH_SECONDS.observe(time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            metrics.BATCH_SECONDS.observe(seconds)
+            limit = next_batch_limit(
+                self._batch_limit, seconds, self._batch_budget, self.config.processor.batch_size
+            )
+            if limit != self._batch_limit:
+                log.info("batch limit %d records (the last batch took %.1f s)", limit, seconds)
+                self._batch_limit = limit
+                metrics.BATCH_LIMIT.set(limit)
         if self.partitions.busy:
             self.partitions.restore_step(consumer, self._subscribed)
         if now >= self._next_lag:

@@ -234,6 +234,7 @@ class Partitions:
                 ]
         if resumed:
             consumer.resume(resumed)
+            log.info("resumed %d partitions restored", len(resumed))
         metrics.RESTORING_PARTITIONS.set(sum(1 for tp in self.stores if self.restoring(tp)))
 
     def reached(self, consumer: Consumer, tp: TopicPartitionKey) -> int:
