@@ -171,6 +171,11 @@ def wait(what: str, check: Any, timeout: float) -> float:
 
 def caught_up(config: Config, topics: list[str]) -> bool:
     """Whether the data plane's committed offsets reach every input partition's end."""
+    return not behind(config, topics)
+
+
+def behind(config: Config, topics: list[str]) -> list[str]:
+    """The input partitions whose committed offset is short of their end."""
     tps = [TopicPartition(t, p) for t in topics for p in range(PARTITIONS)]
     client = client_config(config.kafka)
     probe = Consumer({**client, "group.id": dataplane_group(config.processor.pipeline)})
@@ -179,7 +184,11 @@ def caught_up(config: Config, topics: list[str]) -> bool:
         committed = probe.committed(tps, timeout=30)
     finally:
         probe.close()
-    return all(max(c.offset, 0) >= ends[(c.topic, c.partition)] for c in committed)
+    return [
+        f"{c.topic}[{c.partition}]"
+        for c in committed
+        if max(c.offset, 0) < ends[(c.topic, c.partition)]
+    ]
 
 
 # -- the source ----------------------------------------------------------------------
@@ -400,76 +409,99 @@ def main() -> None:
             start(stack, pipeline(stack, "scale", pattern, i), f"scale-{i}")
             for i in range(args.instances)
         ]
-        config = instances[0].config
-        total = args.tables * PARTITIONS
-
-        def assigned() -> int:
-            return sum(int(i.health().get("assigned_partitions", 0)) for i in instances)
-
-        started = time.monotonic()
-        results["assigned_s"] = round(wait("the assignment", lambda: assigned() == total, 600), 1)
-        wait("the first rows", lambda: caught_up(config, topics), 600)
-        results["start_s"] = round(time.monotonic() - started, 1)
-        results["after_start"] = {i.name: proc_status(i.pid) for i in instances}
-        print(f"start: {results['start_s']} s; {results['after_start']}", flush=True)
-
-        since = int(time.time() * 1000)
-        with Changes(stack.config, names, args.rate) as changes:
-            time.sleep(args.seconds)
-        measured = time.monotonic()
-        wait_debezium(stack.config, source_lsn(stack.config))
-        wait("the load's outputs", lambda: caught_up(config, topics), 600)
-        found = latencies(config, topics, since)
-        results["load"] = {
-            "changes": changes.done,
-            "seconds": args.seconds,
-            "changes_per_s": round(changes.done / args.seconds),
-            "drained_after_s": round(time.monotonic() - measured, 1),
-        }
-        results["latency_s"] = {
-            "records": len(found),
-            "p50": percentile(found, 0.5),
-            "p90": percentile(found, 0.9),
-            "p99": percentile(found, 0.99),
-            "mean": round(statistics.fmean(found), 3),
-        }
-        results["after_load"] = {i.name: proc_status(i.pid) for i in instances}
-        print(f"load: {results['load']}; latency {results['latency_s']}", flush=True)
-
-        if len(instances) > 1:
-            victim, survivor = instances[0], instances[1]
-            with Changes(stack.config, names, min(args.rate, 500)):
-                time.sleep(3)
-                os.killpg(victim.pid, signal.SIGKILL)
-                killed = time.monotonic()
-                with contextlib.suppress(ChildProcessError):
-                    os.waitpid(victim.pid, 0)
-                assert not pid_alive(victim.pid)
-                stack.stop_process(victim.name)
-                took = wait(
-                    "the survivor's assignment",
-                    lambda: survivor.health().get("assigned_partitions") == total,
-                    600,
-                )
-                results["failover_assigned_s"] = round(took, 1)
-            wait("the survivor's outputs", lambda: caught_up(config, topics), 600)
-            results["failover_s"] = round(time.monotonic() - killed, 1)
-            results["survivor"] = proc_status(survivor.pid)
-            print(f"failover: {results['failover_s']} s; {results['survivor']}", flush=True)
-        for instance in instances:
-            stack.stop_process(instance.name)
-
-        many = drain(stack, "many", names, args.events)
-        one = drain(stack, "one", ["scale_one"], args.events)
-        results["throughput"] = {
-            "many_tables": many,
-            "one_table": one,
-            "ratio": round(many["events_per_s"] / one["events_per_s"], 2),
-        }
-        print(f"throughput: {results['throughput']}", flush=True)
+        try:
+            measure(stack, args, names, topics, instances, results)
+        except RuntimeError as exc:
+            # What was measured stands; the phase that failed is said, with the partitions
+            # whose committed offsets stayed short of their ends.
+            stuck = behind(instances[0].config, topics)
+            results["failed"] = {"error": str(exc), "partitions_behind": len(stuck)}
+            results["failed"]["examples"] = stuck[:10]
+            results["at_failure"] = {
+                i.name: proc_status(i.pid) for i in instances if pid_alive(i.pid)
+            }
+            print(f"failed: {results['failed']}", flush=True)
     finally:
         stack.down()
     write_results("scale", [results], targets=TARGETS, met=met(results))
+
+
+def measure(
+    stack: DevStack,
+    args: argparse.Namespace,
+    names: list[str],
+    topics: list[str],
+    instances: list[Instance],
+    results: dict[str, Any],
+) -> None:
+    """Start-up, load, failover and throughput, each figure into ``results`` as measured."""
+    config = instances[0].config
+    total = len(topics) * PARTITIONS
+
+    def assigned() -> int:
+        return sum(int(i.health().get("assigned_partitions", 0)) for i in instances)
+
+    started = time.monotonic()
+    results["assigned_s"] = round(wait("the assignment", lambda: assigned() == total, 600), 1)
+    wait("the first rows", lambda: caught_up(config, topics), 300)
+    results["start_s"] = round(time.monotonic() - started, 1)
+    results["after_start"] = {i.name: proc_status(i.pid) for i in instances}
+    print(f"start: {results['start_s']} s; {results['after_start']}", flush=True)
+
+    since = int(time.time() * 1000)
+    with Changes(stack.config, names, args.rate) as changes:
+        time.sleep(args.seconds)
+    measured = time.monotonic()
+    wait_debezium(stack.config, source_lsn(stack.config))
+    wait("the load's outputs", lambda: caught_up(config, topics), 300)
+    found = latencies(config, topics, since)
+    results["load"] = {
+        "changes": changes.done,
+        "seconds": args.seconds,
+        "changes_per_s": round(changes.done / args.seconds),
+        "drained_after_s": round(time.monotonic() - measured, 1),
+    }
+    results["latency_s"] = {
+        "records": len(found),
+        "p50": percentile(found, 0.5),
+        "p90": percentile(found, 0.9),
+        "p99": percentile(found, 0.99),
+        "mean": round(statistics.fmean(found), 3),
+    }
+    results["after_load"] = {i.name: proc_status(i.pid) for i in instances}
+    print(f"load: {results['load']}; latency {results['latency_s']}", flush=True)
+
+    if len(instances) > 1:
+        victim, survivor = instances[0], instances[1]
+        with Changes(stack.config, names, min(args.rate, 500)):
+            time.sleep(3)
+            os.killpg(victim.pid, signal.SIGKILL)
+            killed = time.monotonic()
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(victim.pid, 0)
+            assert not pid_alive(victim.pid)
+            stack.stop_process(victim.name)
+            took = wait(
+                "the survivor's assignment",
+                lambda: survivor.health().get("assigned_partitions") == total,
+                600,
+            )
+            results["failover_assigned_s"] = round(took, 1)
+        wait("the survivor's outputs", lambda: caught_up(config, topics), 300)
+        results["failover_s"] = round(time.monotonic() - killed, 1)
+        results["survivor"] = proc_status(survivor.pid)
+        print(f"failover: {results['failover_s']} s; {results['survivor']}", flush=True)
+    for instance in instances:
+        stack.stop_process(instance.name)
+
+    many = drain(stack, "many", names, args.events)
+    one = drain(stack, "one", ["scale_one"], args.events)
+    results["throughput"] = {
+        "many_tables": many,
+        "one_table": one,
+        "ratio": round(many["events_per_s"] / one["events_per_s"], 2),
+    }
+    print(f"throughput: {results['throughput']}", flush=True)
 
 
 if __name__ == "__main__":

@@ -259,16 +259,32 @@ class Partitions:
         if not self.stores:
             return
         assigned = [TopicPartition(t, p) for t, p in self.stores]
-        for tp in consumer.position(assigned):
+        positions = consumer.position(assigned)
+        # A partition not read since it was assigned has no position: its committed offset
+        # says where it is (asked for all of them at once).
+        unread = [tp for tp in positions if tp.offset < 0]
+        committed = {
+            (tp.topic, tp.partition): tp.offset
+            for tp in (consumer.committed(unread, timeout=10) if unread else [])
+        }
+        for tp in positions:
             try:
-                _low, high = consumer.get_watermark_offsets(tp, cached=True)
+                low, high = consumer.get_watermark_offsets(tp, cached=True)
             except KafkaException:
                 continue
             if high < 0:
                 continue
-            position = tp.offset if tp.offset >= 0 else high
-            metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(max(0, high - position))
+            lag = lag_of(tp.offset, committed.get((tp.topic, tp.partition), -1), low, high)
+            metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(lag)
 
     def close(self) -> None:
         """Release the restore consumers."""
         self._restorer.close()
+
+
+def lag_of(position: int, committed: int, low: int, high: int) -> int:
+    """Records of a partition not read yet: from its position, or for a partition not read
+    since it was assigned, from its committed offset (the earliest when none: the data
+    plane reads from the start). A partition never read counted as caught up before."""
+    start = position if position >= 0 else committed if committed >= 0 else max(low, 0)
+    return max(0, high - start)

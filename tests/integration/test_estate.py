@@ -13,6 +13,7 @@ from confluent_kafka.admin import AdminClient
 from tests.integration.processes import Processor, metric, pipeline_config, read_topic, wait_for
 from tests.integration.test_commit import change_event
 from tests.integration.test_recovery import other_instance
+from tidemark.cli.verify import wait_caught_up
 from tidemark.core.kafka import Acknowledgements, client_config, ensure_topics
 from tidemark.core.topics import output_topic
 from tidemark.devstack.stack import DevStack
@@ -90,4 +91,35 @@ def test_producers_and_threads_do_not_grow_with_the_partitions_owned(stack: DevS
             assert "fenced" not in instance.log.read_text()
     finally:
         first.stop()
+        second.stop()
+
+
+def test_every_partition_restored_at_once_is_read_again(stack: DevStack) -> None:
+    """An instance crashes with a batch's changelog in Kafka and no offsets committed (a
+    failpoint after its transactions' commit); another, with no local state, restores
+    every one of the 48 partitions and must then read each again, and what follows."""
+    config = pipeline_config(stack, "restall")
+    prefix = config.source.topic_prefix
+    topics = [f"{prefix}.public.iso_restall_t{i:02d}" for i in range(TABLES)]
+    ensure_topics(AdminClient(client_config(config.kafka)), dict.fromkeys(topics, 3), 1)
+    producer = Producer(client_config(config.kafka))
+    acks = Acknowledgements(producer)
+
+    def send(version: int) -> None:
+        for topic in topics:
+            for partition in range(PARTITIONS):
+                key = partition + 10 * version
+                value = change_event(topic.rsplit(".", 1)[1], "c", f"v{version}", version, key)
+                producer.produce(
+                    topic, value, orjson.dumps({"id": key}), partition, acks.on_delivery
+                )
+        acks.wait("test changes")
+
+    send(1)
+    Processor(stack, config, "restall-a").start(failpoint="after-flush:1", healthy=False).crashed()
+    second = Processor(stack, other_instance(config, "b"), "restall-b").start()
+    try:
+        send(2)
+        wait_caught_up(config, timeout=120)
+    finally:
         second.stop()

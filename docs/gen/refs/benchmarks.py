@@ -336,6 +336,7 @@ RENDERERS: dict[str, tuple[str, Renderer]] = {
     "console": ("The console", _console),
     "chaos": ("The chaos run", _generic),
     "lifetime": ("The lifetime run", _generic),
+    "scale": ("An estate of tables", _generic),
     "fidelity": ("Value fidelity", _fidelity),
     "compare": ("Comparison", _compare),
     "test_time": ("Test time", _test_time),
