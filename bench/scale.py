@@ -55,6 +55,7 @@ from psycopg import sql  # noqa: E402
 
 from tidemark.cli.verify import source_lsn, wait_debezium  # noqa: E402
 from tidemark.core.config import Config, ProcessorConfig, dump_config  # noqa: E402
+from tidemark.core.errors import TidemarkError  # noqa: E402
 from tidemark.core.kafka import (  # noqa: E402
     Acknowledgements,
     client_config,
@@ -82,7 +83,12 @@ TARGETS = {
 
 def met(results: dict[str, Any]) -> dict[str, bool]:
     """Whether each target is met (per instance figures: the worst instance's)."""
-    statuses = [*results.get("after_start", {}).values(), *results.get("after_load", {}).values()]
+    statuses = [
+        status
+        for phase in ("after_start", "after_load")
+        for name, status in results.get(phase, {}).items()
+        if name.startswith("scale-")
+    ]
     if "survivor" in results:
         statuses.append(results["survivor"])
     figures = {
@@ -110,17 +116,31 @@ def met(results: dict[str, Any]) -> dict[str, bool]:
 
 
 def proc_status(pid: int) -> dict[str, float]:
-    """Threads, file descriptors, resident and peak memory (MB) of ``pid``."""
+    """CPU seconds so far, threads, file descriptors, resident and peak memory (MB) of
+    ``pid``."""
     fields = {}
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         name, _, value = line.partition(":")
         fields[name] = value.split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return {
+        "cpu_s": round((int(stat[11]) + int(stat[12])) / ticks, 1),
         "threads": int(fields["Threads"][0]),
         "fds": len(os.listdir(f"/proc/{pid}/fd")),
         "rss_mb": round(int(fields["VmRSS"][0]) / 1024, 1),
         "peak_rss_mb": round(int(fields["VmHWM"][0]) / 1024, 1),
     }
+
+
+def statuses(stack: DevStack, instances: list[Instance]) -> dict[str, dict[str, float]]:
+    """:func:`proc_status` of each live processor, the broker and Debezium."""
+    found = {i.name: proc_status(i.pid) for i in instances if pid_alive(i.pid)}
+    for name in ("broker", "debezium"):
+        pid = stack.process_pid(name)
+        if pid is not None and pid_alive(pid):
+            found[name] = proc_status(pid)
+    return found
 
 
 @dataclasses.dataclass
@@ -411,7 +431,7 @@ def main() -> None:
         ]
         try:
             measure(stack, args, names, topics, instances, results)
-        except RuntimeError as exc:
+        except (RuntimeError, TidemarkError) as exc:
             # What was measured stands; the phase that failed is said, with the partitions
             # whose committed offsets stayed short of their ends.
             stuck = behind(instances[0].config, topics)
@@ -445,14 +465,14 @@ def measure(
     results["assigned_s"] = round(wait("the assignment", lambda: assigned() == total, 600), 1)
     wait("the first rows", lambda: caught_up(config, topics), 300)
     results["start_s"] = round(time.monotonic() - started, 1)
-    results["after_start"] = {i.name: proc_status(i.pid) for i in instances}
+    results["after_start"] = statuses(stack, instances)
     print(f"start: {results['start_s']} s; {results['after_start']}", flush=True)
 
     since = int(time.time() * 1000)
     with Changes(stack.config, names, args.rate) as changes:
         time.sleep(args.seconds)
     measured = time.monotonic()
-    wait_debezium(stack.config, source_lsn(stack.config))
+    wait_debezium(stack.config, source_lsn(stack.config), timeout=600)
     wait("the load's outputs", lambda: caught_up(config, topics), 300)
     found = latencies(config, topics, since)
     results["load"] = {
@@ -468,7 +488,7 @@ def measure(
         "p99": percentile(found, 0.99),
         "mean": round(statistics.fmean(found), 3),
     }
-    results["after_load"] = {i.name: proc_status(i.pid) for i in instances}
+    results["after_load"] = statuses(stack, instances)
     print(f"load: {results['load']}; latency {results['latency_s']}", flush=True)
 
     if len(instances) > 1:

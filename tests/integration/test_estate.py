@@ -6,13 +6,17 @@ test is about the data plane alone (the ``make scale`` benchmark runs real Debez
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import orjson
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from tests.integration.processes import Processor, metric, pipeline_config, read_topic, wait_for
 from tests.integration.test_commit import change_event
-from tests.integration.test_recovery import other_instance
+from tests.integration.test_recovery import other_instance, stopped
 from tidemark.cli.verify import wait_caught_up
 from tidemark.core.kafka import Acknowledgements, client_config, ensure_topics
 from tidemark.core.topics import output_topic
@@ -123,3 +127,40 @@ def test_every_partition_restored_at_once_is_read_again(stack: DevStack) -> None
         wait_caught_up(config, timeout=120)
     finally:
         second.stop()
+
+
+def test_partitions_restored_after_a_stall_are_read_again(stack: DevStack) -> None:
+    """An instance stalls (SIGSTOP) with its first batch decided, past the poll deadline;
+    it then commits the batch (its offsets refused: the group moved on), leaves, joins
+    again and restores the partitions whose changelog the batch wrote. Every partition
+    must be read again, and what follows. At 500 tables the partitions restored this
+    way were never read again."""
+    config = pipeline_config(stack, "stall")
+    prefix = config.source.topic_prefix
+    topics = [f"{prefix}.public.iso_stall_t{i:02d}" for i in range(TABLES)]
+    ensure_topics(AdminClient(client_config(config.kafka)), dict.fromkeys(topics, 3), 1)
+    producer = Producer(client_config(config.kafka))
+    acks = Acknowledgements(producer)
+
+    def send(version: int) -> None:
+        for topic in topics:
+            for partition in range(PARTITIONS):
+                key = partition + 10 * version
+                value = change_event(topic.rsplit(".", 1)[1], "c", f"v{version}", version, key)
+                producer.produce(
+                    topic, value, orjson.dumps({"id": key}), partition, acks.on_delivery
+                )
+        acks.wait("test changes")
+
+    send(1)
+    first = Processor(stack, config, "stall-a")
+    try:
+        first.start(failpoint="batch-decided:1:stop", healthy=False)
+        wait_for("the stall", lambda: stopped(first.pid))
+        time.sleep(15)  # past max.poll.interval.ms: the group takes the partitions away
+        os.kill(first.pid, signal.SIGCONT)
+        wait_for("the rejoin", lambda: "data plane: Kafka unreachable" in first.log.read_text())
+        send(2)
+        wait_caught_up(config, timeout=120)
+    finally:
+        first.stop()
