@@ -255,7 +255,9 @@ class Partitions:
         return max(position, known)
 
     def update_lag(self, consumer: Consumer) -> None:
-        """Export each owned partition's lag behind its end."""
+        """Export each owned partition's lag behind its end, and resume again those with
+        records waiting that were not read since they were assigned
+        (:meth:`_resume_unread`)."""
         if not self.stores:
             return
         assigned = [TopicPartition(t, p) for t, p in self.stores]
@@ -267,6 +269,7 @@ class Partitions:
             (tp.topic, tp.partition): tp.offset
             for tp in (consumer.committed(unread, timeout=10) if unread else [])
         }
+        waiting: list[TopicPartition] = []
         for tp in positions:
             try:
                 low, high = consumer.get_watermark_offsets(tp, cached=True)
@@ -276,6 +279,33 @@ class Partitions:
                 continue
             lag = lag_of(tp.offset, committed.get((tp.topic, tp.partition), -1), low, high)
             metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(lag)
+            if tp.offset < 0 and lag > 0:
+                waiting.append(TopicPartition(tp.topic, tp.partition))
+        self._resume_unread(consumer, waiting)
+
+    def _resume_unread(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Resume input ``partitions`` (records waiting, none read since their assignment)
+        and their backfill partitions, but those held back.
+
+        librdkafka (2.16) drops a resume issued while a newly assigned partition still
+        waits for its committed offset ("Not resuming stopped ... state none" in its
+        debug log), and the partition stays paused: at 500 tables on a busy broker,
+        partitions whose state was restored within a second of their assignment were
+        never read again. A resume makes a reading partition fetch again what it had
+        fetched, so only partitions with no position are resumed again, each time the
+        lag is read."""
+        if not partitions or self._paused():
+            return
+        held = {(p.topic, p.partition) for p in self.held(partitions)}
+        inputs = [p for p in partitions if (p.topic, p.partition) not in held]
+        if not inputs:
+            return
+        assigned = {(p.topic, p.partition) for p in consumer.assignment()}
+        backfills = [
+            TopicPartition(backfill_topic(self._pipeline, p.topic), p.partition) for p in inputs
+        ]
+        consumer.resume(inputs + [p for p in backfills if (p.topic, p.partition) in assigned])
+        log.info("resumed %d partitions not read since their assignment", len(inputs))
 
     def close(self) -> None:
         """Release the restore consumers."""
