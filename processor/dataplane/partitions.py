@@ -29,6 +29,7 @@ from tidemark.core.kafka import (
     output_topic_config,
     partition_counts,
     record_topic_config,
+    watermarks,
 )
 from tidemark.core.topics import backfill_topic, backfilled_topic, reader_group
 
@@ -256,44 +257,50 @@ class Partitions:
 
     def update_lag(self, consumer: Consumer) -> None:
         """Export each owned partition's lag behind its end, and resume again those with
-        records waiting that were not read since they were assigned
+        records waiting that were never fetched since they were assigned
         (:meth:`_resume_unread`)."""
         if not self.stores:
             return
         assigned = [TopicPartition(t, p) for t, p in self.stores]
-        positions = consumer.position(assigned)
-        # A partition not read since it was assigned has no position: its committed offset
-        # says where it is (asked for all of them at once).
-        unread = [tp for tp in positions if tp.offset < 0]
-        committed = {
-            (tp.topic, tp.partition): tp.offset
-            for tp in (consumer.committed(unread, timeout=10) if unread else [])
-        }
-        waiting: list[TopicPartition] = []
-        for tp in positions:
+        unfetched = []
+        for tp in consumer.position(assigned):
             try:
                 low, high = consumer.get_watermark_offsets(tp, cached=True)
             except KafkaException:
                 continue
-            if high < 0:
+            if high < 0:  # no fetch answered since the partition was assigned
+                unfetched.append(TopicPartition(tp.topic, tp.partition))
                 continue
-            lag = lag_of(tp.offset, committed.get((tp.topic, tp.partition), -1), low, high)
+            lag = lag_of(tp.offset, -1, low, high)
             metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(lag)
-            if tp.offset < 0 and lag > 0:
-                waiting.append(TopicPartition(tp.topic, tp.partition))
+        if not unfetched:
+            return
+        # Where they are, asked for all of them at once: their committed offsets and ends.
+        committed = {
+            (tp.topic, tp.partition): tp.offset for tp in consumer.committed(unfetched, timeout=10)
+        }
+        marks = watermarks(self._admin, unfetched, committed=False)
+        waiting = []
+        for tp in unfetched:
+            key = (tp.topic, tp.partition)
+            low, high = marks[key]
+            lag = lag_of(-1, committed.get(key, -1), low, high)
+            metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(lag)
+            if lag > 0:
+                waiting.append(tp)
         self._resume_unread(consumer, waiting)
 
     def _resume_unread(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Resume input ``partitions`` (records waiting, none read since their assignment)
-        and their backfill partitions, but those held back.
+        """Resume input ``partitions`` (records waiting, never fetched since their
+        assignment) and their backfill partitions, but those held back.
 
         librdkafka (2.16) drops a resume issued while a newly assigned partition still
         waits for its committed offset ("Not resuming stopped ... state none" in its
         debug log), and the partition stays paused: at 500 tables on a busy broker,
         partitions whose state was restored within a second of their assignment were
-        never read again. A resume makes a reading partition fetch again what it had
-        fetched, so only partitions with no position are resumed again, each time the
-        lag is read."""
+        never read again. A resume makes a partition drop what it had fetched, so only
+        partitions no fetch answered for are resumed again (a fetching partition knows
+        its end from the answers), each time the lag is read."""
         if not partitions or self._paused():
             return
         held = {(p.topic, p.partition) for p in self.held(partitions)}

@@ -43,6 +43,9 @@ class Member:
         return [TopicPartition(t.topic, t.partition, self.committed_offset) for t in tps]
 
     def get_watermark_offsets(self, tp: TopicPartition, cached: bool) -> tuple[int, int]:
+        """What the fetches told: nothing for a partition never fetched."""
+        if self.positions[(tp.topic, tp.partition)] < 0:
+            return -1001, -1001
         return 0, self.high
 
     def assignment(self) -> list[TopicPartition]:
@@ -53,6 +56,18 @@ class Member:
 
     def resume(self, tps: list[TopicPartition]) -> None:
         self.resumed += [(t.topic, t.partition) for t in tps]
+
+
+@pytest.fixture(autouse=True)
+def ends(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker's answer for every partition: records 0 to 5."""
+
+    def watermarks(
+        _admin: object, tps: list[TopicPartition], committed: bool = True
+    ) -> dict[tuple[str, int], tuple[int, int]]:
+        return {(t.topic, t.partition): (0, 5) for t in tps}
+
+    monkeypatch.setattr("processor.dataplane.partitions.watermarks", watermarks)
 
 
 def partitions_of(paused: bool = False) -> Partitions:
@@ -71,8 +86,8 @@ def partitions_of(paused: bool = False) -> Partitions:
 
 def test_partitions_with_records_and_no_position_are_resumed_again() -> None:
     """librdkafka drops a resume issued while a new partition waits for its committed
-    offset: a partition never read with records waiting is resumed again, with its
-    backfill partition; one read already, or with nothing waiting, is left alone."""
+    offset: a partition never fetched with records waiting is resumed again, with its
+    backfill partition; one being read is left alone (a resume drops what it fetched)."""
     partitions = partitions_of()
     member = Member({("t", 0): -1001, ("t", 1): 5, ("t", 2): -1001}, committed=-1001, high=5)
     try:
