@@ -194,8 +194,19 @@ def test_manifests_cover_the_deployment() -> None:
         ("Service", "tidemark-processor-headless"),
         ("Deployment", "tidemark-sink"),
         ("PersistentVolumeClaim", "tidemark-warehouse"),
+        ("PodDisruptionBudget", "tidemark-processor"),
     }
     assert expected <= kinds, f"missing: {sorted(expected - kinds)}"
+
+
+def test_voluntary_disruptions_take_one_processor_replica_at_a_time() -> None:
+    """A node drain or a cluster upgrade takes one replica at a time: its partitions move to
+    the others, which keep reading, rather than every partition restoring at once."""
+    budget = find("PodDisruptionBudget", "tidemark-processor")["spec"]
+    assert budget["maxUnavailable"] == 1
+    pods = find("StatefulSet", "tidemark-processor")["spec"]["template"]["metadata"]["labels"]
+    selector = budget["selector"]["matchLabels"]
+    assert selector and all(pods.get(k) == v for k, v in selector.items())
 
 
 def test_every_object_is_in_the_tidemark_namespace() -> None:
