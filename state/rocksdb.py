@@ -56,6 +56,8 @@ DEFAULT_MEMORY_BYTES = 128 << 20
 #: The shared database's folder under the state root: ``@`` is in no Kafka topic name,
 #: so it never meets a legacy ``<root>/<topic>`` folder.
 DATABASE = "@rocksdb"
+#: Where a legacy database goes before it is deleted (``@``: no topic's folder).
+MOVED = "@moved"
 #: Keys copied from a legacy database per write batch.
 _MOVE_BATCH = 10_000
 
@@ -223,7 +225,11 @@ class RocksDBBackend(StateBackend):
         store = RocksDBPartitionStore(self._database, partition_prefix(topic, partition))
         legacy = self.root / topic / str(partition)
         if legacy.is_dir():
-            self._move_legacy(legacy, store)
+            try:
+                self._move_legacy(legacy, store)
+            except BaseException:
+                store.close()
+                raise
         return store if self._budget is None else CachedStore(store, self._budget)
 
     def _move_legacy(self, legacy: Path, store: RocksDBPartitionStore) -> None:
@@ -248,7 +254,13 @@ class RocksDBBackend(StateBackend):
         finally:
             old.close()
         store._open_db().flush()
-        shutil.rmtree(legacy)
+        # Renamed first (atomic): a crash while deleting leaves no half legacy database to
+        # copy again, only a folder under @moved, deleted by the next move.
+        moved = self.root / MOVED / f"{legacy.parent.name}.{legacy.name}"
+        shutil.rmtree(moved.parent, ignore_errors=True)
+        moved.parent.mkdir()
+        legacy.rename(moved)
+        shutil.rmtree(moved.parent)
         with_topic = legacy.parent
         if not any(with_topic.iterdir()):
             with_topic.rmdir()

@@ -216,6 +216,7 @@ class DataPlane:
         if self.partitions.busy:
             self.partitions.restore_step(consumer, self._subscribed)
         if now >= self._next_lag:
+            self.partitions.resume_again(consumer)
             self.partitions.update_lag(consumer)
             self._next_lag = now + 2.0
             if self._subscribed:  # subscribed to nothing, no rebalance is awaited
@@ -266,6 +267,8 @@ class DataPlane:
             fields = (topic, partition, msg.offset() or 0, msg.key(), msg.value(), chunk)
             group.append(make(RawMessage, fields))
         self._partitioner.observe(groups)
+        for tp in groups:
+            self.partitions.read(tp)
         consumer = self._member()
         partitions = self.partitions
         replays = self._replays

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
@@ -29,11 +30,14 @@ from tidemark.core.kafka import (
     output_topic_config,
     partition_counts,
     record_topic_config,
-    watermarks,
 )
 from tidemark.core.topics import backfill_topic, backfilled_topic, reader_group
 
 log = logging.getLogger(__name__)
+
+#: Seconds after a restore resumed a partition during which it is resumed again, each time
+#: the lag is read, until one of its messages is read (:meth:`Partitions.resume_again`).
+RESUME_AGAIN_S = 60.0
 
 
 class Partitions:
@@ -69,6 +73,8 @@ class Partitions:
         self.partition_counts: dict[str, int] = {}
         #: Input topics stopped because partitions were added to them.
         self._grown: set[str] = set()
+        #: Partitions a restore resumed, none of whose messages was read since: when.
+        self._resumed: dict[TopicPartitionKey, float] = {}
 
     # -- the group's callbacks -----------------------------------------------------
 
@@ -78,10 +84,10 @@ class Partitions:
         partitions = [p for p in partitions if not self.is_backfill(p.topic)]
         topics = {p.topic for p in partitions}
         new = topics - set(self._reconciler.topics)
-        unknown = (topics - set(self.partition_counts)) | new
-        if unknown:
-            counts = partition_counts(self._admin, unknown)
-            self.partition_counts.update(counts)
+        if topics:
+            # Asked at every assignment: a topic made again with another count gets the
+            # producers of its new slots.
+            self.partition_counts.update(partition_counts(self._admin, topics))
         if new:
             kafka = self._config.kafka
             replication = kafka.replication_factor
@@ -164,13 +170,16 @@ class Partitions:
             self._reconciler.windows.forget(tp)
             self._released(tp)
             self._committed.pop(tp, None)
+            self._resumed.pop(tp, None)
+            self._resumed.pop((backfill_topic(self._pipeline, tp[0]), tp[1]), None)
             with contextlib.suppress(KeyError):
                 metrics.CONSUMER_LAG.remove(tp[0], str(tp[1]))
         metrics.ASSIGNED_PARTITIONS.set(len(self.stores))
 
     def release_all(self) -> None:
-        """Leaving the group: every store is closed."""
-        self.release(list(self.stores))
+        """Leaving the group: every store is closed, every producer given up (a partition
+        whose store failed to open holds one too)."""
+        self.release(sorted(set(self.stores) | set(self.writers.of)))
 
     # -- what may be read -----------------------------------------------------------
 
@@ -235,6 +244,8 @@ class Partitions:
                 ]
         if resumed:
             consumer.resume(resumed)
+            now = time.monotonic()
+            self._resumed.update(((p.topic, p.partition), now) for p in resumed)
             log.info("resumed %d partitions restored", len(resumed))
         metrics.RESTORING_PARTITIONS.set(sum(1 for tp in self.stores if self.restoring(tp)))
 
@@ -256,63 +267,62 @@ class Partitions:
         return max(position, known)
 
     def update_lag(self, consumer: Consumer) -> None:
-        """Export each owned partition's lag behind its end, and resume again those with
-        records waiting that were never fetched since they were assigned
-        (:meth:`_resume_unread`)."""
+        """Export each owned partition's lag behind its end (a partition not read since its
+        assignment: from its committed offset, when Kafka answers for it)."""
         if not self.stores:
             return
         assigned = [TopicPartition(t, p) for t, p in self.stores]
-        unfetched = []
-        for tp in consumer.position(assigned):
+        positions = consumer.position(assigned)
+        unread = [TopicPartition(tp.topic, tp.partition) for tp in positions if tp.offset < 0]
+        committed: dict[tuple[str, int], int] = {}
+        if unread:
+            try:
+                committed = {
+                    (tp.topic, tp.partition): tp.offset
+                    for tp in consumer.committed(unread, timeout=5)
+                }
+            except KafkaException as exc:  # a metric is not worth a turn
+                log.debug("committed offsets for the lag: %s", exc)
+        for tp in positions:
+            key = (tp.topic, tp.partition)
+            if tp.offset < 0 and key not in committed:
+                continue
             try:
                 low, high = consumer.get_watermark_offsets(tp, cached=True)
             except KafkaException:
                 continue
-            if high < 0:  # no fetch answered since the partition was assigned
-                unfetched.append(TopicPartition(tp.topic, tp.partition))
+            if high < 0:
                 continue
-            lag = lag_of(tp.offset, -1, low, high)
+            lag = lag_of(tp.offset, committed.get(key, -1), low, high)
             metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(lag)
-        if not unfetched:
-            return
-        # Where they are, asked for all of them at once: their committed offsets and ends.
-        committed = {
-            (tp.topic, tp.partition): tp.offset for tp in consumer.committed(unfetched, timeout=10)
-        }
-        marks = watermarks(self._admin, unfetched, committed=False)
-        waiting = []
-        for tp in unfetched:
-            key = (tp.topic, tp.partition)
-            low, high = marks[key]
-            lag = lag_of(-1, committed.get(key, -1), low, high)
-            metrics.CONSUMER_LAG.labels(tp.topic, str(tp.partition)).set(lag)
-            if lag > 0:
-                waiting.append(tp)
-        self._resume_unread(consumer, waiting)
 
-    def _resume_unread(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
-        """Resume input ``partitions`` (records waiting, never fetched since their
-        assignment) and their backfill partitions, but those held back.
+    def read(self, tp: TopicPartitionKey) -> None:
+        """A message of ``tp`` (an input or backfill partition) was read: its resume took."""
+        self._resumed.pop(tp, None)
+
+    def resume_again(self, consumer: Consumer) -> None:
+        """Resume again, for ``RESUME_AGAIN_S`` after a restore resumed them, the
+        partitions none of whose messages was read since, but those held back.
 
         librdkafka (2.16) drops a resume issued while a newly assigned partition still
         waits for its committed offset ("Not resuming stopped ... state none" in its
         debug log), and the partition stays paused: at 500 tables on a busy broker,
         partitions whose state was restored within a second of their assignment were
-        never read again. A resume makes a partition drop what it had fetched, so only
-        partitions no fetch answered for are resumed again (a fetching partition knows
-        its end from the answers), each time the lag is read."""
-        if not partitions or self._paused():
+        never read again. A partition that has fetched nothing loses nothing to a resume;
+        one that read a message is dropped from the list."""
+        if not self._resumed:
             return
-        held = {(p.topic, p.partition) for p in self.held(partitions)}
-        inputs = [p for p in partitions if (p.topic, p.partition) not in held]
-        if not inputs:
+        now = time.monotonic()
+        for tp, since in list(self._resumed.items()):
+            if now - since > RESUME_AGAIN_S:
+                del self._resumed[tp]
+        if not self._resumed or self._paused():
             return
-        assigned = {(p.topic, p.partition) for p in consumer.assignment()}
-        backfills = [
-            TopicPartition(backfill_topic(self._pipeline, p.topic), p.partition) for p in inputs
-        ]
-        consumer.resume(inputs + [p for p in backfills if (p.topic, p.partition) in assigned])
-        log.info("resumed %d partitions not read since their assignment", len(inputs))
+        waiting = [TopicPartition(t, p) for t, p in self._resumed]
+        held = {(p.topic, p.partition) for p in self.held(waiting)}
+        again = [p for p in waiting if (p.topic, p.partition) not in held]
+        if again:
+            consumer.resume(again)
 
     def close(self) -> None:
         """Release the restore consumers."""

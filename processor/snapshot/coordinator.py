@@ -74,7 +74,7 @@ from processor.snapshot.signal_channels import SignalChannels
 from processor.snapshot.signals import ExecuteSnapshot, PauseSnapshot, Signal
 from processor.snapshot.tables import TableChecks
 from tidemark.core.config import Config
-from tidemark.core.errors import RegistryRefusedError, TidemarkError
+from tidemark.core.errors import RegistryRefusedError, TidemarkError, TopicError
 from tidemark.core.group_repair import RebalanceWatch, repair_stuck
 from tidemark.core.kafka import (
     TRANSACTION_TIMEOUT,
@@ -406,7 +406,8 @@ class Coordinator:
             return
         try:
             self._tables.make_topics(entries, self._connected())
-        except SourceUnavailableError as exc:
+        except (SourceUnavailableError, TopicError, KafkaException) as exc:
+            # Each table's turn makes its topics, refuses the table, or waits for Kafka.
             log.warning(
                 "topics of request %s left to each table's turn: %s", signal.request_id, exc
             )

@@ -104,6 +104,7 @@ class TableChecks:
             e.table: change_topic(prefix, e.table)
             for e in entries
             if inputs.fullmatch(change_topic(prefix, e.table))
+            and self._backfilled(change_topic(prefix, e.table))
         }
         counts = partition_counts(self._admin, list(topics.values()))
         missing = []
@@ -133,6 +134,14 @@ class TableChecks:
         if backfills:
             kafka = self._config.kafka
             ensure_topics(self._admin, backfills, replication, config=queue_topic_config(kafka))
+
+    def _backfilled(self, topic: str) -> bool:
+        """Whether ``topic``'s envelope lets it be backfilled under these watermarks (the
+        refusals :meth:`prepare` makes before reading anything)."""
+        envelope = self._config.envelope_of(topic)
+        if envelope == "debezium":
+            return False
+        return not (envelope == "upsert" and self._config.snapshot.watermarks == "signal-table")
 
     def prepare(self, entry: TableProgress, reader: ChunkReader) -> PreparedTable:
         """Check that ``entry``'s table can be backfilled and learn how its events look."""

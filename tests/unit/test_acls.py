@@ -59,7 +59,7 @@ def test_the_processor_may_do_what_it_does_and_no_more() -> None:
     groups += [topics.reader_group("p", role) for role in reader_roles()]
     for group in groups:
         assert may("group", group, "Read"), group
-    for tid in (topics.transactional_id("p", INPUT, 3), topics.coordinator_transactional_id("p")):
+    for tid in (topics.transactional_id("p", 3, 1), topics.coordinator_transactional_id("p")):
         assert may("transactional-id", tid, "Write"), tid
     # another pipeline's, and anything else, is not its
     for name in ("p2.control", "q.control", "other", "shop2.public.orders"):

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from processor import metrics
 from processor.dataplane.partitions import Partitions, lag_of
 from processor.reconcile.batch import Reconciler
 from state.memory import MemoryBackend, MemoryPartitionStore
@@ -43,31 +46,10 @@ class Member:
         return [TopicPartition(t.topic, t.partition, self.committed_offset) for t in tps]
 
     def get_watermark_offsets(self, tp: TopicPartition, cached: bool) -> tuple[int, int]:
-        """What the fetches told: nothing for a partition never fetched."""
-        if self.positions[(tp.topic, tp.partition)] < 0:
-            return -1001, -1001
         return 0, self.high
-
-    def assignment(self) -> list[TopicPartition]:
-        topics = {t for t, _ in self.positions}
-        return [TopicPartition(t, p) for t, p in self.positions] + [
-            TopicPartition(backfill_topic("lag", t), p) for t in topics for p in range(3)
-        ]
 
     def resume(self, tps: list[TopicPartition]) -> None:
         self.resumed += [(t.topic, t.partition) for t in tps]
-
-
-@pytest.fixture(autouse=True)
-def ends(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The broker's answer for every partition: records 0 to 5."""
-
-    def watermarks(
-        _admin: object, tps: list[TopicPartition], committed: bool = True
-    ) -> dict[tuple[str, int], tuple[int, int]]:
-        return {(t.topic, t.partition): (0, 5) for t in tps}
-
-    monkeypatch.setattr("processor.dataplane.partitions.watermarks", watermarks)
 
 
 def partitions_of(paused: bool = False) -> Partitions:
@@ -84,25 +66,41 @@ def partitions_of(paused: bool = False) -> Partitions:
     return partitions
 
 
-def test_partitions_with_records_and_no_position_are_resumed_again() -> None:
-    """librdkafka drops a resume issued while a new partition waits for its committed
-    offset: a partition never fetched with records waiting is resumed again, with its
-    backfill partition; one being read is left alone (a resume drops what it fetched)."""
+def test_the_lag_of_a_partition_not_read_counts_from_its_committed_offset() -> None:
     partitions = partitions_of()
-    member = Member({("t", 0): -1001, ("t", 1): 5, ("t", 2): -1001}, committed=-1001, high=5)
+    member = Member({("t", 0): -1001, ("t", 1): 5, ("t", 2): 2}, committed=1, high=5)
     try:
         partitions.update_lag(member)  # type: ignore[arg-type]
     finally:
         partitions.close()
+    lags = {p: metrics.CONSUMER_LAG.labels("t", str(p))._value.get() for p in range(3)}
+    assert lags == {0: 4, 1: 0, 2: 3}
+
+
+def test_partitions_a_restore_resumed_are_resumed_again_until_read() -> None:
+    """librdkafka drops a resume issued while a new partition waits for its committed
+    offset: a partition a restore resumed is resumed again until one of its messages is
+    read, unless it is held back (its state being restored again)."""
+    partitions = partitions_of()
     backfill = backfill_topic("lag", "t")
-    assert sorted(member.resumed) == sorted([("t", 0), ("t", 2), (backfill, 0), (backfill, 2)])
-
-
-def test_nothing_is_resumed_while_the_pipeline_is_paused() -> None:
-    partitions = partitions_of(paused=True)
-    member = Member({("t", 0): -1001, ("t", 1): -1001, ("t", 2): -1001}, committed=-1001, high=5)
+    member = Member({}, committed=-1001, high=5)
+    now = time.monotonic()
+    partitions._resumed = {("t", 0): now, (backfill, 0): now, ("t", 1): now, ("t", 2): now - 61}
     try:
-        partitions.update_lag(member)  # type: ignore[arg-type]
+        partitions.read(("t", 1))
+        partitions.resume_again(member)  # type: ignore[arg-type]
+        assert sorted(member.resumed) == sorted([("t", 0), (backfill, 0)])
+        assert ("t", 2) not in partitions._resumed  # resumed long enough ago
+    finally:
+        partitions.close()
+
+
+def test_nothing_is_resumed_again_while_the_pipeline_is_paused() -> None:
+    partitions = partitions_of(paused=True)
+    member = Member({}, committed=-1001, high=5)
+    partitions._resumed = {("t", 0): time.monotonic()}
+    try:
+        partitions.resume_again(member)  # type: ignore[arg-type]
     finally:
         partitions.close()
     assert member.resumed == []
