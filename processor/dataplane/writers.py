@@ -18,8 +18,9 @@ the same member, so an instance holds one producer per slot it owns, never more
 than the partition counts in use (three producers for 500 tables of three
 partitions), where a producer per partition cost threads, connections and a
 commit each (bench/results/scale.json). Fencing holds whatever the assignor
-does: whoever is given a partition initializes its slot's id, so the partition's
-last owner is fenced. An assignment that splits a slot between two live members
+does: the group rebalances eagerly (every partition is revoked before an
+assignment, and every slot's producer closed), so whoever is given a partition
+initializes its slot's id, and the partition's last owner is fenced. An assignment that splits a slot between two live members
 (while their subscriptions differ, for the few seconds a new topic takes to be
 seen by both) fences the one that held it first: it joins again.
 
