@@ -225,9 +225,6 @@ class Committer:
             consumer.pause([rewind])
             consumer.seek(rewind)
 
-    def close(self) -> None:
-        """Nothing to release: the admin client goes with the object."""
-
     def _input_of(self, output: str) -> str:
         """The input topic whose output topic ``output`` is."""
         found = self._inputs.get(output)

@@ -447,4 +447,3 @@ class DataPlane:
                 self._leave()
         finally:
             self.partitions.close()
-            self._committer.close()

@@ -20,9 +20,10 @@ partitions), where a producer per partition cost threads, connections and a
 commit each (bench/results/scale.json). Fencing holds whatever the assignor
 does: the group rebalances eagerly (every partition is revoked before an
 assignment, and every slot's producer closed), so whoever is given a partition
-initializes its slot's id, and the partition's last owner is fenced. An assignment that splits a slot between two live members
-(while their subscriptions differ, for the few seconds a new topic takes to be
-seen by both) fences the one that held it first: it joins again.
+initializes its slot's id, and the partition's last owner is fenced. An
+assignment that splits a slot between two live members (while their
+subscriptions differ, for the few seconds a new topic takes to be seen by both)
+fences the one that held it first: it joins again.
 
 Kafka's own answer, one producer per instance that sends its offsets with the
 group's generation (KIP-447), needs a broker that refuses a stale generation's
@@ -152,7 +153,3 @@ class Writers:
             del self._members[slot]
             self._slots.pop(slot).close()
             metrics.PRODUCERS.set(len(self._slots))
-
-    def __len__(self) -> int:
-        """How many producers are open."""
-        return len(self._slots)

@@ -74,7 +74,6 @@ def test_no_changelog_record_is_durable_before_the_batchs_outputs(stack: DevStac
         assert read_topic(config, changelog) == []
     finally:
         consumer.close()
-        committer.close()
 
 
 class RebalancingConsumer:
@@ -106,7 +105,6 @@ def test_an_offset_commit_refused_by_a_rebalance_does_not_fail_the_batch(stack: 
         assert store.checkpoint().input_offset == 7
         assert [r.key for r in read_topic(config, topic.output)] == [b'{"id":1}']
     finally:
-        committer.close()
         writers[tp].close()
 
 
@@ -210,5 +208,4 @@ def test_a_stalled_owner_never_checkpoints_the_next_owners_changelog_records(
         assert position is not None and position <= first_of_b, (position, records)
     finally:
         consumer.close()
-        committer.close()
         writers[tp].close()

@@ -18,12 +18,37 @@ from tests.integration.processes import Processor, metric, pipeline_config, read
 from tests.integration.test_commit import change_event
 from tests.integration.test_recovery import other_instance, stopped
 from tidemark.cli.verify import wait_caught_up
+from tidemark.core.config import Config
 from tidemark.core.kafka import Acknowledgements, client_config, ensure_topics
 from tidemark.core.topics import output_topic
 from tidemark.devstack.stack import DevStack
 
 TABLES = 16
 PARTITIONS = 3
+
+
+class Estate:
+    """``TABLES`` input topics of ``PARTITIONS`` partitions for pipeline ``name``, made here,
+    with Debezium-shaped events produced to every partition."""
+
+    def __init__(self, config: Config, name: str) -> None:
+        prefix = config.source.topic_prefix
+        self.topics = [f"{prefix}.public.iso_{name}_t{i:02d}" for i in range(TABLES)]
+        admin = AdminClient(client_config(config.kafka))
+        ensure_topics(admin, dict.fromkeys(self.topics, PARTITIONS), 1)
+        self._producer = Producer(client_config(config.kafka))
+        self._acks = Acknowledgements(self._producer)
+
+    def send(self, version: int) -> None:
+        """One event to each partition of each topic, its row's name ``v<version>``."""
+        for topic in self.topics:
+            for partition in range(PARTITIONS):
+                key = partition + 10 * version
+                value = change_event(topic.rsplit(".", 1)[1], "c", f"v{version}", version, key)
+                self._producer.produce(
+                    topic, value, orjson.dumps({"id": key}), partition, self._acks.on_delivery
+                )
+        self._acks.wait("test changes")
 
 
 def threads_of(pid: int) -> int:
@@ -37,27 +62,14 @@ def test_producers_and_threads_do_not_grow_with_the_partitions_owned(stack: DevS
     partition slot it owns (3, then 2 and 1), its thread count stays far below one
     producer's threads per partition, and no instance fences another's live producer."""
     config = pipeline_config(stack, "estate")
-    prefix = config.source.topic_prefix
-    topics = [f"{prefix}.public.iso_estate_t{i:02d}" for i in range(TABLES)]
-    ensure_topics(AdminClient(client_config(config.kafka)), dict.fromkeys(topics, 3), 1)
-    producer = Producer(client_config(config.kafka))
-    acks = Acknowledgements(producer)
-
-    def send(version: int) -> None:
-        for topic in topics:
-            for partition in range(PARTITIONS):
-                key = partition + 10 * version
-                value = change_event(topic.rsplit(".", 1)[1], "c", f"v{version}", version, key)
-                producer.produce(
-                    topic, value, orjson.dumps({"id": key}), partition, acks.on_delivery
-                )
-        acks.wait("test changes")
+    estate = Estate(config, "estate")
+    topics, send = estate.topics, estate.send
 
     def arrived(version: int) -> bool:
         for topic in topics:
             names = {
                 orjson.loads(r.value)["after"]["name"]
-                for r in read_topic(config, output_topic(prefix, topic))
+                for r in read_topic(config, output_topic(config.source.topic_prefix, topic))
                 if r.value is not None
             }
             if f"v{version}" not in names:
@@ -103,21 +115,7 @@ def test_every_partition_restored_at_once_is_read_again(stack: DevStack) -> None
     failpoint after its transactions' commit); another, with no local state, restores
     every one of the 48 partitions and must then read each again, and what follows."""
     config = pipeline_config(stack, "restall")
-    prefix = config.source.topic_prefix
-    topics = [f"{prefix}.public.iso_restall_t{i:02d}" for i in range(TABLES)]
-    ensure_topics(AdminClient(client_config(config.kafka)), dict.fromkeys(topics, 3), 1)
-    producer = Producer(client_config(config.kafka))
-    acks = Acknowledgements(producer)
-
-    def send(version: int) -> None:
-        for topic in topics:
-            for partition in range(PARTITIONS):
-                key = partition + 10 * version
-                value = change_event(topic.rsplit(".", 1)[1], "c", f"v{version}", version, key)
-                producer.produce(
-                    topic, value, orjson.dumps({"id": key}), partition, acks.on_delivery
-                )
-        acks.wait("test changes")
+    send = Estate(config, "restall").send
 
     send(1)
     Processor(stack, config, "restall-a").start(failpoint="after-flush:1", healthy=False).crashed()
@@ -136,21 +134,7 @@ def test_partitions_restored_after_a_stall_are_read_again(stack: DevStack) -> No
     must be read again, and what follows. At 500 tables the partitions restored this
     way were never read again."""
     config = pipeline_config(stack, "stall")
-    prefix = config.source.topic_prefix
-    topics = [f"{prefix}.public.iso_stall_t{i:02d}" for i in range(TABLES)]
-    ensure_topics(AdminClient(client_config(config.kafka)), dict.fromkeys(topics, 3), 1)
-    producer = Producer(client_config(config.kafka))
-    acks = Acknowledgements(producer)
-
-    def send(version: int) -> None:
-        for topic in topics:
-            for partition in range(PARTITIONS):
-                key = partition + 10 * version
-                value = change_event(topic.rsplit(".", 1)[1], "c", f"v{version}", version, key)
-                producer.produce(
-                    topic, value, orjson.dumps({"id": key}), partition, acks.on_delivery
-                )
-        acks.wait("test changes")
+    send = Estate(config, "stall").send
 
     send(1)
     first = Processor(stack, config, "stall-a")
