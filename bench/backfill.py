@@ -72,11 +72,13 @@ every run's rows/s beside it (``rows_per_s_runs``). The two signal-table variant
 target and several minutes a run, run in the first round only. Each run of Debezium and
 of Tidemark is a new one (its own slot, topics and offsets; its own pipeline) that reads
 the whole table. Prints a table and writes ``bench/results/backfill.json``
-(``backfill-<part>.json`` with ``--only``).
+(``backfill-<part>.json`` with ``--only``, ``<name>.json`` with ``--results``).
+``--programs`` keeps some of Tidemark's variants only.
 
     python bench/backfill.py [--rows N] [--writes-per-s W] [--only copy|debezium|tidemark]
         [--debezium-chunk-sizes 1024,4096,16384,65536] [--debezium-producer batched|defaults]
-        [--debezium-poll-interval-ms 100] [--repeat 3] [--no-write]
+        [--debezium-poll-interval-ms 100] [--programs tidemark-backfill,...] [--repeat 3]
+        [--results NAME] [--no-write]
 """
 
 from __future__ import annotations
@@ -227,6 +229,15 @@ def run_copy(config: Config, table: str, rows: int) -> dict[str, Any]:
 
 
 PARTS = ("copy", "debezium", "tidemark")
+#: Tidemark's programs: its backfill's settings.
+VARIANTS = {
+    "tidemark-backfill": SnapshotConfig(),
+    "tidemark-backfill-2-readers": SnapshotConfig(readers=2),
+    "tidemark-backfill-signal-table": SnapshotConfig(watermarks="signal-table"),
+    "tidemark-backfill-signal-table-2-readers": SnapshotConfig(
+        watermarks="signal-table", readers=2
+    ),
+}
 #: Variants in no target of the benchmark's, at several minutes a run: one round only.
 FIRST_ROUND_ONLY = ("tidemark-backfill-signal-table", "tidemark-backfill-signal-table-2-readers")
 #: Debezium's default ``incremental.snapshot.chunk.size``.
@@ -731,8 +742,18 @@ def main() -> None:
         help="rounds (the median run of each program is kept; the signal-table variants, "
         "in no target and minutes a run, run in the first round only)",
     )
+    parser.add_argument(
+        "--programs",
+        type=lambda text: text.split(","),
+        metavar="P,P,...",
+        help=f"Tidemark's variants to run (default: all of {', '.join(VARIANTS)})",
+    )
+    parser.add_argument("--results", metavar="NAME", help="write bench/results/NAME.json")
     parser.add_argument("--no-write", action="store_true", help="print the figures only")
     args = parser.parse_args()
+    unknown = set(args.programs or ()) - set(VARIANTS)
+    if unknown:
+        parser.error(f"--programs: unknown {', '.join(sorted(unknown))}")
     parts = [args.only] if args.only else list(PARTS)
     run_dir = Path(tempfile.mkdtemp(prefix="bench-backfill-"))
     runs: list[dict[str, Any]] = []
@@ -746,12 +767,9 @@ def main() -> None:
             )
             create_tables(stack.config, tables, args.rows)
             variants = {
-                "tidemark-backfill": SnapshotConfig(),
-                "tidemark-backfill-2-readers": SnapshotConfig(readers=2),
-                "tidemark-backfill-signal-table": SnapshotConfig(watermarks="signal-table"),
-                "tidemark-backfill-signal-table-2-readers": SnapshotConfig(
-                    watermarks="signal-table", readers=2
-                ),
+                name: snapshot
+                for name, snapshot in VARIANTS.items()
+                if args.programs is None or name in args.programs
             }
             # Rounds, not one program's runs back to back: drift of the machine hits all alike.
             for run in range(1, args.repeat + 1):
@@ -822,7 +840,7 @@ def main() -> None:
         print(f"best larger Debezium chunk size: {best}")
     if not args.no_write:
         write_results(
-            f"backfill-{args.only}" if args.only else "backfill",
+            args.results or (f"backfill-{args.only}" if args.only else "backfill"),
             results,
             script="bench/backfill.py",
             rows=args.rows,

@@ -98,7 +98,7 @@ ASSIGNED_PARTITIONS = Gauge(
 )
 BATCH_LIMIT = Gauge(
     "tidemark_batch_limit",
-    "Records the data plane takes a batch: processor.batch_size, less after slow batches",
+    "Rows the data plane takes a batch: processor.batch_size, less after slow batches",
 )
 PRODUCERS = Gauge(
     "tidemark_dataplane_producers",

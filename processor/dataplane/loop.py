@@ -24,13 +24,13 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processor import metrics
-from processor.dataplane.batch_limit import next_batch_limit
+from processor.dataplane.batch_limit import next_batch_limit, take_batch
 from processor.dataplane.commit import Committer
 from processor.dataplane.partitioner_watch import PartitionerWatch
 from processor.dataplane.partitions import Partitions
 from processor.dataplane.replay import Replays
 from processor.errors import ProcessorError, RegistryRefusedSourceError
-from processor.events.chunk_records import framed_rows, rows_of
+from processor.events.chunk_records import ROWS_PER_RECORD, framed_rows, rows_of
 from processor.events.chunk_tag import UNSIGNED, ChunkTags
 from processor.outages import Outage, is_outage
 from processor.pipeline.control_topic import ControlReader, ControlView, Lifecycle
@@ -94,7 +94,7 @@ class DataPlane:
             lambda topic: self.partitions.partition_counts.get(topic, 0),
             self._backfill,
         )
-        #: Records a batch takes now (:mod:`processor.dataplane.batch_limit`), and the time a
+        #: Rows a batch takes now (:mod:`processor.dataplane.batch_limit`), and the time a
         #: batch may take before the limit is cut.
         self._batch_limit = config.processor.batch_size
         self._batch_budget = config.kafka.max_poll_interval_ms / 1000 / 4
@@ -189,7 +189,7 @@ class DataPlane:
             self._next_discovery = now + 5.0
         restoring = self.partitions.busy
         timeout = 0.01 if restoring else self.config.processor.batch_timeout_ms / 1000
-        messages = consumer.consume(self._batch_limit, timeout)
+        messages = take_batch(consumer.consume, self._batch_limit, timeout, self._rows_in)
         self._callback_errors.raise_pending()
         if now >= self._next_ask_check:
             self._next_ask_check = now + 1.0
@@ -221,6 +221,10 @@ class DataPlane:
             self._next_lag = now + 2.0
             if self._subscribed:  # subscribed to nothing, no rebalance is awaited
                 repair_stuck(self._rebalance, self.config.kafka, self.group)
+
+    def _rows_in(self, message: Message) -> int:
+        """The most rows ``message`` may hold: a backfill record frames several."""
+        return ROWS_PER_RECORD if (message.topic() or "").startswith(self._backfill) else 1
 
     def stop(self) -> None:
         """Ask the loop to finish its batch and leave the group."""

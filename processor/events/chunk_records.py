@@ -26,10 +26,11 @@ from tidemark.core.frames import FRAMING, frame, unframe_messages
 from tidemark.core.messages import RawMessage
 
 ROWS_HEADER = "tidemark.rows"
-#: At most this many rows to a record: a data plane batch of ``processor.batch_size``
-#: records holds this many times as many rows. 16 rather than 4: fewer records cut the
-#: reader's, the broker's and the data plane's CPU per row, and the data plane's peak
-#: memory during a backfill about doubled (``bench/backfill.py``).
+#: At most this many rows to a record. 16 rather than 4: fewer records cut the reader's,
+#: the broker's and the data plane's CPU per row (``bench/backfill.py``). A data plane
+#: batch counts a backfill record as this many rows
+#: (:func:`processor.dataplane.batch_limit.take_batch`), so its memory does not grow
+#: with it.
 ROWS_PER_RECORD = 16
 #: A record's frames stop at this many bytes; a row this large or larger goes alone.
 BYTES_PER_RECORD = 64 << 10

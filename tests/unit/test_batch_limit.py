@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processor.dataplane.batch_limit import MIN_RECORDS, next_batch_limit
+from processor.dataplane.batch_limit import MIN_RECORDS, next_batch_limit, take_batch
+from processor.events.chunk_records import ROWS_PER_RECORD
 
 pytestmark = pytest.mark.unit
 
@@ -37,3 +38,63 @@ def test_a_batch_whose_cost_grows_with_its_records_settles_within_budget() -> No
     for _ in range(10):
         limit = next_batch_limit(limit, limit * 0.002, 2.5, 5000)
     assert limit * 0.002 <= 2.5
+
+
+class Queue:
+    """A consumer's queue of records: ``consume(n, timeout)`` as confluent-kafka's, where
+    a record is its topic and what comes back short means the wait ran out."""
+
+    def __init__(self, topics: list[str]) -> None:
+        self.topics = topics
+        self.calls = 0
+
+    def consume(self, count: int, timeout: float) -> list[str]:
+        assert count >= 1
+        self.calls += 1
+        taken, self.topics = self.topics[:count], self.topics[count:]
+        return taken
+
+
+def rows_in(topic: str) -> int:
+    return ROWS_PER_RECORD if topic.startswith("tm.backfill") else 1
+
+
+def test_a_batch_of_backfill_records_holds_the_rows_of_the_setting_not_its_records() -> None:
+    """Framed records hold 16 rows each: 5,000 of them would be 80,000 rows in memory."""
+    queue = Queue(["tm.backfill.t"] * 10_000)
+    batch = take_batch(queue.consume, 5000, 0.1, rows_in)
+    assert sum(map(rows_in, batch)) <= 5000
+    assert len(batch) == 5000 // ROWS_PER_RECORD
+
+
+def test_a_batch_of_plain_records_is_as_large_as_before_in_few_calls() -> None:
+    queue = Queue(["t"] * 10_000)
+    batch = take_batch(queue.consume, 5000, 0.1, rows_in)
+    assert 5000 - ROWS_PER_RECORD < len(batch) <= 5000
+    assert queue.calls <= 100  # a call costs under a microsecond
+
+
+def test_a_mixed_queue_keeps_its_order_and_the_bound() -> None:
+    topics = [("tm.backfill.t" if i % 3 == 0 else "t") + f"#{i}" for i in range(9000)]
+    queue = Queue(list(topics))
+    batch = take_batch(queue.consume, 5000, 0.1, lambda t: rows_in(t.split("#")[0]))
+    assert batch == topics[: len(batch)]
+    assert 5000 - ROWS_PER_RECORD < sum(rows_in(t.split("#")[0]) for t in batch) <= 5000
+
+
+def test_a_short_queue_ends_the_batch_at_what_it_had() -> None:
+    queue = Queue(["t"] * 7 + ["tm.backfill.t"] * 2)
+    assert len(take_batch(queue.consume, 5000, 0.1, rows_in)) == 9
+    assert take_batch(Queue([]).consume, 5000, 0.1, rows_in) == []
+
+
+@given(st.lists(st.sampled_from(["t", "tm.backfill.t"]), max_size=3000), st.integers(1, 6000))
+def test_a_batch_never_holds_more_rows_than_its_limit_but_for_one_record(
+    topics: list[str], limit: int
+) -> None:
+    batch = take_batch(Queue(list(topics)).consume, limit, 0.1, rows_in)
+    assert batch == topics[: len(batch)]
+    rows = sum(map(rows_in, batch))
+    assert rows <= max(limit, ROWS_PER_RECORD)
+    if len(batch) < len(topics):  # cut by the limit, not by the queue: nearly full
+        assert rows > limit - ROWS_PER_RECORD

@@ -235,11 +235,12 @@ class ProcessorConfig:
     #: logs the key range of a backfill read that failed, to find its rows (the API
     #: shows key values to the operator's token only, whatever this says).
     log_key_values: bool = False
-    #: Most records taken from Kafka per data-plane batch (a backfill record holds up to
-    #: 16 rows: :data:`processor.events.chunk_records.ROWS_PER_RECORD`).
+    #: Most rows a data-plane batch takes from Kafka, which bounds its memory: a record is
+    #: a row, a backfill record frames up to 16
+    #: (:data:`processor.events.chunk_records.ROWS_PER_RECORD`) and counts as 16.
     batch_size: int = 5000
-    #: How long a data-plane batch waits for records (ms) when fewer than ``batch_size``
-    #: are there.
+    #: How long a data-plane batch waits for records (ms) when they hold fewer than
+    #: ``batch_size`` rows.
     batch_timeout_ms: int = 100
     #: The fused paths: compiled loops that decode and decide each envelope's common cases
     #: in one pass (:mod:`processor.reconcile.batch`). ``false`` decides every message on the

@@ -350,6 +350,8 @@ def renderer_of(stem: str) -> tuple[str, Renderer, bool]:
         return title, render, True
     if stem.startswith("compare-"):
         return f"Comparison: {stem.removeprefix('compare-')}", _compare, True
+    if stem.startswith("backfill-"):
+        return f"Backfills: {stem.removeprefix('backfill-')}", _backfill, True
     return stem, _generic, False
 
 
@@ -360,6 +362,8 @@ def order(stem: str) -> tuple[int, str]:
         return names.index(stem), stem
     if stem.startswith("compare-"):
         return names.index("compare"), stem
+    if stem.startswith("backfill-"):
+        return names.index("backfill"), stem
     return len(names), stem
 
 
