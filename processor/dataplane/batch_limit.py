@@ -25,7 +25,7 @@ from typing import TypeVar
 from processor.events.chunk_records import ROWS_PER_RECORD
 
 #: The fewest rows a batch is cut down to.
-MIN_RECORDS = 100
+MIN_ROWS = 100
 
 Record = TypeVar("Record")
 
@@ -36,7 +36,7 @@ def next_batch_limit(current: int, seconds: float, budget: float, ceiling: int) 
         current //= 2
     elif seconds < budget / 4:
         current *= 2
-    return max(min(MIN_RECORDS, ceiling), min(ceiling, current))
+    return max(min(MIN_ROWS, ceiling), min(ceiling, current))
 
 
 def take_batch(
@@ -44,26 +44,34 @@ def take_batch(
     rows: int,
     timeout: float,
     rows_in: Callable[[Record], int],
+    rebalances: Callable[[], int],
 ) -> list[Record]:
-    """Records that hold at most ``rows`` rows (one record's more when ``rows`` is fewer
-    than a record may hold), in the consumer's order, waiting at most ``timeout`` seconds
-    for them.
+    """Records that hold ``rows`` rows, one record's more at most, in the consumer's
+    order, waiting at most ``timeout`` seconds for them.
 
     ``consume(count, timeout)`` is the consumer's: up to ``count`` records, fewer only
     when the wait ran out. A record's rows are known only once it is taken, so each call
     asks for as many records as the rows left allow were each a full backfill record
-    (``rows_in`` gives at most :data:`ROWS_PER_RECORD`). Plain records then take a few
-    dozen calls a batch, each under a microsecond. The batch ends when fewer rows are
-    left than a record may hold, or when a call comes back short.
+    (``rows_in`` gives at most :data:`ROWS_PER_RECORD`), and one at least. Plain records
+    then take a few dozen calls a batch, each under a microsecond. The batch ends when
+    the rows are there, or when a call comes back short.
+
+    A rebalance callback runs inside a call (``rebalances()`` counts them). The records
+    earlier calls took may then be of partitions revoked since, and every partition
+    assigned starts again at its committed offset; librdkafka drops such records from
+    the call that ran the callback, so the batch is that call's records alone.
     """
     deadline = time.monotonic() + timeout
     batch: list[Record] = []
     left, wait = rows, timeout
     while True:
         count = max(1, left // ROWS_PER_RECORD)
+        before = rebalances()
         taken = consume(count, wait)
+        if rebalances() != before:
+            return taken
         batch += taken
         left -= sum(map(rows_in, taken))
-        if len(taken) < count or left < ROWS_PER_RECORD:
+        if len(taken) < count or left <= 0:
             return batch
         wait = max(0.0, deadline - time.monotonic())

@@ -189,7 +189,13 @@ class DataPlane:
             self._next_discovery = now + 5.0
         restoring = self.partitions.busy
         timeout = 0.01 if restoring else self.config.processor.batch_timeout_ms / 1000
-        messages = take_batch(consumer.consume, self._batch_limit, timeout, self._rows_in)
+        messages = take_batch(
+            consumer.consume,
+            self._batch_limit,
+            timeout,
+            self._rows_in,
+            lambda: self._callback_errors.calls,
+        )
         self._callback_errors.raise_pending()
         if now >= self._next_ask_check:
             self._next_ask_check = now + 1.0
@@ -210,7 +216,7 @@ class DataPlane:
                 self._batch_limit, seconds, self._batch_budget, self.config.processor.batch_size
             )
             if limit != self._batch_limit:
-                log.info("batch limit %d records (the last batch took %.1f s)", limit, seconds)
+                log.info("batch limit %d rows (the last batch took %.1f s)", limit, seconds)
                 self._batch_limit = limit
                 metrics.BATCH_LIMIT.set(limit)
         if self.partitions.busy:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from processor.dataplane.batch_limit import MIN_RECORDS, next_batch_limit, take_batch
+from processor.dataplane.batch_limit import MIN_ROWS, next_batch_limit, take_batch
 from processor.events.chunk_records import ROWS_PER_RECORD
 
 pytestmark = pytest.mark.unit
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.unit
 
 def test_a_slow_batch_halves_the_limit_down_to_the_floor() -> None:
     assert next_batch_limit(5000, 3.0, 2.5, 5000) == 2500
-    assert next_batch_limit(150, 9.0, 2.5, 5000) == MIN_RECORDS
+    assert next_batch_limit(150, 9.0, 2.5, 5000) == MIN_ROWS
 
 
 def test_a_quick_batch_doubles_it_back_up_to_the_setting() -> None:
@@ -28,7 +28,7 @@ def test_the_limit_stays_within_the_floor_and_the_setting(
     current: int, seconds: float, budget: float, ceiling: int
 ) -> None:
     limit = next_batch_limit(min(current, ceiling), seconds, budget, ceiling)
-    assert min(MIN_RECORDS, ceiling) <= limit <= ceiling
+    assert min(MIN_ROWS, ceiling) <= limit <= ceiling
 
 
 def test_a_batch_whose_cost_grows_with_its_records_settles_within_budget() -> None:
@@ -44,15 +44,22 @@ class Queue:
     """A consumer's queue of records: ``consume(n, timeout)`` as confluent-kafka's, where
     a record is its topic and what comes back short means the wait ran out."""
 
-    def __init__(self, topics: list[str]) -> None:
+    def __init__(self, topics: list[str], rebalance_at: int = 0) -> None:
         self.topics = topics
         self.calls = 0
+        self.rebalance_at = rebalance_at  # the call that runs a rebalance callback
+        self.rebalances = 0
 
     def consume(self, count: int, timeout: float) -> list[str]:
         assert count >= 1
         self.calls += 1
+        if self.calls == self.rebalance_at:
+            self.rebalances += 1
         taken, self.topics = self.topics[:count], self.topics[count:]
         return taken
+
+    def take(self, rows: int) -> list[str]:
+        return take_batch(self.consume, rows, 0.1, rows_in, lambda: self.rebalances)
 
 
 def rows_in(topic: str) -> int:
@@ -62,39 +69,49 @@ def rows_in(topic: str) -> int:
 def test_a_batch_of_backfill_records_holds_the_rows_of_the_setting_not_its_records() -> None:
     """Framed records hold 16 rows each: 5,000 of them would be 80,000 rows in memory."""
     queue = Queue(["tm.backfill.t"] * 10_000)
-    batch = take_batch(queue.consume, 5000, 0.1, rows_in)
-    assert sum(map(rows_in, batch)) <= 5000
-    assert len(batch) == 5000 // ROWS_PER_RECORD
+    batch = queue.take(5000)
+    assert 5000 <= sum(map(rows_in, batch)) < 5000 + ROWS_PER_RECORD
+    assert len(batch) == 5000 // ROWS_PER_RECORD + 1
 
 
 def test_a_batch_of_plain_records_is_as_large_as_before_in_few_calls() -> None:
     queue = Queue(["t"] * 10_000)
-    batch = take_batch(queue.consume, 5000, 0.1, rows_in)
-    assert 5000 - ROWS_PER_RECORD < len(batch) <= 5000
-    assert queue.calls <= 100  # a call costs under a microsecond
+    assert len(queue.take(5000)) == 5000
+    assert queue.calls <= 120  # a call costs under a microsecond
+    assert len(Queue(["t"] * 200).take(40)) == 40  # a small limit is a whole batch too
 
 
 def test_a_mixed_queue_keeps_its_order_and_the_bound() -> None:
     topics = [("tm.backfill.t" if i % 3 == 0 else "t") + f"#{i}" for i in range(9000)]
     queue = Queue(list(topics))
-    batch = take_batch(queue.consume, 5000, 0.1, lambda t: rows_in(t.split("#")[0]))
+    batch = take_batch(queue.consume, 5000, 0.1, lambda t: rows_in(t.split("#")[0]), lambda: 0)
     assert batch == topics[: len(batch)]
-    assert 5000 - ROWS_PER_RECORD < sum(rows_in(t.split("#")[0]) for t in batch) <= 5000
+    assert 5000 <= sum(rows_in(t.split("#")[0]) for t in batch) < 5000 + ROWS_PER_RECORD
 
 
 def test_a_short_queue_ends_the_batch_at_what_it_had() -> None:
-    queue = Queue(["t"] * 7 + ["tm.backfill.t"] * 2)
-    assert len(take_batch(queue.consume, 5000, 0.1, rows_in)) == 9
-    assert take_batch(Queue([]).consume, 5000, 0.1, rows_in) == []
+    assert len(Queue(["t"] * 7 + ["tm.backfill.t"] * 2).take(5000)) == 9
+    assert Queue([]).take(5000) == []
+
+
+def test_a_rebalance_inside_a_call_drops_what_the_calls_before_it_took() -> None:
+    """A rebalance callback runs inside ``consume``: records taken by earlier calls may be
+    of partitions revoked since, and every partition now starts at its committed offset,
+    so the batch is the rebalancing call's records alone."""
+    queue = Queue([f"t#{i}" for i in range(10_000)], rebalance_at=3)
+    batch = queue.take(5000)
+    assert queue.calls == 3
+    first, second = 5000 // ROWS_PER_RECORD, (5000 - 5000 // ROWS_PER_RECORD) // ROWS_PER_RECORD
+    assert batch == [f"t#{i}" for i in range(first + second, first + second + len(batch))]
 
 
 @given(st.lists(st.sampled_from(["t", "tm.backfill.t"]), max_size=3000), st.integers(1, 6000))
 def test_a_batch_never_holds_more_rows_than_its_limit_but_for_one_record(
     topics: list[str], limit: int
 ) -> None:
-    batch = take_batch(Queue(list(topics)).consume, limit, 0.1, rows_in)
+    batch = Queue(list(topics)).take(limit)
     assert batch == topics[: len(batch)]
     rows = sum(map(rows_in, batch))
-    assert rows <= max(limit, ROWS_PER_RECORD)
-    if len(batch) < len(topics):  # cut by the limit, not by the queue: nearly full
-        assert rows > limit - ROWS_PER_RECORD
+    assert rows < limit + ROWS_PER_RECORD
+    if len(batch) < len(topics):  # cut by the limit, not by the queue: full
+        assert rows >= limit

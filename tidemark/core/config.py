@@ -239,8 +239,7 @@ class ProcessorConfig:
     #: a row, a backfill record frames up to 16
     #: (:data:`processor.events.chunk_records.ROWS_PER_RECORD`) and counts as 16.
     batch_size: int = 5000
-    #: How long a data-plane batch waits for records (ms) when they hold fewer than
-    #: ``batch_size`` rows.
+    #: How long a data-plane batch waits (ms) for records that hold ``batch_size`` rows.
     batch_timeout_ms: int = 100
     #: The fused paths: compiled loops that decode and decide each envelope's common cases
     #: in one pass (:mod:`processor.reconcile.batch`). ``false`` decides every message on the

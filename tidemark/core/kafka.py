@@ -61,9 +61,12 @@ class RebalanceErrors:
 
     def __init__(self) -> None:
         self.pending: BaseException | None = None
+        #: Callbacks run so far: a change says that a call ran one.
+        self.calls = 0
 
     def wrap(self, callback: Rebalance) -> Rebalance:
         def guarded(consumer: Consumer, partitions: list[TopicPartition]) -> None:
+            self.calls += 1
             try:
                 callback(consumer, partitions)
             except BaseException as exc:  # noqa: BLE001 - raised again by raise_pending
