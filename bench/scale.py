@@ -11,6 +11,9 @@ pipeline over them. Measures, each figure printed and written to
   partition's end (every table's first row reconciled and committed);
 - per instance, after start-up and again at the end: threads, open file
   descriptors, resident and peak memory (``/proc``);
+- ``metrics_series``: per instance after start-up, the series its ``/metrics``
+  serves at each ``processor.metrics_detail`` (served at ``partition``, the others
+  aggregated from it as the processor would);
 - ``latency``: with ``--rate`` changes a second spread over every table for
   ``--seconds``, each reconciled record's timestamp minus its change event's
   (Debezium's producer and the data plane's both stamp ``CreateTime``): p50, p90,
@@ -51,8 +54,10 @@ import orjson  # noqa: E402
 import psycopg  # noqa: E402
 from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 from psycopg import sql  # noqa: E402
 
+from processor.metrics_detail import DETAILS, DROPPED, coarsen  # noqa: E402
 from tidemark.cli.verify import source_lsn, wait_debezium  # noqa: E402
 from tidemark.core.config import Config, ProcessorConfig, dump_config  # noqa: E402
 from tidemark.core.errors import TidemarkError  # noqa: E402
@@ -148,6 +153,16 @@ class Instance:
     name: str
     config: Config
     pid: int = 0
+
+    def metrics_series(self) -> dict[str, int]:
+        """The series of its ``/metrics`` at each detail."""
+        url = f"http://127.0.0.1:{self.config.processor.web_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            families = list(text_string_to_metric_families(resp.read().decode()))
+        return {
+            detail: sum(len(coarsen(f, DROPPED[detail]).samples) for f in families)
+            for detail in DETAILS
+        }
 
     def health(self) -> dict[str, Any]:
         url = f"http://127.0.0.1:{self.config.processor.web_port}/health"
@@ -466,6 +481,7 @@ def measure(
     wait("the first rows", lambda: caught_up(config, topics), 300)
     results["start_s"] = round(time.monotonic() - started, 1)
     results["after_start"] = statuses(stack, instances)
+    results["metrics_series"] = {i.name: i.metrics_series() for i in instances}
     print(f"start: {results['start_s']} s; {results['after_start']}", flush=True)
 
     since = int(time.time() * 1000)

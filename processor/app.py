@@ -26,12 +26,13 @@ from faust.auth import SASLCredentials, SSLCredentials
 from faust.types.auth import CredentialsT
 from faust.web import Request, Response, View
 from mode import Service
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY
 
 from processor.api import MAX_BODY_BYTES, instance_status, register_api
 from processor.console.views import register_console
 from processor.dataplane.loop import DataPlane
 from processor.history import INTERVAL_S, History
+from processor.metrics_detail import exposition
 from processor.openapi import PREFIX
 from processor.pipeline.audit import AuditWriter
 from processor.pipeline.instances import REPORT_EVERY_S, Reporter
@@ -193,7 +194,8 @@ def create_app(config: Config) -> tuple[faust.App, DataPlane, Coordinator]:
     @app.page("/metrics")
     class Metrics(View):
         async def get(self, request: Request) -> Response:
-            return self.bytes(generate_latest(), content_type=CONTENT_TYPE_LATEST.split(";")[0])
+            text = exposition(REGISTRY, pc.metrics_detail)
+            return self.bytes(text, content_type=CONTENT_TYPE_LATEST.split(";")[0])
 
     @app.page("/health")
     class Health(View):

@@ -6,6 +6,7 @@ test is about the data plane alone (the ``make scale`` benchmark runs real Debez
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import time
@@ -13,6 +14,7 @@ import time
 import orjson
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.processes import Processor, metric, pipeline_config, read_topic, wait_for
 from tests.integration.test_commit import change_event
@@ -57,10 +59,22 @@ def threads_of(pid: int) -> int:
     return int(line.split()[1])
 
 
+def labelled(text: str, name: str) -> list[dict[str, str]]:
+    """The label sets of metric family ``name``'s samples in ``/metrics`` text ``text``."""
+    return [
+        sample.labels
+        for family in text_string_to_metric_families(text)
+        if family.name == name
+        for sample in family.samples
+        if not sample.name.endswith("_created")
+    ]
+
+
 def test_producers_and_threads_do_not_grow_with_the_partitions_owned(stack: DevStack) -> None:
     """48 input partitions on one instance, then on two: each instance holds a producer per
     partition slot it owns (3, then 2 and 1), its thread count stays far below one
-    producer's threads per partition, and no instance fences another's live producer."""
+    producer's threads per partition, and no instance fences another's live producer.
+    The second serves its metrics at ``pipeline`` detail: one series a family."""
     config = pipeline_config(stack, "estate")
     estate = Estate(config, "estate")
     topics, send = estate.topics, estate.send
@@ -78,9 +92,16 @@ def test_producers_and_threads_do_not_grow_with_the_partitions_owned(stack: DevS
 
     send(1)
     first = Processor(stack, config, "estate-a").start()
-    second = Processor(stack, other_instance(config, "b"), "estate-b")
+    second_config = other_instance(config, "b")
+    second_config = dataclasses.replace(
+        second_config,
+        processor=dataclasses.replace(second_config.processor, metrics_detail="pipeline"),
+    )
+    second = Processor(stack, second_config, "estate-b")
     try:
         wait_for("every table's outputs", lambda: arrived(1), timeout=180)
+        lags = labelled(first.metrics(), "tidemark_consumer_lag")
+        assert {(s["topic"], s["partition"]) for s in lags} >= {(topics[0], "0"), (topics[0], "2")}
         assert first.health()["assigned_partitions"] == TABLES * PARTITIONS
         assert metric(first.metrics(), "tidemark_dataplane_producers") == PARTITIONS
         # librdkafka runs a few threads per producer: one per partition would be ~200 here.
@@ -103,6 +124,14 @@ def test_producers_and_threads_do_not_grow_with_the_partitions_owned(stack: DevS
             metric(p.metrics(), "tidemark_dataplane_producers") for p in (first, second)
         )
         assert producers == [1, 2], producers
+        text = second.metrics()
+        read = labelled(text, "tidemark_events_in")
+        assert len(read) == 1 and not read[0], read  # one series, no topic label
+        assert metric(text, "tidemark_events_in_total") >= TABLES  # its partitions' v2 events
+        families = list(text_string_to_metric_families(text))
+        assert not [
+            s for f in families for s in f.samples if {"topic", "partition"} & set(s.labels)
+        ]
         for instance in (first, second):
             assert "fenced" not in instance.log.read_text()
     finally:

@@ -44,6 +44,7 @@ Envelope = Literal["upsert", "debezium-upsert", "debezium"]
 SslMode = Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"]
 ENVELOPE_NAMES: tuple[str, ...] = typing.get_args(Envelope)
 Watermarks = Literal["read-only", "signal-table"]
+MetricsDetail = Literal["partition", "topic", "pipeline"]
 
 
 @dataclass(frozen=True)
@@ -214,8 +215,8 @@ class ProcessorConfig:
     envelopes: dict[str, str] = field(default_factory=dict)
     #: Regular expression of input topics; default: every change topic of ``source.topic_prefix``.
     input_pattern: str = ""
-    #: Folder of the processor's state: a RocksDB store per input partition it holds
-    #: (``<topic>/<partition>``), restored from the changelog when missing.
+    #: Folder of the processor's state: one RocksDB database (``@rocksdb``) that holds
+    #: every input partition's, each restored from its changelog when missing.
     state_dir: str = ".tidemark/state"
     #: Memory for a cache of state values of the keys in use, shared by the partitions
     #: this instance holds (0: none). A change whose key changed recently then reads its
@@ -224,6 +225,11 @@ class ProcessorConfig:
     #: Memory of the process's RocksDB database, which holds every partition's state:
     #: half for its block cache, half for its two write buffers.
     state_memory_mb: int = 128
+    #: The labels of ``/metrics``: ``partition`` (every series), ``topic`` (a topic's
+    #: partitions summed) or ``pipeline`` (no topic, partition or table label). An
+    #: estate of hundreds of tables wants ``topic`` or ``pipeline``
+    #: (:mod:`processor.metrics_detail`).
+    metrics_detail: MetricsDetail = "partition"
     #: Address the web server binds: the management API, the console, ``/metrics`` and
     #: ``/health``; ``0.0.0.0`` where they are reached from outside (Kubernetes).
     web_host: str = "127.0.0.1"
