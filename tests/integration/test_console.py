@@ -319,6 +319,43 @@ def test_the_sink_page_shows_what_the_sink_published(console: Console) -> None:
     console.accessible()
 
 
+def test_long_lists_show_a_page_at_a_time_and_filter(console: Console) -> None:
+    """An estate's lists (tables, topics, partitions) come a page of 50 rows at a time,
+    with a filter by words of any column."""
+    b = console.browser
+    board = StatusBoard(console.config)
+    for i in range(60):
+        board.of(f"lake.public.estate_{i:02d}", f"tidemark.reconciled.public.estate_{i:02d}")
+        board.publish(f"lake.public.estate_{i:02d}")
+    board.flush()
+    console.page("sink")
+    b.until("every table", lambda: "62 tables" in b.text("#sink-summary"), timeout=30)
+    b.until("the first page", lambda: b.text("#sink-tables-shown") == "1–50 of 62")
+    assert len(b.all("main tbody tr")) == 50
+    assert not b.find("#sink-tables-prev").is_enabled()
+    b.click("#sink-tables-next")
+    b.until("the second page", lambda: b.text("#sink-tables-shown") == "51–62 of 62")
+    assert len(b.all("main tbody tr")) == 12
+    assert not b.find("#sink-tables-next").is_enabled()
+    b.find("#sink-tables-filter").send_keys("estate_07")
+    b.until("the filtered rows", lambda: b.text("#sink-tables-shown") == "1–1 of 1 (62 in all)")
+    assert [r.find_element("css selector", "td").text for r in b.all("main tbody tr")] == [
+        "lake.public.estate_07"
+    ]
+    b.shot("sink-filtered")
+    console.accessible()
+    # the overview's topics and partitions, and the snapshots' tables, filter the same way
+    console.page("overview")
+    b.until("the partitions", lambda: b.all("#partitions tbody tr"))
+    b.find("#partitions-filter").send_keys("no such topic")
+    b.until("no partition", lambda: b.text("#partitions-shown").startswith("none of "))
+    assert b.all("#partitions tbody tr") == []
+    b.find("#topics-filter")
+    console.page("snapshots")
+    b.find("#snapshot-tables-filter")
+    console.accessible()
+
+
 def test_the_audit_page_shows_who_did_what(console: Console) -> None:
     """The earlier tests' actions (a login, a backfill started, offsets written) are on the
     Audit page, newest first, each with its session and its result."""

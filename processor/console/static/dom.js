@@ -59,10 +59,10 @@ export function changed(el, shown, build) {
   fill(el, ...build());
 }
 
-// A table with a caption, column headings and a body to fill.
-export function table(caption, headings) {
+// A table with a caption, column headings and a body to fill (id: the table's).
+export function table(caption, headings, id = null) {
   const tbody = h("tbody");
-  const el = h("table", {},
+  const el = h("table", { id },
     h("caption", {}, caption),
     h("thead", {}, h("tr", {}, headings.map((t) =>
       h("th", { scope: "col", class: t.startsWith("#") ? "num" : null }, t.replace(/^#/, ""))))),
@@ -73,6 +73,45 @@ export function table(caption, headings) {
 // A scrolling box around a long table(): focusable, so the keyboard scrolls it too.
 export function scrolling(shown) {
   return h("div", { class: "scroll", tabindex: 0, role: "region", "aria-label": shown.caption }, shown.el);
+}
+
+// A filter and pages for a long list (an estate's hundreds of tables): view(items, text)
+// gives the items of the page shown, among those whose text(item) holds every word typed
+// in the filter, and says which of how many; onChange(f): f runs when the filter or the
+// page changes, to show the list again at once. Ids: `${id}-filter`, -prev, -next, -shown.
+export function paged(id, what, size = 50) {
+  let page = 0;
+  let onChange = () => {};
+  const filter = h("input", { type: "search", id: `${id}-filter`, "aria-label": `Filter ${what}`, placeholder: `Filter ${what}` });
+  const go = (step) => () => { page += step; onChange(); };
+  const button = (step, label) => h("button", {
+    type: "button", class: "secondary", id: `${id}-${step < 0 ? "prev" : "next"}`,
+    "aria-label": `${label} page of ${what}`, onclick: go(step),
+  }, label);
+  const prev = button(-1, "Previous");
+  const next = button(1, "Next");
+  const shown = h("span", { id: `${id}-shown`, role: "status" });
+  filter.addEventListener("input", () => { page = 0; onChange(); });
+  return {
+    el: h("div", { class: "actions pager" }, filter, prev, next, shown),
+    onChange(f) { onChange = f; },
+    view(items, text) {
+      const words = filter.value.toLowerCase().split(/\s+/).filter(Boolean);
+      const found = words.length
+        ? items.filter((item) => { const t = text(item).toLowerCase(); return words.every((w) => t.includes(w)); })
+        : items;
+      const pages = Math.max(1, Math.ceil(found.length / size));
+      page = Math.min(Math.max(0, page), pages - 1);
+      prev.disabled = page === 0;
+      next.disabled = page === pages - 1;
+      const start = page * size;
+      const all = found.length < items.length ? ` (${number(items.length)} in all)` : "";
+      shown.textContent = found.length
+        ? `${number(start + 1)}–${number(Math.min(start + size, found.length))} of ${number(found.length)}${all}`
+        : `none of ${number(items.length)}`;
+      return found.slice(start, start + size);
+    },
+  };
 }
 
 // Ask before doing something that cannot be taken back; resolves true if confirmed.

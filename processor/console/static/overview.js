@@ -2,7 +2,7 @@
 // topic's rates, lag (with the last 15 minutes charted) and dead letters, refused sources.
 import { api } from "./api.js";
 import { lineChart } from "./chart.js";
-import { ago, badge, confirmed, fill, h, keyedRows, number, rate, scrolling, table } from "./dom.js";
+import { ago, badge, confirmed, fill, h, keyedRows, number, paged, rate, scrolling, table } from "./dom.js";
 import { every, report } from "./refresh.js";
 
 const ACTIONS = [
@@ -35,8 +35,10 @@ export function overviewPage(ctx) {
   }, label));
 
   const instances = table("Instances", ["Instance", "Data plane", "Lifecycle", "Snapshots", "#Partitions", "Reported", "Error"]);
-  const topics = table("Topics on this instance (the latest 5-second sample)", ["Topic", "#Events in/s", "#Events out/s", "#Lag", "#Dead letters/s"]);
-  const partitions = table("Partitions and the instance that holds each", ["Topic", "#Partition", "Instance"]);
+  const topics = table("Topics on this instance (the latest 5-second sample)", ["Topic", "#Events in/s", "#Events out/s", "#Lag", "#Dead letters/s"], "topics");
+  const partitions = table("Partitions and the instance that holds each", ["Topic", "#Partition", "Instance"], "partitions");
+  const topicPages = paged("topics", "topics");
+  const partitionPages = paged("partitions", "partitions");
   const refused = table("Refused sources", ["Topic", "Why"]);
   const chart = lineChart("Consumer lag over the last 15 minutes");
   const chosen = h("select", { id: "lag-topic" }, h("option", { value: "" }, "all topics"));
@@ -54,10 +56,39 @@ export function overviewPage(ctx) {
       h("h2", { id: "lag-title" }, "Lag"),
       h("p", {}, h("label", { for: "lag-topic" }, "Chart "), " ", chosen),
       chart.el),
-    h("section", {}, scrolling(topics)),
+    h("section", {}, topicPages.el, scrolling(topics)),
     h("section", {}, instances.el),
     h("section", {}, refused.el),
-    h("section", {}, scrolling(partitions)));
+    h("section", {}, partitionPages.el, scrolling(partitions)));
+
+  // what the last refresh found, shown again at once when a filter or a page changes
+  const shown = { partitions: [], figures: {} };
+  function showPartitions() {
+    const page = partitionPages.view(shown.partitions, (p) => `${p.topic} ${p.partition} ${p.instance}`);
+    keyedRows(partitions.tbody, page, (p) => `${p.topic}/${p.partition}`,
+      () => h("tr", {}, h("td", { class: "mono" }), h("td", { class: "num" }), h("td", { class: "mono" })),
+      (row, p) => {
+        row.children[0].textContent = p.topic;
+        row.children[1].textContent = p.partition;
+        row.children[2].textContent = p.instance;
+      });
+  }
+  function showTopics() {
+    const figures = shown.figures;
+    const page = topicPages.view(Object.keys(figures).sort(), (t) => t);
+    keyedRows(topics.tbody, page, (t) => t,
+      () => h("tr", {}, h("td", { class: "mono" }), h("td", { class: "num" }), h("td", { class: "num" }), h("td", { class: "num" }), h("td", { class: "num" })),
+      (row, t) => {
+        const f = figures[t];
+        row.children[0].textContent = t;
+        row.children[1].textContent = rate(f.in_per_s);
+        row.children[2].textContent = rate(f.out_per_s);
+        row.children[3].textContent = number(f.lag);
+        row.children[4].textContent = rate(f.dead_letters_per_s);
+      });
+  }
+  partitionPages.onChange(showPartitions);
+  topicPages.onChange(showTopics);
 
   function draw(history) {
     drawn = history;
@@ -104,13 +135,8 @@ export function overviewPage(ctx) {
           c[5].textContent = ago(i.reported_ms);
           c[6].textContent = i.error || "";
         });
-      keyedRows(partitions.tbody, found.partitions, (p) => `${p.topic}/${p.partition}`,
-        () => h("tr", {}, h("td", { class: "mono" }), h("td", { class: "num" }), h("td", { class: "mono" })),
-        (row, p) => {
-          row.children[0].textContent = p.topic;
-          row.children[1].textContent = p.partition;
-          row.children[2].textContent = p.instance;
-        });
+      shown.partitions = found.partitions;
+      showPartitions();
       const why = new Map();
       for (const i of [status, ...found.instances]) {
         for (const [topic, reason] of Object.entries(i.refused_topics || {})) why.set(topic, reason);
@@ -123,16 +149,8 @@ export function overviewPage(ctx) {
         });
       const latest = history.samples.length ? history.samples[history.samples.length - 1].topics : {};
       const names = Object.keys(latest).sort();
-      keyedRows(topics.tbody, names, (t) => t,
-        () => h("tr", {}, h("td", { class: "mono" }), h("td", { class: "num" }), h("td", { class: "num" }), h("td", { class: "num" }), h("td", { class: "num" })),
-        (row, t) => {
-          const f = latest[t];
-          row.children[0].textContent = t;
-          row.children[1].textContent = rate(f.in_per_s);
-          row.children[2].textContent = rate(f.out_per_s);
-          row.children[3].textContent = number(f.lag);
-          row.children[4].textContent = rate(f.dead_letters_per_s);
-        });
+      shown.figures = latest;
+      showTopics();
       const known = new Set([...chosen.options].map((o) => o.value));
       for (const t of names) if (!known.has(t)) chosen.append(h("option", { value: t }, t));
       draw(history);

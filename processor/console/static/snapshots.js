@@ -1,7 +1,7 @@
 // Snapshots: start one (the API checks the form), pause, resume and stop, follow each
 // table's progress, and read the notifications in Debezium's format.
 import { api } from "./api.js";
-import { badge, changed, confirmed, duration, fill, h, keyedRows, number, scrolling, table, when } from "./dom.js";
+import { badge, changed, confirmed, duration, fill, h, keyedRows, number, paged, scrolling, table, when } from "./dom.js";
 import { every, report } from "./refresh.js";
 
 function keyText(key) {
@@ -61,7 +61,9 @@ export function snapshotsPage(ctx) {
     h("button", { type: "button", id: "snapshots-resume", class: "secondary", disabled: !ctx.canWrite, onclick: () => act("resume", "Resume") }, "Resume all"),
     h("button", { type: "button", id: "snapshots-stop", class: "danger", disabled: !ctx.canWrite, onclick: () => act("stop", "Stop") }, "Stop all"));
 
-  const progress = table("Tables", ["Table", "Status", "Progress", "#Rows", "#Chunks", "ETA", "Request", "Parts being read", "Last key", "Action"]);
+  const progress = table("Tables", ["Table", "Status", "Progress", "#Rows", "#Chunks", "ETA", "Request", "Parts being read", "Last key", "Action"], "snapshot-tables");
+  const pages = paged("snapshot-tables", "tables");
+  pages.onChange(() => refresh.now());
   const notes = table("Notifications, newest first", ["Time", "Type", "Request", "Table", "Data"]);
   const requestFilter = h("select", { id: "notification-request" }, h("option", { value: "" }, "every request"));
   requestFilter.addEventListener("change", () => refresh.now());
@@ -74,6 +76,7 @@ export function snapshotsPage(ctx) {
       h("h2", { id: "progress-title" }, "Progress"),
       h("p", {}, "Snapshots are ", paused, "."),
       controls,
+      pages.el,
       scrolling(progress)),
     h("section", { "aria-labelledby": "notes-title" },
       h("h2", { id: "notes-title" }, "Notifications"),
@@ -88,7 +91,8 @@ export function snapshotsPage(ctx) {
         api.get(`/notifications?limit=200${query}`),
       ]);
       fill(paused, state.paused ? badge("paused", "PAUSED") : badge("running", "RUNNING"));
-      keyedRows(progress.tbody, state.tables, (t) => `${t.request_id}/${t.table}`,
+      const page = pages.view(state.tables, (t) => `${t.table} ${t.status} ${t.request_id}`);
+      keyedRows(progress.tbody, page, (t) => `${t.request_id}/${t.table}`,
         (t) => h("tr", {},
           h("td", { class: "mono" }),
           h("td"),
