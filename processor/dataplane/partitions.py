@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 #: Seconds after a restore resumed a partition during which it is resumed again, each time
 #: the lag is read, until one of its messages is read (:meth:`Partitions.resume_again`).
 RESUME_AGAIN_S = 60.0
+#: After that, every this many seconds, until one of its messages is read.
+RESUME_LATER_S = 30.0
 
 
 class Partitions:
@@ -75,6 +77,8 @@ class Partitions:
         self._grown: set[str] = set()
         #: Partitions a restore resumed, none of whose messages was read since: when.
         self._resumed: dict[TopicPartitionKey, float] = {}
+        #: When the partitions resumed over ``RESUME_AGAIN_S`` ago are resumed next.
+        self._next_late_resume = 0.0
 
     # -- the group's callbacks -----------------------------------------------------
 
@@ -301,28 +305,53 @@ class Partitions:
         self._resumed.pop(tp, None)
 
     def resume_again(self, consumer: Consumer) -> None:
-        """Resume again, for ``RESUME_AGAIN_S`` after a restore resumed them, the
-        partitions none of whose messages was read since, but those held back.
+        """Resume again the partitions a restore resumed and none of whose messages was
+        read since, but those held back: at each lag reading for ``RESUME_AGAIN_S`` after
+        their resume, then every ``RESUME_LATER_S``, until one of their messages is read.
 
         librdkafka (2.16) drops a resume issued while a newly assigned partition still
         waits for its committed offset ("Not resuming stopped ... state none" in its
         debug log), and the partition stays paused: at 500 tables on a busy broker,
         partitions whose state was restored within a second of their assignment were
-        never read again. A partition that has fetched nothing loses nothing to a resume;
-        one that read a message is dropped from the list."""
-        if not self._resumed:
-            return
-        now = time.monotonic()
-        for tp, since in list(self._resumed.items()):
-            if now - since > RESUME_AGAIN_S:
-                del self._resumed[tp]
+        never read again, and on a broker that took over a minute to answer for 1,000
+        partitions' committed offsets, some were not read in the minute either. Nothing
+        says when the wait is over (a partition not read has no position), so the resume
+        is repeated, less often after the first minute. A partition that has fetched
+        nothing loses nothing to a resume; one that read a message leaves the list, as
+        does one revoked."""
         if not self._resumed or self._paused():
             return
-        waiting = [TopicPartition(t, p) for t, p in self._resumed]
+        now = time.monotonic()
+        late = now >= self._next_late_resume
+        if late:
+            self._next_late_resume = now + RESUME_LATER_S
+        waiting = [
+            TopicPartition(t, p)
+            for (t, p), since in self._resumed.items()
+            if late or now - since <= RESUME_AGAIN_S
+        ]
         held = {(p.topic, p.partition) for p in self.held(waiting)}
         again = [p for p in waiting if (p.topic, p.partition) not in held]
         if again:
             consumer.resume(again)
+            # Said at most once a partition, in its first half minute past the first minute:
+            # an idle partition, with nothing to read, is resumed again while it is held.
+            first = [
+                p
+                for p in again
+                if RESUME_AGAIN_S
+                < now - self._resumed[(p.topic, p.partition)]
+                <= RESUME_AGAIN_S + RESUME_LATER_S
+            ]
+            if first:
+                log.info(
+                    "resumed again %d partitions not read in the %d s since their restore, "
+                    "such as %s[%d]",
+                    len(first),
+                    RESUME_AGAIN_S,
+                    first[0].topic,
+                    first[0].partition,
+                )
 
     def close(self) -> None:
         """Release the restore consumers."""

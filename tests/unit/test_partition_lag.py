@@ -86,11 +86,36 @@ def test_partitions_a_restore_resumed_are_resumed_again_until_read() -> None:
     member = Member({}, committed=-1001, high=5)
     now = time.monotonic()
     partitions._resumed = {("t", 0): now, (backfill, 0): now, ("t", 1): now, ("t", 2): now - 61}
+    partitions._next_late_resume = now + 30
     try:
         partitions.read(("t", 1))
         partitions.resume_again(member)  # type: ignore[arg-type]
         assert sorted(member.resumed) == sorted([("t", 0), (backfill, 0)])
-        assert ("t", 2) not in partitions._resumed  # resumed long enough ago
+        assert ("t", 2) in partitions._resumed  # past its first minute: resumed later
+    finally:
+        partitions.close()
+
+
+def test_a_partition_still_not_read_after_a_minute_is_resumed_every_half_minute() -> None:
+    """A broker that takes more than a minute to answer for the committed offsets of
+    1,000 partitions (the embedded one at 500 tables, under load) can drop resumes past
+    the first minute: 149 partitions were then never read again. Past its first minute a
+    partition not read is resumed every ``RESUME_LATER_S`` until one is read."""
+    partitions = partitions_of()
+    member = Member({}, committed=-1001, high=5)
+    partitions._resumed = {("t", 2): time.monotonic() - 600}
+    try:
+        partitions.resume_again(member)  # type: ignore[arg-type]
+        assert member.resumed == [("t", 2)]
+        partitions.resume_again(member)  # type: ignore[arg-type]
+        assert member.resumed == [("t", 2)]  # not again within the half minute
+        partitions._next_late_resume = time.monotonic() - 1
+        partitions.resume_again(member)  # type: ignore[arg-type]
+        assert member.resumed == [("t", 2), ("t", 2)]
+        partitions.read(("t", 2))
+        partitions._next_late_resume = time.monotonic() - 1
+        partitions.resume_again(member)  # type: ignore[arg-type]
+        assert member.resumed == [("t", 2), ("t", 2)]
     finally:
         partitions.close()
 
