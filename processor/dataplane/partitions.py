@@ -77,8 +77,10 @@ class Partitions:
         self._grown: set[str] = set()
         #: Partitions a restore resumed, none of whose messages was read since: when.
         self._resumed: dict[TopicPartitionKey, float] = {}
-        #: When the partitions resumed over ``RESUME_AGAIN_S`` ago are resumed next.
+        #: When the partitions resumed over ``RESUME_AGAIN_S`` ago are resumed next, and
+        #: those of them the log has named.
         self._next_late_resume = 0.0
+        self._said: set[TopicPartitionKey] = set()
 
     # -- the group's callbacks -----------------------------------------------------
 
@@ -176,6 +178,7 @@ class Partitions:
             self._committed.pop(tp, None)
             self._resumed.pop(tp, None)
             self._resumed.pop((backfill_topic(self._pipeline, tp[0]), tp[1]), None)
+            self._said.discard(tp)
             with contextlib.suppress(KeyError):
                 metrics.CONSUMER_LAG.remove(tp[0], str(tp[1]))
         metrics.ASSIGNED_PARTITIONS.set(len(self.stores))
@@ -303,6 +306,7 @@ class Partitions:
     def read(self, tp: TopicPartitionKey) -> None:
         """A message of ``tp`` (an input or backfill partition) was read: its resume took."""
         self._resumed.pop(tp, None)
+        self._said.discard(tp)
 
     def resume_again(self, consumer: Consumer) -> None:
         """Resume again the partitions a restore resumed and none of whose messages was
@@ -334,23 +338,23 @@ class Partitions:
         again = [p for p in waiting if (p.topic, p.partition) not in held]
         if again:
             consumer.resume(again)
-            # Said at most once a partition, in its first half minute past the first minute:
-            # an idle partition, with nothing to read, is resumed again while it is held.
-            first = [
-                p
+            # Said once an input partition: its state was restored over a minute ago and
+            # none of its messages read since (an idle one, with none to read, too).
+            unread = [
+                (p.topic, p.partition)
                 for p in again
-                if RESUME_AGAIN_S
-                < now - self._resumed[(p.topic, p.partition)]
-                <= RESUME_AGAIN_S + RESUME_LATER_S
+                if now - self._resumed[(p.topic, p.partition)] > RESUME_AGAIN_S
+                and not self.is_backfill(p.topic)
+                and (p.topic, p.partition) not in self._said
             ]
-            if first:
+            if unread:
+                self._said.update(unread)
                 log.info(
-                    "resumed again %d partitions not read in the %d s since their restore, "
-                    "such as %s[%d]",
-                    len(first),
+                    "resumed again %d partitions none of whose messages was read in the %d s "
+                    "since their restore (or that have none to read), such as %s[%d]",
+                    len(unread),
                     RESUME_AGAIN_S,
-                    first[0].topic,
-                    first[0].partition,
+                    *unread[0],
                 )
 
     def close(self) -> None:

@@ -329,16 +329,18 @@ def test_long_lists_show_a_page_at_a_time_and_filter(console: Console) -> None:
         board.publish(f"lake.public.estate_{i:02d}")
     board.flush()
     console.page("sink")
-    b.until("every table", lambda: "62 tables" in b.text("#sink-summary"), timeout=30)
-    b.until("the first page", lambda: b.text("#sink-tables-shown") == "1–50 of 62")
+    b.until("every table", lambda: b.all("main tbody tr") and "tables" in b.text("#sink-summary"))
+    # the tables earlier tests published are there too: these 60 are told by a word of theirs
+    b.find("#sink-tables-filter").send_keys("estate_")
+    b.until("the first page", lambda: b.text("#sink-tables-shown").startswith("1–50 of 60 ("))
     assert len(b.all("main tbody tr")) == 50
     assert not b.find("#sink-tables-prev").is_enabled()
     b.click("#sink-tables-next")
-    b.until("the second page", lambda: b.text("#sink-tables-shown") == "51–62 of 62")
-    assert len(b.all("main tbody tr")) == 12
+    b.until("the second page", lambda: b.text("#sink-tables-shown").startswith("51–60 of 60 ("))
+    assert len(b.all("main tbody tr")) == 10
     assert not b.find("#sink-tables-next").is_enabled()
-    b.find("#sink-tables-filter").send_keys("estate_07")
-    b.until("the filtered rows", lambda: b.text("#sink-tables-shown") == "1–1 of 1 (62 in all)")
+    b.find("#sink-tables-filter").send_keys("07")
+    b.until("the filtered rows", lambda: b.text("#sink-tables-shown").startswith("1–1 of 1 ("))
     assert [r.find_element("css selector", "td").text for r in b.all("main tbody tr")] == [
         "lake.public.estate_07"
     ]
@@ -350,9 +352,12 @@ def test_long_lists_show_a_page_at_a_time_and_filter(console: Console) -> None:
     b.find("#partitions-filter").send_keys("no such topic")
     b.until("no partition", lambda: b.text("#partitions-shown").startswith("none of "))
     assert b.all("#partitions tbody tr") == []
-    b.find("#topics-filter")
+    b.find("#topics-filter").send_keys("no such topic")
+    b.until("no topic", lambda: b.text("#topics-shown").startswith("none"))
     console.page("snapshots")
-    b.find("#snapshot-tables-filter")
+    b.find("#snapshot-tables-filter").send_keys("no such table")
+    b.until("no table", lambda: b.text("#snapshot-tables-shown").startswith("none of "))
+    assert b.all("#snapshot-tables tbody tr") == []
     console.accessible()
 
 

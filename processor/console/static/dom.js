@@ -90,7 +90,7 @@ export function paged(id, what, size = 50) {
   }, label);
   const prev = button(-1, "Previous");
   const next = button(1, "Next");
-  const shown = h("span", { id: `${id}-shown`, role: "status" });
+  const shown = h("span", { id: `${id}-shown`, role: "status", tabindex: -1 });
   filter.addEventListener("input", () => { page = 0; onChange(); });
   return {
     el: h("div", { class: "actions pager" }, filter, prev, next, shown),
@@ -102,13 +102,17 @@ export function paged(id, what, size = 50) {
         : items;
       const pages = Math.max(1, Math.ceil(found.length / size));
       page = Math.min(Math.max(0, page), pages - 1);
-      prev.disabled = page === 0;
-      next.disabled = page === pages - 1;
+      for (const [button, disabled] of [[prev, page === 0], [next, page === pages - 1]]) {
+        // a button disabled under the keyboard's focus would drop it to the page's start
+        if (disabled && document.activeElement === button) shown.focus();
+        button.disabled = disabled;
+      }
       const start = page * size;
       const all = found.length < items.length ? ` (${number(items.length)} in all)` : "";
-      shown.textContent = found.length
+      const text = found.length
         ? `${number(start + 1)}–${number(Math.min(start + size, found.length))} of ${number(found.length)}${all}`
         : `none of ${number(items.length)}`;
+      if (shown.textContent !== text) shown.textContent = text; // a status said again is read again
       return found.slice(start, start + size);
     },
   };

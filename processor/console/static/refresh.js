@@ -3,11 +3,18 @@
 export function every(ms, work) {
   let timer = null;
   let stopped = false;
+  let running = false;
+  let again = false; // now() was called during a call: one more, right after it
   async function tick() {
+    running = true;
     try {
       await work();
     } finally {
-      if (!stopped) timer = setTimeout(tick, ms);
+      running = false;
+      if (!stopped) {
+        timer = setTimeout(tick, again ? 0 : ms);
+        again = false;
+      }
     }
   }
   tick();
@@ -17,6 +24,10 @@ export function every(ms, work) {
       clearTimeout(timer);
     },
     now() {
+      if (running) {
+        again = true;
+        return;
+      }
       clearTimeout(timer);
       tick();
     },

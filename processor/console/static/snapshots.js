@@ -63,7 +63,8 @@ export function snapshotsPage(ctx) {
 
   const progress = table("Tables", ["Table", "Status", "Progress", "#Rows", "#Chunks", "ETA", "Request", "Parts being read", "Last key", "Action"], "snapshot-tables");
   const pages = paged("snapshot-tables", "tables");
-  pages.onChange(() => refresh.now());
+  let tables = []; // the last refresh's, shown again at once when the filter or the page changes
+  pages.onChange(() => showTables(tables));
   const notes = table("Notifications, newest first", ["Time", "Type", "Request", "Table", "Data"]);
   const requestFilter = h("select", { id: "notification-request" }, h("option", { value: "" }, "every request"));
   requestFilter.addEventListener("change", () => refresh.now());
@@ -83,6 +84,43 @@ export function snapshotsPage(ctx) {
       h("p", {}, h("label", { for: "notification-request" }, "Request "), " ", requestFilter),
       scrolling(notes)));
 
+  function showTables(found) {
+    tables = found;
+    const page = pages.view(found, (t) => `${t.table} ${t.status} ${t.request_id}`);
+    keyedRows(progress.tbody, page, (t) => `${t.request_id}/${t.table}`,
+      (t) => h("tr", {},
+        h("td", { class: "mono" }),
+        h("td"),
+        h("td", { class: "nowrap" }, h("progress", { max: 100, "aria-label": `progress of ${t.table}` }), " ", h("span")),
+        h("td", { class: "num" }), h("td", { class: "num" }), h("td"),
+        h("td", { class: "mono" }), h("td", { class: "mono" }), h("td", { class: "mono" }),
+        h("td", {}, h("button", {
+          type: "button", class: "secondary", disabled: !ctx.canWrite,
+          "aria-label": `Stop the snapshot of ${t.table}`,
+          onclick: () => act("stop", `Stop ${t.table}`, [t.table]),
+        }, "Stop"))),
+      (row, t) => {
+        const c = row.children;
+        c[0].textContent = t.table;
+        changed(c[1], [t.status, t.waiting, t.error], () => [
+          badge(t.status),
+          t.waiting ? h("div", { class: "hint" }, t.waiting) : null,
+          t.error ? h("div", { class: "error" }, t.error) : null,
+        ]);
+        // no estimate yet: an empty bar (an indeterminate one animates, 500 of them busy the page)
+        c[2].firstChild.value = t.percent === null ? 0 : t.percent;
+        c[2].lastChild.textContent = t.percent === null ? "–" : `${t.percent.toFixed(1)} %`;
+        c[3].textContent = t.estimated_rows ? `${number(t.rows)} of ~${number(t.estimated_rows)}` : number(t.rows);
+        c[4].textContent = number(t.chunks);
+        c[5].textContent = duration(t.seconds_left);
+        c[6].textContent = t.request_id;
+        const reading = t.ranges.filter((r) => r.chunk && r.rows === null);
+        c[7].textContent = reading.length ? reading.map((r) => `${keyText(r.after)} – ${keyText(r.upto)}`).join("; ") : "–";
+        c[8].textContent = keyText(t.last_key);
+        c[9].firstChild.disabled = !ctx.canWrite || !["queued", "running"].includes(t.status);
+      });
+  }
+
   const refresh = every(2000, async () => {
     try {
       const query = requestFilter.value ? `&request=${encodeURIComponent(requestFilter.value)}` : "";
@@ -91,39 +129,7 @@ export function snapshotsPage(ctx) {
         api.get(`/notifications?limit=200${query}`),
       ]);
       fill(paused, state.paused ? badge("paused", "PAUSED") : badge("running", "RUNNING"));
-      const page = pages.view(state.tables, (t) => `${t.table} ${t.status} ${t.request_id}`);
-      keyedRows(progress.tbody, page, (t) => `${t.request_id}/${t.table}`,
-        (t) => h("tr", {},
-          h("td", { class: "mono" }),
-          h("td"),
-          h("td", { class: "nowrap" }, h("progress", { max: 100, "aria-label": `progress of ${t.table}` }), " ", h("span")),
-          h("td", { class: "num" }), h("td", { class: "num" }), h("td"),
-          h("td", { class: "mono" }), h("td", { class: "mono" }), h("td", { class: "mono" }),
-          h("td", {}, h("button", {
-            type: "button", class: "secondary", disabled: !ctx.canWrite,
-            "aria-label": `Stop the snapshot of ${t.table}`,
-            onclick: () => act("stop", `Stop ${t.table}`, [t.table]),
-          }, "Stop"))),
-        (row, t) => {
-          const c = row.children;
-          c[0].textContent = t.table;
-          changed(c[1], [t.status, t.waiting, t.error], () => [
-            badge(t.status),
-            t.waiting ? h("div", { class: "hint" }, t.waiting) : null,
-            t.error ? h("div", { class: "error" }, t.error) : null,
-          ]);
-          // no estimate yet: an empty bar (an indeterminate one animates, 500 of them busy the page)
-          c[2].firstChild.value = t.percent === null ? 0 : t.percent;
-          c[2].lastChild.textContent = t.percent === null ? "–" : `${t.percent.toFixed(1)} %`;
-          c[3].textContent = t.estimated_rows ? `${number(t.rows)} of ~${number(t.estimated_rows)}` : number(t.rows);
-          c[4].textContent = number(t.chunks);
-          c[5].textContent = duration(t.seconds_left);
-          c[6].textContent = t.request_id;
-          const reading = t.ranges.filter((r) => r.chunk && r.rows === null);
-          c[7].textContent = reading.length ? reading.map((r) => `${keyText(r.after)} – ${keyText(r.upto)}`).join("; ") : "–";
-          c[8].textContent = keyText(t.last_key);
-          c[9].firstChild.disabled = !ctx.canWrite || !["queued", "running"].includes(t.status);
-        });
+      showTables(state.tables);
       const requests = new Set([...requestFilter.options].map((o) => o.value));
       for (const t of state.tables) {
         if (!requests.has(t.request_id)) {
