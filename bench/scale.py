@@ -1,7 +1,8 @@
 """An estate of many tables: start-up, failover, resources, latency and throughput.
 
 Starts the development stack (Tansu, a private PostgreSQL, real Debezium) in a
-temporary folder, creates ``--tables`` tables (each change topic of the stack's
+temporary folder (removed at the end, but kept with its logs after a phase that
+failed), creates ``--tables`` tables (each change topic of the stack's
 3 partitions) with a row in each, and runs ``--instances`` processors of one
 pipeline over them. Measures, each figure printed and written to
 ``bench/results/scale.json``:
@@ -35,6 +36,7 @@ import contextlib
 import dataclasses
 import os
 import random
+import shutil
 import signal
 import statistics
 import sys
@@ -458,6 +460,10 @@ def main() -> None:
             print(f"failed: {results['failed']}", flush=True)
     finally:
         stack.down()
+        if "failed" in results:  # the processors' and the broker's logs tell why
+            print(f"logs kept in {run_dir}", flush=True)
+        else:
+            shutil.rmtree(run_dir, ignore_errors=True)
     write_results("scale", [results], targets=TARGETS, met=met(results))
 
 
