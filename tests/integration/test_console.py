@@ -355,9 +355,9 @@ def test_long_lists_show_a_page_at_a_time_and_filter(console: Console) -> None:
     b.find("#topics-filter").send_keys("no such topic")
     b.until("no topic", lambda: b.text("#topics-shown").startswith("none"))
     console.page("snapshots")
-    b.find("#snapshot-tables-filter").send_keys("no such table")
-    b.until("no table", lambda: b.text("#snapshot-tables-shown").startswith("none of "))
-    assert b.all("#snapshot-tables tbody tr") == []
+    b.find("#snapshot-progress-filter").send_keys("no such table")
+    b.until("no table", lambda: b.text("#snapshot-progress-shown").startswith("none of "))
+    assert b.all("#snapshot-progress tbody tr") == []
     console.accessible()
 
 

@@ -109,10 +109,10 @@ export function paged(id, what, size = 50) {
       }
       const start = page * size;
       const all = found.length < items.length ? ` (${number(items.length)} in all)` : "";
-      const text = found.length
+      const said = found.length
         ? `${number(start + 1)}–${number(Math.min(start + size, found.length))} of ${number(found.length)}${all}`
         : `none of ${number(items.length)}`;
-      if (shown.textContent !== text) shown.textContent = text; // a status said again is read again
+      if (shown.textContent !== said) shown.textContent = said; // a status said again is read again
       return found.slice(start, start + size);
     },
   };

@@ -61,10 +61,10 @@ export function snapshotsPage(ctx) {
     h("button", { type: "button", id: "snapshots-resume", class: "secondary", disabled: !ctx.canWrite, onclick: () => act("resume", "Resume") }, "Resume all"),
     h("button", { type: "button", id: "snapshots-stop", class: "danger", disabled: !ctx.canWrite, onclick: () => act("stop", "Stop") }, "Stop all"));
 
-  const progress = table("Tables", ["Table", "Status", "Progress", "#Rows", "#Chunks", "ETA", "Request", "Parts being read", "Last key", "Action"], "snapshot-tables");
-  const pages = paged("snapshot-tables", "tables");
-  let tables = []; // the last refresh's, shown again at once when the filter or the page changes
-  pages.onChange(() => showTables(tables));
+  const progress = table("Tables", ["Table", "Status", "Progress", "#Rows", "#Chunks", "ETA", "Request", "Parts being read", "Last key", "Action"], "snapshot-progress");
+  const pages = paged("snapshot-progress", "tables");
+  let shownTables = []; // the last refresh's, shown again at once when the filter or the page changes
+  pages.onChange(() => showTables(shownTables));
   const notes = table("Notifications, newest first", ["Time", "Type", "Request", "Table", "Data"]);
   const requestFilter = h("select", { id: "notification-request" }, h("option", { value: "" }, "every request"));
   requestFilter.addEventListener("change", () => refresh.now());
@@ -85,7 +85,7 @@ export function snapshotsPage(ctx) {
       scrolling(notes)));
 
   function showTables(found) {
-    tables = found;
+    shownTables = found;
     const page = pages.view(found, (t) => `${t.table} ${t.status} ${t.request_id}`);
     keyedRows(progress.tbody, page, (t) => `${t.request_id}/${t.table}`,
       (t) => h("tr", {},
