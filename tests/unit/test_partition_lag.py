@@ -97,10 +97,10 @@ def test_partitions_a_restore_resumed_are_resumed_again_until_read() -> None:
 
 
 def test_a_partition_still_not_read_after_a_minute_is_resumed_every_half_minute() -> None:
-    """A broker that takes more than a minute to answer for the committed offsets of
-    1,000 partitions (the embedded one at 500 tables, under load) can drop resumes past
-    the first minute: 149 partitions were then never read again. Past its first minute a
-    partition not read is resumed every ``RESUME_LATER_S`` until one is read."""
+    """A partition's wait for its committed offset may outlast the first minute on a
+    CPU-bound broker (a likely cause of 149 partitions never read at 500 tables). Past its
+    first minute a partition not read is resumed every ``RESUME_LATER_S`` until one of its
+    messages is read."""
     partitions = partitions_of()
     member = Member({}, committed=-1001, high=5)
     partitions._resumed = {("t", 2): time.monotonic() - 600}
