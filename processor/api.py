@@ -130,6 +130,7 @@ def instance_status(
         "assigned_partitions": [
             {"topic": t, "partition": p} for t, p in sorted(dataplane.assigned)
         ],
+        "released_for_removal": dataplane.released_for_removal,
         "refused_topics": dict(dataplane.refused),
         "refused_partitions": [
             {"topic": t, "partition": p, "reason": reason}

@@ -509,6 +509,12 @@ OPENAPI: dict[str, Any] = {
                     "error": {"type": ["string", "null"]},
                     "assigned_partitions": {"type": "array", "items": {"type": "object"}},
                     "refused_topics": {"type": "object"},
+                    "released_for_removal": {
+                        "type": "array",
+                        "description": "input topics of tables being removed "
+                        "(tidemark tables remove) this instance has let go of",
+                        "items": {"type": "string"},
+                    },
                     "refused_partitions": {
                         "type": "array",
                         "description": "input partitions stopped by state they cannot read",

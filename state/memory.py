@@ -65,3 +65,10 @@ class MemoryBackend(StateBackend):
 
     def open(self, topic: str, partition: int) -> PartitionStore:
         return self._stores.setdefault((topic, partition), MemoryPartitionStore())
+
+    def topics(self) -> set[str]:
+        return {topic for topic, _ in self._stores}
+
+    def drop(self, topic: str) -> None:
+        for key in [k for k in self._stores if k[0] == topic]:
+            del self._stores[key]

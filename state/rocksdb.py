@@ -49,6 +49,7 @@ from state.store import Checkpoint, PartitionStore, StateBackend
 _RESERVED = b"\x00\x00checkpoint:"
 _INPUT_KEY = _RESERVED + b"input"
 _CHANGELOG_KEY = _RESERVED + b"changelog"
+_TOPICS_KEY = _RESERVED + b"topics"
 _OFFSET = struct.Struct(">q")
 #: The processor's defaults (``processor.state_cache_mb``, ``processor.state_memory_mb``).
 DEFAULT_CACHE_BYTES = 64 << 20
@@ -70,11 +71,16 @@ def _upper_bound(prefix: bytes) -> bytes | None:
     return stripped[:-1] + bytes([stripped[-1] + 1])
 
 
-def partition_prefix(topic: str, partition: int) -> bytes:
-    """The key prefix of ``topic``'s ``partition``: the topic's length first, so no
-    partition's prefix starts another's."""
+def topic_prefix(topic: str) -> bytes:
+    """The key prefix of every partition of ``topic``: the name's length first, so no
+    topic's prefix starts another's."""
     name = topic.encode()
-    return struct.pack(">H", len(name)) + name + struct.pack(">I", partition)
+    return struct.pack(">H", len(name)) + name
+
+
+def partition_prefix(topic: str, partition: int) -> bytes:
+    """The key prefix of ``topic``'s ``partition``."""
+    return topic_prefix(topic) + struct.pack(">I", partition)
 
 
 class SharedDatabase:
@@ -132,6 +138,7 @@ class RocksDBPartitionStore(PartitionStore):
         self._db: Rdict | None = database.acquire()
         self._input_key = prefix + _INPUT_KEY
         self._changelog_key = prefix + _CHANGELOG_KEY
+        self._topics_key = prefix + _TOPICS_KEY
 
     def _open_db(self) -> Rdict:
         if self._db is None:
@@ -182,15 +189,23 @@ class RocksDBPartitionStore(PartitionStore):
             batch.put(self._input_key, _OFFSET.pack(checkpoint.input_offset))
         if checkpoint.changelog_offset is not None:
             batch.put(self._changelog_key, _OFFSET.pack(checkpoint.changelog_offset))
+        if checkpoint.topics is not None:
+            batch.put(self._topics_key, checkpoint.topics.encode())
         self._open_db().write(batch, self._database.write_options)
 
     def checkpoint(self) -> Checkpoint:
-        raw_input, raw_changelog = typing.cast(
-            list[bytes | None], self._open_db().get([self._input_key, self._changelog_key])
+        keys: list[str | int | float | bytes | bool] = [
+            self._input_key,
+            self._changelog_key,
+            self._topics_key,
+        ]
+        raw_input, raw_changelog, raw_topics = typing.cast(
+            list[bytes | None], self._open_db().get(keys)
         )
         return Checkpoint(
             None if raw_input is None else int(_OFFSET.unpack(raw_input)[0]),
             None if raw_changelog is None else int(_OFFSET.unpack(raw_changelog)[0]),
+            None if raw_topics is None else raw_topics.decode(),
         )
 
     def wipe(self) -> None:
@@ -231,6 +246,37 @@ class RocksDBBackend(StateBackend):
                 store.close()
                 raise
         return store if self._budget is None else CachedStore(store, self._budget)
+
+    def topics(self) -> set[str]:
+        """Read by seeking from one topic's range to the next: a seek a topic."""
+        db = self._database.acquire()
+        try:
+            found: set[str] = set()
+            start = b""
+            while True:
+                key = next(iter(db.keys(from_key=start)), None)
+                if key is None:
+                    return found
+                assert isinstance(key, bytes)  # raw mode
+                (length,) = struct.unpack_from(">H", key)
+                topic = key[2 : 2 + length].decode()
+                found.add(topic)
+                after = _upper_bound(topic_prefix(topic))
+                if after is None:
+                    return found
+                start = after
+        finally:
+            self._database.release()
+
+    def drop(self, topic: str) -> None:
+        db = self._database.acquire()
+        try:
+            start = topic_prefix(topic)
+            end = _upper_bound(start)
+            assert end is not None  # a prefix starts with the name's length, never all 0xff
+            db.delete_range(start, end, self._database.write_options)
+        finally:
+            self._database.release()
 
     def _move_legacy(self, legacy: Path, store: RocksDBPartitionStore) -> None:
         """Copy a partition's database of an earlier version into its range, then delete

@@ -23,6 +23,9 @@ class Checkpoint:
     input_offset: int | None = None
     #: The next changelog offset: every changelog record below it is in the store.
     changelog_offset: int | None = None
+    #: Which incarnation of its input and changelog topics the state comes from
+    #: (:func:`topics_identity`): a topic deleted and made again under its name is another.
+    topics: str | None = None
 
 
 class PartitionStore(ABC):
@@ -76,10 +79,35 @@ class StateBackend(ABC):
     def open(self, topic: str, partition: int) -> PartitionStore:
         """The store of ``topic``'s ``partition``, created when missing."""
 
+    @abstractmethod
+    def topics(self) -> set[str]:
+        """The topics of which some partition has state here."""
+
+    @abstractmethod
+    def drop(self, topic: str) -> None:
+        """Delete the state of every partition of ``topic`` (none of them open)."""
+
 
 def merge_checkpoint(old: Checkpoint, new: Checkpoint) -> Checkpoint:
     """``new`` with its unknown fields taken from ``old``."""
     return Checkpoint(
         old.input_offset if new.input_offset is None else new.input_offset,
         old.changelog_offset if new.changelog_offset is None else new.changelog_offset,
+        old.topics if new.topics is None else new.topics,
     )
+
+
+def topics_identity(input_id: str | None, changelog_id: str | None) -> str | None:
+    """The identity of a partition's topics from their Kafka topic ids (``None``: either
+    unknown)."""
+    if not input_id or not changelog_id:
+        return None
+    return f"{input_id}/{changelog_id}"
+
+
+def from_other_topics(checkpoint: Checkpoint, identity: str | None) -> bool:
+    """Whether a store's state comes from other topics than those of ``identity``: topics
+    of the same names deleted since (a table removed, then added again). Such state
+    must not meet the new topics' records. State of an earlier version, which recorded
+    no identity, is taken for the topics' own."""
+    return checkpoint.topics is not None and identity is not None and checkpoint.topics != identity

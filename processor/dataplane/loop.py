@@ -28,6 +28,7 @@ from processor.dataplane.batch_limit import next_batch_limit, take_batch
 from processor.dataplane.commit import Committer
 from processor.dataplane.partitioner_watch import PartitionerWatch
 from processor.dataplane.partitions import Partitions
+from processor.dataplane.removals import Removals
 from processor.dataplane.replay import Replays
 from processor.errors import ProcessorError, RegistryRefusedSourceError
 from processor.events.chunk_records import ROWS_PER_RECORD, framed_rows, rows_of
@@ -57,7 +58,13 @@ from tidemark.core.kafka import (
 from tidemark.core.messages import RawMessage
 from tidemark.core.record_auth import record_keys
 from tidemark.core.schema_registry import configured_schemas
-from tidemark.core.topics import backfill_prefix, backfill_topic, dataplane_group, instances_topic
+from tidemark.core.topics import (
+    backfill_prefix,
+    backfill_topic,
+    backfilled_topic,
+    dataplane_group,
+    instances_topic,
+)
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +92,12 @@ class DataPlane:
             self._admin,
             paused=lambda: self.lifecycle is Lifecycle.PAUSED,
             released=self._replays.forget,
+            removing=lambda: self.removals.marked,
         )
+        #: The tables being removed, and which of them this data plane has let go of.
+        self.removals = Removals()
+        #: Whether state of removed tables may be left to delete.
+        self._forget_due = True
         self._committer = Committer(config, self.reconciler)
         self._input = re.compile(config.input_pattern())
         self._backfill = backfill_prefix(config.processor.pipeline)
@@ -179,13 +191,19 @@ class DataPlane:
     def _turn(self, control: ControlReader) -> None:
         """Obey the lifecycle, consume a batch, decide and commit it, restore a little."""
         control.poll()
+        marks_changed = self.removals.read(control.removing)
         if not self._obey(control):
+            self.removals.update(member=False, held=set())
             self._stop.wait(0.2)
             return
         consumer = self._member()
+        self._note_released(consumer)
         now = time.monotonic()
-        if now >= self._next_discovery:
+        if now >= self._next_discovery or marks_changed:
+            self._forget_due |= marks_changed
             self._discover_topics()
+            if self._forget_due:
+                self._forget_due = self.partitions.forget_removed()
             self._next_discovery = now + 5.0
         restoring = self.partitions.busy
         timeout = 0.01 if restoring else self.config.processor.batch_timeout_ms / 1000
@@ -304,6 +322,23 @@ class DataPlane:
         return self.reconciler.refused
 
     @property
+    def released_for_removal(self) -> list[str]:
+        """The input topics of the tables being removed that this data plane let go of."""
+        return sorted(self.removals.released)
+
+    def _note_released(self, consumer: Consumer) -> None:
+        """Work out which tables being removed this data plane has let go of."""
+        held: set[str] = set()
+        if self.removals.marked:
+            pipeline = self.config.processor.pipeline
+            held = {backfilled_topic(pipeline, p.topic) or p.topic for p in consumer.assignment()}
+        self.removals.update(member=True, held=held)
+
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self.partitions.on_assign(consumer, partitions)
+        self.removals.assigned()
+
+    @property
     def assigned(self) -> list[TopicPartitionKey]:
         """The input partitions this instance owns."""
         return sorted(self.partitions.stores)
@@ -415,14 +450,16 @@ class DataPlane:
             consumer.pause(held)
 
     def _discover_topics(self) -> None:
-        """Subscribe to the input topics that exist now, and to their backfill topics.
+        """Subscribe to the input topics that exist now, and to their backfill topics, but
+        those of tables being removed.
 
         librdkafka's own pattern subscription uses POSIX regular expressions (no
         look-ahead), so topics are matched here with Python's and subscribed by name.
         """
         pipeline = self.config.processor.pipeline
         listed = self._admin.list_topics(timeout=10).topics
-        inputs = [t for t in listed if self._input.match(t)]
+        marked = self.removals.marked
+        inputs = [t for t in listed if self._input.match(t) and t not in marked]
         # Each input's backfill topic exists before it is needed, so that starting a
         # snapshot never makes the group rebalance.
         wanted = {backfill_topic(pipeline, t): t for t in inputs}
@@ -436,13 +473,15 @@ class DataPlane:
                 config=queue_topic_config(self.config.kafka),
             )
         names = sorted([*inputs, *wanted])
-        if names != self._subscribed:
+        changed = names != self._subscribed
+        if changed:
+            self._forget_due = True
             if names:
                 if not self._subscribed:
                     self._rebalance.restart()  # the first rebalance is awaited from now
                 self._member().subscribe(
                     names,
-                    on_assign=self._callback_errors.wrap(self.partitions.on_assign),
+                    on_assign=self._callback_errors.wrap(self._on_assign),
                     on_revoke=self._callback_errors.wrap(self.partitions.on_revoke),
                     on_lost=self._callback_errors.wrap(self.partitions.on_revoke),
                 )
@@ -450,6 +489,7 @@ class DataPlane:
                 self._member().unsubscribe()
             log.info("input topics: %s", ", ".join(names) or "none yet")
             self._subscribed = names
+        self.removals.subscribed(names, changed)
 
     def _close(self) -> None:
         try:

@@ -22,14 +22,17 @@ from processor import metrics
 from processor.dataplane.writers import Writers
 from processor.reconcile.batch import Reconciler, TopicPartitionKey
 from state.changelog import Restorer
-from state.store import PartitionStore, StateBackend
+from state.store import Checkpoint, PartitionStore, StateBackend, from_other_topics, topics_identity
 from tidemark.core.config import Config
+from tidemark.core.errors import TopicError
 from tidemark.core.kafka import (
+    absent_topics,
     consumer_config,
     ensure_topics,
     output_topic_config,
     partition_counts,
     record_topic_config,
+    topic_ids,
 )
 from tidemark.core.topics import backfill_topic, backfilled_topic, reader_group
 
@@ -53,6 +56,7 @@ class Partitions:
         admin: AdminClient,
         paused: Callable[[], bool],
         released: Callable[[TopicPartitionKey], None],
+        removing: Callable[[], set[str]] = set,
     ) -> None:
         self._config = config
         self._pipeline = config.processor.pipeline
@@ -71,6 +75,8 @@ class Partitions:
         self._paused = paused
         #: Told of each input partition that leaves this instance.
         self._released = released
+        #: The input topics of the tables being removed: their state is deleted.
+        self._removing = removing
         #: Partitions of each input topic, learned when it is first assigned.
         self.partition_counts: dict[str, int] = {}
         #: Input topics stopped because partitions were added to them.
@@ -89,11 +95,22 @@ class Partitions:
         backfills = [p for p in partitions if self.is_backfill(p.topic)]
         partitions = [p for p in partitions if not self.is_backfill(p.topic)]
         topics = {p.topic for p in partitions}
-        new = topics - set(self._reconciler.topics)
-        if topics:
-            # Asked at every assignment: a topic made again with another count gets the
-            # producers of its new slots.
-            self.partition_counts.update(partition_counts(self._admin, topics))
+        listed = self._admin.list_topics(timeout=10).topics if topics else {}
+        # Asked at every assignment: a topic made again with another count gets the
+        # producers of its new slots.
+        self.partition_counts.update(
+            {t: len(listed[t].partitions) for t in topics if t in listed and not listed[t].error}
+        )
+        made = self._reconciler.topic
+        # Topics first seen, and those whose derived topics are gone (a table removed,
+        # then made again, while this instance ran).
+        new = {
+            t
+            for t in topics
+            if t not in self._reconciler.topics
+            or made(t).changelog not in listed
+            or made(t).output not in listed
+        }
         if new:
             kafka = self._config.kafka
             replication = kafka.replication_factor
@@ -114,6 +131,7 @@ class Partitions:
             self.writers.take(tp, self.partition_counts[p.topic])
             store = self.stores[tp] = self._backend.open(p.topic, p.partition)
             stores[(self._reconciler.topic(p.topic).changelog, p.partition)] = store
+        self._forget_other_topics(stores)
         self._restorer.add(stores)
         everything = partitions + backfills
         held = everything if self._paused() else self.held(everything)
@@ -128,6 +146,65 @@ class Partitions:
             len(waiting),
             ", ".join(f"{p.topic}[{p.partition}]" for p in partitions),
         )
+
+    def _forget_other_topics(self, stores: dict[tuple[str, int], PartitionStore]) -> None:
+        """Wipe each store (by changelog partition) whose state comes from topics of the
+        same names deleted since (a table removed, then added again), before its restore,
+        and record the topics' identity in the others."""
+        inputs = {s.changelog: s.topic for s in self._reconciler.topics.values()}
+        ids = topic_ids(self._admin, {n for c, _ in stores for n in (c, inputs[c])})
+        for (changelog, partition), store in stores.items():
+            identity = topics_identity(ids.get(inputs[changelog]), ids.get(changelog))
+            checkpoint = store.checkpoint()
+            if identity is None and checkpoint.topics is not None:
+                # Unchecked, the state could decide a new table's records: asked again.
+                raise TopicError(
+                    f"cannot learn the topic ids of {inputs[changelog]} and {changelog}, "
+                    "to check that its state is theirs"
+                )
+            if from_other_topics(checkpoint, identity):
+                log.warning(
+                    "%s[%d]: its topics were deleted and made again since this state was "
+                    "written: rebuilding it from the new changelog",
+                    inputs[changelog],
+                    partition,
+                )
+                store.wipe()
+                checkpoint = Checkpoint()
+            if identity is not None and checkpoint.topics != identity:
+                store.commit({}, Checkpoint(topics=identity))
+
+    def forget_removed(self) -> bool:
+        """Delete the state this instance keeps of topics of tables being removed, and of
+        topics the broker says it no longer has (a table removed while this instance was
+        away): nothing will read it again, and the topics, made again, are others. A
+        topic whose partitions are open here keeps its state. Whether a marked topic's
+        state waits for its partitions to close (run again later).
+
+        Not in a rebalance callback: the database may be closed then, and the group
+        waits on them."""
+        held = self._backend.topics()
+        open_here = {t for t, _ in self.stores}
+        marked = self._removing()
+        doomed = (held - open_here) & marked
+        unmarked = held - open_here - marked
+        if unmarked:
+            gone = absent_topics(self._admin, unmarked)
+            if len(gone) > max(1, len(unmarked) // 2):
+                # most of them at once: more likely a broker that lost its metadata than
+                # as many tables removed (a removal by the command marks them)
+                log.warning(
+                    "the broker says %d of the %d topics this instance keeps state of do "
+                    "not exist: their state is kept",
+                    len(gone),
+                    len(unmarked),
+                )
+            else:
+                doomed |= gone
+        for topic in sorted(doomed):
+            self._backend.drop(topic)
+            log.info("deleted the state of %s: its table was removed", topic)
+        return bool(held & open_here & marked)
 
     def _refuse_grown(self, topics: set[str]) -> None:
         """Stop each of ``topics`` that has more partitions than the topics made for it

@@ -31,6 +31,10 @@ MAX_WRITER = 100
 _MAX_OFFSET = (1 << 63) - 1
 
 
+#: The key of a table's removal mark, before its input topic's name.
+REMOVING_PREFIX = b"removing:"
+
+
 class ControlRecordError(ValueError):
     """A control record that is not one Tidemark writes: the reason."""
 
@@ -99,6 +103,19 @@ def plan_record(value: bytes, pipeline: str, inputs: re.Pattern[str]) -> dict[st
     writer = record.get("writer", "")
     if not isinstance(writer, str) or len(writer) > MAX_WRITER:
         raise ControlRecordError("a plan whose writer is not a short text")
+    _check_at_ms(record)
+    return record
+
+
+def removal_record(value: bytes, key: bytes, inputs: re.Pattern[str]) -> dict[str, Any]:
+    """The mark of a table being removed in ``value``: ``topic``, one of the pipeline's
+    input topics (``inputs``), and the same as the one its ``key`` names."""
+    record = _object(value)
+    topic = record.get("topic")
+    if not isinstance(topic, str) or not inputs.match(topic):
+        raise ControlRecordError(f"a removal of {str(topic)[:80]!r}, not an input topic")
+    if key != REMOVING_PREFIX + topic.encode():
+        raise ControlRecordError("a removal whose key names another topic")
     _check_at_ms(record)
     return record
 

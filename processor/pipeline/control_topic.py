@@ -10,6 +10,9 @@ change reaches every replica:
 - ``offsets-write``: an offsets write being applied (:mod:`processor.pipeline.offsets`).
   While it exists no data plane joins the group, so a write is seen whole or
   not at all; whoever finds one that its writer left behind completes it.
+- ``removing:<input topic>``: a table being removed
+  (:mod:`processor.pipeline.table_removal`). While it exists the data planes leave the
+  topic (and its backfill topic) out of their subscription, and delete its state.
 
 Writers (the API, the CLI) need no running processor: a pipeline stopped
 before its processor starts stays stopped. A record that is not one Tidemark writes
@@ -49,10 +52,12 @@ from confluent_kafka.admin import AdminClient
 from processor import metrics
 from processor.errors import ProcessorError
 from processor.pipeline.control_records import (
+    REMOVING_PREFIX,
     ControlRecordError,
     checked_time,
     lifecycle_record,
     plan_record,
+    removal_record,
 )
 from tidemark.core.config import Config
 from tidemark.core.kafka import (
@@ -161,7 +166,9 @@ class ControlView:
         appended it, where the topic's timestamps are the broker's): a tombstone deletes
         its key; a record Tidemark does not write is refused (logged and counted), and the
         key keeps its value."""
-        if key not in (LIFECYCLE, OFFSETS_WRITE):
+        if key is None or not (
+            key in (LIFECYCLE, OFFSETS_WRITE) or key.startswith(REMOVING_PREFIX)
+        ):
             return  # no key Tidemark reads
         try:
             record = self._checked(key, value, headers, appended_ms)
@@ -188,9 +195,7 @@ class ControlView:
         if self._keys is None:
             if value is None:
                 return None
-            if key == LIFECYCLE:
-                return lifecycle_record(value)
-            return plan_record(value, self._pipeline, self._inputs)
+            return self._record(key, value)
         if not self._keys.verify(self._topic, 0, key, value, headers):
             raise ControlRecordError("not signed with the pipeline's record key")
         found = dict(headers or ())
@@ -219,14 +224,20 @@ class ControlView:
                 self._released[name] = None
                 while len(self._released) > _RELEASED_KEPT:
                     del self._released[next(iter(self._released))]
-        elif key == LIFECYCLE:
-            record = lifecycle_record(value)
         else:
-            record = plan_record(value, self._pipeline, self._inputs)
-            if record.get("writer") in self._released:
+            record = self._record(key, value)
+            if key == OFFSETS_WRITE and record.get("writer") in self._released:
                 raise ControlRecordError(f"a plan of writer {record['writer']}, released")
         self._newest[key] = max(newest, at_ms)
         return record
+
+    def _record(self, key: bytes, value: bytes) -> dict[str, Any]:
+        """The record ``value`` of ``key``, checked."""
+        if key == LIFECYCLE:
+            return lifecycle_record(value)
+        if key == OFFSETS_WRITE:
+            return plan_record(value, self._pipeline, self._inputs)
+        return removal_record(value, key, self._inputs)
 
     def read_to_end(self, consumer: Consumer, topic: str) -> int:
         """Apply every record of ``topic`` up to its end; the end offset."""
@@ -243,6 +254,11 @@ class ControlView:
     @property
     def offsets_write(self) -> dict[str, Any] | None:
         return self.records.get(OFFSETS_WRITE)
+
+    @property
+    def removing(self) -> set[str]:
+        """The input topics of the tables being removed."""
+        return {r["topic"] for k, r in self.records.items() if k.startswith(REMOVING_PREFIX)}
 
 
 def read_control(config: Config) -> ControlView:

@@ -54,11 +54,13 @@ from tidemark.core.kafka import (
     Acknowledgements,
     client_config,
     data_messages,
+    ensure_topics,
     exact_end_offsets,
     produce_waiting,
     producer_config,
     read_range,
     reader_config,
+    record_topic_config,
 )
 from tidemark.core.topics import (
     backfill_topic,
@@ -396,9 +398,16 @@ def complete_write(
         for tp in result[group].result().topic_partitions:
             if tp.error is not None:
                 raise TidemarkError(f"cannot commit {tp.topic}[{tp.partition}]: {tp.error}")
+    topic = positions_topic(config.processor.pipeline)
+    if plan["positions"]:  # made here if no data plane ran yet (no producer makes a topic)
+        ensure_topics(
+            admin,
+            {topic: 1},
+            config.kafka.replication_factor,
+            config=record_topic_config(config.kafka, **{"cleanup.policy": "compact"}),
+        )
     producer = Producer(producer_config(config.kafka))
     acks = Acknowledgements(producer)
-    topic = positions_topic(config.processor.pipeline)
     for name, partition, value in plan["positions"]:
         body = None if value is None else orjson.dumps(value)
         producer.produce(topic, body, f"{name}/{partition}".encode(), 0, acks.on_delivery)

@@ -103,6 +103,34 @@ def test_an_operator_gives_orders_but_writes_no_data() -> None:
     assert not covered(FOUND, "operator", "topic", INPUT, "Write")
 
 
+def test_an_operator_deletes_a_removed_tables_topics_and_no_other() -> None:
+    """``tidemark tables remove``: the table's change, backfill, changelog and output topics."""
+    for name in (
+        INPUT,
+        OUTPUT,
+        topics.changelog_topic("p", INPUT),
+        topics.backfill_topic("p", INPUT),
+    ):
+        assert covered(FOUND, "operator", "topic", name, "Delete"), name
+    for name in (topics.control_topic("p"), topics.audit_topic("p"), topics.positions_topic("p")):
+        assert not covered(FOUND, "operator", "topic", name, "Delete"), name
+    # With the default names, the change topics' prefix covers the pipeline's own topics.
+    defaults = grants(Config())
+    pipeline = Config().processor.pipeline
+    table = topics.change_topic(Config().source.topic_prefix, "public.orders")
+    assert covered(defaults, "operator", "topic", table, "Delete")
+    for name in (
+        topics.control_topic(pipeline),
+        topics.positions_topic(pipeline),
+        topics.signal_topic(pipeline),
+        topics.progress_topic(pipeline),
+        topics.instances_topic(pipeline),
+        topics.dead_letter_topic(pipeline),
+        topics.audit_topic(pipeline),
+    ):
+        assert not covered(defaults, "operator", "topic", name, "Delete"), name
+
+
 @pytest.mark.parametrize("principal", ["debezium", "processor", "sink", "operator"])
 def test_each_grant_becomes_one_kafka_acls_command(principal: str) -> None:
     mine = [g for g in FOUND if g.principal == principal]

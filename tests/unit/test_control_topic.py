@@ -15,8 +15,10 @@ import pytest
 
 from processor import metrics
 from processor.pipeline import offsets_lease
+from processor.pipeline.control_records import REMOVING_PREFIX
 from processor.pipeline.control_topic import LIFECYCLE, OFFSETS_WRITE, ControlView, Lifecycle
 from processor.pipeline.offsets_lease import Lease, abandoned, renew_every_s
+from processor.pipeline.table_removal import released
 from tidemark.core.config import Config
 from tidemark.core.topics import backfill_topic, changelog_topic, dataplane_group
 
@@ -173,3 +175,51 @@ def test_a_claimed_plan_is_renewed_as_soon_as_the_claim_settles(
     assert lease.claim()
     assert topic.plan is not None and topic.plan["writer"] == "offsets-new"
     assert topic.plan["at_ms"] == topic.now_ms  # renewed after the wait, not before it
+
+
+def removal(topic: str = INPUT, **changes: Any) -> bytes:
+    return orjson.dumps({"topic": topic, "by": "cli", "at_ms": 4, **changes})
+
+
+def test_a_tables_removal_is_marked_until_its_record_is_deleted() -> None:
+    view = ControlView(CONFIG)
+    other = f"{CONFIG.source.topic_prefix}.public.orders"
+    view.apply(REMOVING_PREFIX + INPUT.encode(), removal())
+    view.apply(REMOVING_PREFIX + other.encode(), removal(other))
+    assert view.removing == {INPUT, other}
+    view.apply(REMOVING_PREFIX + INPUT.encode(), None)
+    assert view.removing == {other}
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        (REMOVING_PREFIX + b"tidemark.public.items", removal("tidemark.reconciled.public.items")),
+        (REMOVING_PREFIX + b"tidemark.public.orders", removal()),  # the key names another
+        (REMOVING_PREFIX + INPUT.encode(), removal(at_ms="soon")),
+        (REMOVING_PREFIX + INPUT.encode(), b"[1]"),
+    ],
+)
+def test_a_removal_of_anything_but_an_input_topic_is_refused(key: bytes, value: bytes) -> None:
+    view = ControlView(CONFIG)
+    before = refused(key)
+    view.apply(key, value)
+    assert view.removing == set()
+    assert refused(key) == before + 1
+
+
+def test_the_removal_waits_for_every_instance_to_read_its_mark_and_let_go() -> None:
+    topics = {INPUT, backfill_topic(PIPELINE, INPUT)}
+    holding = {"topic": INPUT, "partition": 0}
+    other = {"topic": "tidemark.public.orders", "partition": 0}
+
+    def report(removing: Any, *held: dict[str, Any]) -> dict[str, Any]:
+        return {"released_for_removal": removing, "assigned_partitions": list(held)}
+
+    assert released(report([INPUT], other), INPUT, topics)
+    assert released(report([INPUT]), INPUT, topics)
+    assert not released(report([INPUT], other, holding), INPUT, topics)  # not yet revoked
+    assert not released(report([], other), INPUT, topics)  # the mark not read yet
+    assert not released(report(None, other), INPUT, topics)  # a version that cannot read it
+    backfill = {"topic": backfill_topic(PIPELINE, INPUT), "partition": 0}
+    assert not released(report([INPUT], backfill), INPUT, topics)

@@ -17,7 +17,7 @@ from state.batch import BatchState
 from state.errors import StateError
 from state.memory import MemoryBackend
 from state.rocksdb import RocksDBBackend
-from state.store import Checkpoint, StateBackend
+from state.store import Checkpoint, StateBackend, from_other_topics, topics_identity
 
 
 @pytest.fixture(params=["memory", "rocksdb", "rocksdb-uncached"])
@@ -54,6 +54,48 @@ def test_keys_by_prefix_and_wipe(backend: StateBackend) -> None:
     store.wipe()
     assert store.keys(b"") == []
     assert store.checkpoint() == Checkpoint(None, None)
+
+
+def test_the_topics_identity_is_kept_with_the_checkpoint_and_wiped(
+    backend: StateBackend,
+) -> None:
+    store = backend.open("t", 0)
+    store.commit({b"a": b"1"}, Checkpoint(3, 2, "in/log"))
+    store.commit({b"b": b"2"}, Checkpoint(4, 3))  # no identity given: the stored one stays
+    assert store.checkpoint() == Checkpoint(4, 3, "in/log")
+    store.wipe()
+    assert store.checkpoint() == Checkpoint()
+
+
+def test_a_topics_state_is_listed_and_dropped_whole(backend: StateBackend) -> None:
+    assert backend.topics() == set()
+    names = ["orders", "orders.items", "a" * 249, "ordersx"]  # 249: Kafka's longest
+    for name in names:
+        for partition in (0, 7):
+            store = backend.open(name, partition)
+            store.commit({b"k": name.encode()}, Checkpoint(1, 1, "in/log"))
+            store.close()
+    assert backend.topics() == set(names)
+    backend.drop("orders")
+    assert backend.topics() == set(names) - {"orders"}
+    for name in names:
+        store = backend.open(name, 7)
+        expected = None if name == "orders" else name.encode()
+        assert store.get(b"k") == expected
+        assert (store.checkpoint() == Checkpoint()) is (name == "orders")
+        store.close()
+
+
+def test_state_of_topics_made_again_is_told_apart() -> None:
+    ours = topics_identity("in", "log")
+    assert ours == "in/log"
+    assert topics_identity("in", None) is None and topics_identity("", "log") is None
+    assert from_other_topics(Checkpoint(1, 1, "in/old-log"), ours)
+    assert from_other_topics(Checkpoint(1, 1, "old-in/log"), ours)
+    assert not from_other_topics(Checkpoint(1, 1, ours), ours)
+    # an earlier version recorded none; an unknown identity proves nothing
+    assert not from_other_topics(Checkpoint(1, 1), ours)
+    assert not from_other_topics(Checkpoint(1, 1, "in/old-log"), None)
 
 
 KEYS = st.lists(st.sampled_from(b"ab\xff"), max_size=3).map(bytes)  # few: prefixes overlap
@@ -143,11 +185,11 @@ def test_partitions_are_separate(backend: StateBackend) -> None:
 
 def test_rocksdb_state_survives_reopening(tmp_path: Path) -> None:
     store = RocksDBBackend(tmp_path).open("orders", 2)
-    store.commit({b"k": b"v"}, Checkpoint(42, 7))
+    store.commit({b"k": b"v"}, Checkpoint(42, 7, "in/log"))
     store.close()
     again = RocksDBBackend(tmp_path).open("orders", 2)
     assert again.get(b"k") == b"v"
-    assert again.checkpoint() == Checkpoint(42, 7)
+    assert again.checkpoint() == Checkpoint(42, 7, "in/log")
     again.close()
 
 

@@ -153,6 +153,39 @@ def _parser() -> argparse.ArgumentParser:
             help="delete the state of the partitions written: the replay rebuilds it",
         )
 
+    tables = sub.add_parser("tables", help="the pipeline's tables")
+    tables_sub = tables.add_subparsers(dest="tables_command", required=True)
+    remove = command(
+        "remove",
+        _tables_remove,
+        "delete a table's topics, positions and state, once the source no longer has "
+        "it; the pipeline runs on",
+        tables_sub,
+    )
+    remove.add_argument("table", metavar="TABLE", help="the table (schema.table)")
+    remove.add_argument(
+        "--output",
+        action="store_true",
+        help="delete its reconciled (output) topic too; the sink's table is not touched",
+    )
+    remove.add_argument(
+        "--force",
+        action="store_true",
+        help="remove it although the source still has it and Debezium captures it",
+    )
+    remove.add_argument(
+        "--wait",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="how long the instances have to release its partitions (120)",
+    )
+    remove.add_argument(
+        "--cancel",
+        action="store_true",
+        help="take back a removal that did not finish: the instances read the table again",
+    )
+
     acls = command(
         "kafka-acls",
         _kafka_acls,
@@ -517,6 +550,30 @@ def _offsets_reset(args: argparse.Namespace) -> int:
 
 def _offsets_delete(args: argparse.Namespace) -> int:
     return _offsets(args, "DELETE", "", None, lambda o, reset: o.delete(reset_state=reset))
+
+
+def _tables_remove(args: argparse.Namespace) -> int:
+    from processor.pipeline.table_removal import cancel_removal, remove_table
+
+    config = _config(args)
+    if args.cancel:
+        _audited(
+            config, "tables remove --cancel", {"table": args.table},
+            lambda: cancel_removal(config, args.table),
+        )  # fmt: skip
+        _print_json({"table": args.table, "cancelled": True})
+        return 0
+    detail = {"table": args.table, "output": args.output, "force": args.force}
+    removal = _audited(
+        config,
+        "tables remove",
+        detail,
+        lambda: remove_table(
+            config, args.table, with_output=args.output, force=args.force, wait_s=args.wait
+        ),
+    )
+    _print_json(removal.summary())
+    return 0
 
 
 def _dev_up(args: argparse.Namespace) -> int:

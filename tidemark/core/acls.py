@@ -21,7 +21,21 @@ import shlex
 from dataclasses import dataclass
 
 from tidemark.core.config import Config
-from tidemark.core.topics import RECONCILED, audit_topic, reader_group, sink_status_topic
+from tidemark.core.topics import (
+    RECONCILED,
+    audit_topic,
+    backfill_topic,
+    changelog_topic,
+    control_topic,
+    dead_letter_topic,
+    instances_topic,
+    notification_topic,
+    positions_topic,
+    progress_topic,
+    reader_group,
+    signal_topic,
+    sink_status_topic,
+)
 
 #: The components, each with a principal of its own.
 PRINCIPALS = ("debezium", "processor", "sink", "operator")
@@ -93,6 +107,17 @@ def grants(config: Config) -> list[Grant]:
         *(Grant("operator", "topic", "prefixed", p, _OWN_TOPIC,
                 "signals, the lifecycle, offsets plans, status, progress repair")
           for p in own),
+        *(Grant("operator", "topic", "prefixed", p, ("Delete",),
+                "tidemark tables remove: a removed table's topics")
+          for p in (f"{prefix}.", changelog_topic(pipeline, ""), backfill_topic(pipeline, ""))),
+        # With the default names (pipeline and topic prefix both "tidemark") the change
+        # topics' prefix covers the pipeline's own topics too.
+        *(Grant("operator", "topic", "literal", t, ("Delete",),
+                "the pipeline's own topics are never a table's", deny=True)
+          for t in (control_topic(pipeline), positions_topic(pipeline), signal_topic(pipeline),
+                    progress_topic(pipeline), instances_topic(pipeline),
+                    sink_status_topic(pipeline), notification_topic(pipeline),
+                    dead_letter_topic(pipeline))),
         Grant("operator", "topic", "literal", audit_topic(pipeline), ("AlterConfigs", "Delete"),
               "the audit trail's retention is a Kafka administrator's, not an operator's",
               deny=True),

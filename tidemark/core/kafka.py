@@ -21,6 +21,7 @@ from confluent_kafka import (
     KafkaException,
     Message,
     Producer,
+    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import (
@@ -168,8 +169,12 @@ RECORD_FRAMING = 64 * 1024
 
 def producer_config(kafka: KafkaConfig, **extra: Any) -> dict[str, Any]:
     """Settings for a producer of ``kafka``: idempotent, every write acknowledged by all
-    replicas, records up to ``max_record_bytes``."""
+    replicas, records up to ``max_record_bytes``. It never makes a topic: Tidemark makes
+    each of its topics with its settings first, and a producer that still knows a topic
+    deleted since (a table removed) would make it again at its next metadata refresh on
+    a broker that creates topics on demand."""
     settings = {
+        "allow.auto.create.topics": False,
         "enable.idempotence": True,
         "acks": "all",
         "message.max.bytes": kafka.max_record_bytes + RECORD_FRAMING,
@@ -319,6 +324,44 @@ def partition_counts(admin: AdminClient, topics: Iterable[str]) -> dict[str, int
     """Number of partitions of each existing topic among ``topics``."""
     meta = admin.list_topics(timeout=10).topics
     return {t: len(meta[t].partitions) for t in topics if t in meta and meta[t].error is None}
+
+
+#: The id a broker without topic ids (before KIP-516) gives every topic.
+_NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
+
+
+def topic_ids(admin: AdminClient, topics: Iterable[str]) -> dict[str, str]:
+    """The id of each existing topic among ``topics``, asked in one request: a topic
+    deleted and made again under its name gets another. A topic the broker gives no id,
+    or does not know, is left out."""
+    names = sorted(set(topics))
+    if not names:
+        return {}
+    found = {}
+    for name, future in admin.describe_topics(TopicCollection(names)).items():
+        try:
+            topic_id = str(future.result().topic_id)
+        except KafkaException:
+            continue
+        if topic_id and topic_id != _NO_TOPIC_ID:
+            found[name] = topic_id
+    return found
+
+
+def absent_topics(admin: AdminClient, topics: Iterable[str]) -> set[str]:
+    """Those of ``topics`` the broker says it does not have, asked in one request; a topic
+    it answers for with another error is not taken for absent."""
+    names = sorted(set(topics))
+    if not names:
+        return set()
+    absent = set()
+    for name, future in admin.describe_topics(TopicCollection(names)).items():
+        try:
+            future.result()
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                absent.add(name)
+    return absent
 
 
 def _wait_visible(admin: AdminClient, names: list[str], timeout: float) -> None:

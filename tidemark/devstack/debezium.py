@@ -24,6 +24,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -99,6 +100,10 @@ def engine_properties(config: Config, run_dir: Path) -> dict[str, str]:
     return props
 
 
+#: How often the bridge asks which of the topics it made still exist.
+TOPICS_CHECKED_EVERY_S = 5.0
+
+
 class KafkaBridge:
     """Publishes Debezium batches to Kafka; returns only once Kafka acknowledged all of them."""
 
@@ -116,10 +121,16 @@ class KafkaBridge:
         )
         self._admin = AdminClient(client_config(config.kafka))
         self._topics: set[str] = set()
+        self._next_check = 0.0
         self.published = 0
 
     def publish(self, records: list[Record]) -> None:
         """Produce ``(topic, key, value)`` records and wait for every acknowledgement."""
+        if time.monotonic() >= self._next_check:
+            # A topic deleted since it was made here (a table removed, then added again)
+            # is made again: a write to it would not (its producer makes no topic).
+            self._topics &= set(self._admin.list_topics(timeout=10).topics)
+            self._next_check = time.monotonic() + TOPICS_CHECKED_EVERY_S
         new = {t for t, _, _ in records} - self._topics
         if new:
             ensure_topics(
