@@ -3,19 +3,20 @@
 A table that leaves the source (dropped, or no longer captured) leaves behind its
 change topic, the topics Tidemark made for it (changelog, backfill, output), a source
 position per partition, and, on each instance that held its partitions, a range of
-state. The command deletes the topics, those the data plane reads first (the group's
-committed offsets go with their topic), and writes a tombstone over each position.
+state. The command writes a tombstone over each position, then deletes the topics,
+those the data plane reads first (the group's committed offsets go with their topic).
 
 The pipeline runs on meanwhile. librdkafka 2.16 crashes a consumer that holds a
 partition of a topic deleted under it (seen against the embedded broker), so the
 command first marks the table in the control topic (``removing:<input topic>``): every
-instance leaves its topics out of its subscription, gives up their partitions and
-deletes their state, and says so in its report (:mod:`processor.pipeline.instances`).
-Once every running instance has, the command deletes the topics and takes the mark
-back. An instance that was away meanwhile deletes, at its next assignment, the state it
-keeps of topics the broker no longer has; and a store recorded for an earlier
-incarnation of its topics (the table added again meanwhile) is wiped before the new
-topics' records meet it (:func:`state.store.from_other_topics`).
+instance leaves its topics out of its subscription, gives up their partitions (and
+deletes their state), and says so in its report (:mod:`processor.dataplane.removals`).
+Once every running instance has, the command deletes the topics and, once the broker
+no longer lists them, takes the mark back. An instance that was away meanwhile
+deletes, when it starts, the state it keeps of topics the broker no longer has; and a
+store recorded for an earlier incarnation of its topics (the table added again
+meanwhile) is wiped before the new topics' records meet it
+(:func:`state.store.from_other_topics`).
 
 The change topic is Debezium's: a consumer other than this pipeline that reads it
 loses it too. It refuses a table the source still has and Debezium still captures:
