@@ -92,7 +92,6 @@ class DataPlane:
             self._admin,
             paused=lambda: self.lifecycle is Lifecycle.PAUSED,
             released=self._replays.forget,
-            removing=lambda: self.removals.marked,
         )
         #: The tables being removed, and which of them this data plane has let go of.
         self.removals = Removals()
@@ -203,7 +202,7 @@ class DataPlane:
             self._forget_due |= marks_changed
             self._discover_topics()
             if self._forget_due:
-                self._forget_due = self.partitions.forget_removed()
+                self._forget_due = self.partitions.forget_removed(self.removals.marked)
             self._next_discovery = now + 5.0
         restoring = self.partitions.busy
         timeout = 0.01 if restoring else self.config.processor.batch_timeout_ms / 1000

@@ -28,6 +28,7 @@ from tidemark.core.errors import TopicError
 from tidemark.core.kafka import (
     absent_topics,
     consumer_config,
+    counts_in,
     ensure_topics,
     output_topic_config,
     partition_counts,
@@ -56,7 +57,6 @@ class Partitions:
         admin: AdminClient,
         paused: Callable[[], bool],
         released: Callable[[TopicPartitionKey], None],
-        removing: Callable[[], set[str]] = set,
     ) -> None:
         self._config = config
         self._pipeline = config.processor.pipeline
@@ -75,8 +75,6 @@ class Partitions:
         self._paused = paused
         #: Told of each input partition that leaves this instance.
         self._released = released
-        #: The input topics of the tables being removed: their state is deleted.
-        self._removing = removing
         #: Partitions of each input topic, learned when it is first assigned.
         self.partition_counts: dict[str, int] = {}
         #: Input topics stopped because partitions were added to them.
@@ -98,9 +96,7 @@ class Partitions:
         listed = self._admin.list_topics(timeout=10).topics if topics else {}
         # Asked at every assignment: a topic made again with another count gets the
         # producers of its new slots.
-        self.partition_counts.update(
-            {t: len(listed[t].partitions) for t in topics if t in listed and not listed[t].error}
-        )
+        self.partition_counts.update(counts_in(listed, topics))
         made = self._reconciler.topic
         # Topics first seen, and those whose derived topics are gone (a table removed,
         # then made again, while this instance ran).
@@ -174,18 +170,17 @@ class Partitions:
             if identity is not None and checkpoint.topics != identity:
                 store.commit({}, Checkpoint(topics=identity))
 
-    def forget_removed(self) -> bool:
-        """Delete the state this instance keeps of topics of tables being removed, and of
-        topics the broker says it no longer has (a table removed while this instance was
-        away): nothing will read it again, and the topics, made again, are others. A
-        topic whose partitions are open here keeps its state. Whether a marked topic's
+    def forget_removed(self, marked: set[str]) -> bool:
+        """Delete the state this instance keeps of ``marked`` topics (of tables being
+        removed), and of topics the broker says it no longer has (a table removed while
+        this instance was away): nothing will read it again, and the topics, made again,
+        are others. A topic whose partitions are open here keeps its state. Whether a marked topic's
         state waits for its partitions to close (run again later).
 
         Not in a rebalance callback: the database may be closed then, and the group
         waits on them."""
         held = self._backend.topics()
         open_here = {t for t, _ in self.stores}
-        marked = self._removing()
         doomed = (held - open_here) & marked
         unmarked = held - open_here - marked
         if unmarked:

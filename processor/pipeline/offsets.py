@@ -398,22 +398,32 @@ def complete_write(
         for tp in result[group].result().topic_partitions:
             if tp.error is not None:
                 raise TidemarkError(f"cannot commit {tp.topic}[{tp.partition}]: {tp.error}")
+    write_positions(config, admin, plan["positions"])
+    if release:  # done whole: released even if a claim came meanwhile (it finds none)
+        write_control(config, OFFSETS_WRITE, None, released=lease.writer)
+
+
+def write_positions(
+    config: Config, admin: AdminClient, positions: list[tuple[str, int, Any]]
+) -> None:
+    """Write each input partition's source position, ``(topic, partition, position)``
+    (``None``: a tombstone, none known), and wait for them. The topic is made here if no
+    data plane ran yet: no producer makes a topic."""
+    if not positions:
+        return
     topic = positions_topic(config.processor.pipeline)
-    if plan["positions"]:  # made here if no data plane ran yet (no producer makes a topic)
-        ensure_topics(
-            admin,
-            {topic: 1},
-            config.kafka.replication_factor,
-            config=record_topic_config(config.kafka, **{"cleanup.policy": "compact"}),
-        )
+    ensure_topics(
+        admin,
+        {topic: 1},
+        config.kafka.replication_factor,
+        config=record_topic_config(config.kafka, **{"cleanup.policy": "compact"}),
+    )
     producer = Producer(producer_config(config.kafka))
     acks = Acknowledgements(producer)
-    for name, partition, value in plan["positions"]:
+    for name, partition, value in positions:
         body = None if value is None else orjson.dumps(value)
         producer.produce(topic, body, f"{name}/{partition}".encode(), 0, acks.on_delivery)
     acks.wait("source positions")
-    if release:  # done whole: released even if a claim came meanwhile (it finds none)
-        write_control(config, OFFSETS_WRITE, None, released=lease.writer)
 
 
 def _unknown_positions(kinds: dict[Partition, str]) -> dict[Partition, dict[str, Any] | None]:

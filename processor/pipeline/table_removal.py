@@ -35,21 +35,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from processor.pipeline.control_records import REMOVING_PREFIX
 from processor.pipeline.control_topic import read_control, write_control
 from processor.pipeline.instances import REPORT_EVERY_S, read_instances
+from processor.pipeline.offsets import write_positions
 from processor.snapshot.signals import TABLE_PATTERN
 from tidemark.core.config import Config
 from tidemark.core.errors import TidemarkError
 from tidemark.core.kafka import (
-    Acknowledgements,
     absent_topics,
     client_config,
     partition_counts,
-    producer_config,
 )
 from tidemark.core.topics import (
     backfill_topic,
@@ -156,7 +155,7 @@ def remove_table(
     # Positions first: a run again after a crash further on still finds a topic to count
     # them by, and no instance writes them once it let go.
     if positions_topic(config.processor.pipeline) in existing:
-        _forget_positions(config, removal)
+        write_positions(config, admin, [(removal.input, p, None) for p in range(removal.positions)])
     # The topics read first: nothing new reaches the topics made from them after.
     _delete(admin, [t for t in removal.topics if t in read])
     _delete(admin, [t for t in removal.topics if t not in read])
@@ -242,16 +241,3 @@ def _delete(admin: AdminClient, topics: list[str]) -> None:
         except KafkaException as exc:
             if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
                 raise TidemarkError(f"cannot delete topic {name}: {exc.args[0].str()}") from None
-
-
-def _forget_positions(config: Config, removal: Removal) -> None:
-    """A tombstone over the source position of each of the input's partitions."""
-    if not removal.positions:
-        return
-    producer = Producer(producer_config(config.kafka))
-    acks = Acknowledgements(producer)
-    topic = positions_topic(config.processor.pipeline)
-    for partition in range(removal.positions):
-        key = f"{removal.input}/{partition}".encode()
-        producer.produce(topic, None, key, 0, acks.on_delivery)
-    acks.wait("source positions")

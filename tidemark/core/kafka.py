@@ -322,7 +322,12 @@ def align_configs(
 
 def partition_counts(admin: AdminClient, topics: Iterable[str]) -> dict[str, int]:
     """Number of partitions of each existing topic among ``topics``."""
-    meta = admin.list_topics(timeout=10).topics
+    return counts_in(admin.list_topics(timeout=10).topics, topics)
+
+
+def counts_in(meta: Mapping[str, Any], topics: Iterable[str]) -> dict[str, int]:
+    """Number of partitions of each of ``topics`` listed without error in ``meta`` (the
+    ``topics`` of a ``list_topics`` answer)."""
     return {t: len(meta[t].partitions) for t in topics if t in meta and meta[t].error is None}
 
 
@@ -330,18 +335,20 @@ def partition_counts(admin: AdminClient, topics: Iterable[str]) -> dict[str, int
 _NO_TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
 
 
-def topic_ids(admin: AdminClient, topics: Iterable[str]) -> dict[str, str]:
-    """The id of each existing topic among ``topics``, asked in one request: a topic
-    deleted and made again under its name gets another. A topic the broker gives no id,
-    or does not know, is left out."""
+def topic_ids(admin: AdminClient, topics: Iterable[str]) -> dict[str, str | None]:
+    """Each of ``topics``' id, asked in one request: a topic deleted and made again under
+    its name gets another. ``None`` for a topic the broker says it does not have; a topic
+    it gives no id, or answers for with another error, is left out."""
     names = sorted(set(topics))
     if not names:
         return {}
-    found = {}
+    found: dict[str, str | None] = {}
     for name, future in admin.describe_topics(TopicCollection(names)).items():
         try:
             topic_id = str(future.result().topic_id)
-        except KafkaException:
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                found[name] = None
             continue
         if topic_id and topic_id != _NO_TOPIC_ID:
             found[name] = topic_id
@@ -349,19 +356,8 @@ def topic_ids(admin: AdminClient, topics: Iterable[str]) -> dict[str, str]:
 
 
 def absent_topics(admin: AdminClient, topics: Iterable[str]) -> set[str]:
-    """Those of ``topics`` the broker says it does not have, asked in one request; a topic
-    it answers for with another error is not taken for absent."""
-    names = sorted(set(topics))
-    if not names:
-        return set()
-    absent = set()
-    for name, future in admin.describe_topics(TopicCollection(names)).items():
-        try:
-            future.result()
-        except KafkaException as exc:
-            if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                absent.add(name)
-    return absent
+    """Those of ``topics`` the broker says it does not have (:func:`topic_ids`)."""
+    return {name for name, topic_id in topic_ids(admin, topics).items() if topic_id is None}
 
 
 def _wait_visible(admin: AdminClient, names: list[str], timeout: float) -> None:
