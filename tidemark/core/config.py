@@ -92,6 +92,12 @@ class KafkaConfig:
     heartbeat_interval_ms: int = 1000
     #: The longest a member may take between two polls (ms); at least ``session_timeout_ms``.
     max_poll_interval_ms: int = 10000
+    #: The longest the broker holds the data plane's fetch of partitions with nothing new
+    #: (ms; Kafka's default). Kafka answers as soon as a record arrives; the embedded
+    #: broker only when the time is up, so there an idle partition's next record waits
+    #: up to this long. Shorter costs the broker more: every fetch asks every partition
+    #: the instance holds (``bench/results/fetch_wait.json``).
+    fetch_wait_max_ms: int = 500
     #: How long a loop rides out Kafka being unreachable before the process stops.
     outage_deadline_s: float = 600.0
     #: A rebalance of the data plane's or the coordinator's group that has not completed
@@ -428,6 +434,7 @@ _POSITIVE = {
     ("kafka", "session_timeout_ms"),
     ("kafka", "heartbeat_interval_ms"),
     ("kafka", "max_poll_interval_ms"),
+    ("kafka", "fetch_wait_max_ms"),
     ("kafka", "outage_deadline_s"),
     ("kafka", "dead_letter_retention_ms"),
     ("kafka", "audit_retention_ms"),
