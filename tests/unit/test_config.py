@@ -113,6 +113,10 @@ def test_the_catalog_password_comes_from_the_environment_and_stays_out_of_repr(
             "processor:\n  state_memory_mb: 8\n",
             "processor.state_memory_mb: at least 16",
         ),
+        (
+            "kafka:\n  fetch_wait_max_ms: 60000\n",
+            "kafka.fetch_wait_max_ms: at most socket.timeout.ms (60000) less 1000",
+        ),
         ("kafka: {bootstrap_servers: [\n", "not valid YAML"),
         ("- just\n- a list\n", "the top level must be a mapping"),
     ],

@@ -630,6 +630,13 @@ def _check_ranges(config: Config) -> None:
             f"not {kafka.heartbeat_interval_ms}, {kafka.session_timeout_ms}, "
             f"{kafka.max_poll_interval_ms}"
         )
+    socket_text = str(kafka.client_properties.get("socket.timeout.ms", "60000"))
+    socket_ms = int(socket_text) if socket_text.isdigit() else 60000
+    if kafka.fetch_wait_max_ms > socket_ms - 1000:  # librdkafka refuses the consumer
+        raise ConfigError(
+            f"kafka.fetch_wait_max_ms: at most socket.timeout.ms ({socket_ms}) less 1000, "
+            f"not {kafka.fetch_wait_max_ms}"
+        )
     if not 0 <= kafka.schema_registry_unknown_after_s < kafka.outage_deadline_s:
         raise ConfigError(
             "kafka.schema_registry_unknown_after_s: from 0 to below outage_deadline_s (a "

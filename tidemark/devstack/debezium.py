@@ -109,6 +109,8 @@ class KafkaBridge:
 
     def __init__(self, config: Config) -> None:
         self._kafka = config.kafka
+        #: Set on SIGTERM: a batch still unacknowledged is given up, not waited for.
+        self.stopping = threading.Event()
         self._producer = Producer(
             producer_config(
                 config.kafka,
@@ -151,10 +153,10 @@ class KafkaBridge:
         # As long as the producer's own delivery timeout allows (a record it gives up on
         # fails): a broker that is slow, not gone, holds Debezium back, as Kafka Connect
         # does. A flush of 60 s ended the engine under load at 500 tables.
-        while len(self._producer) and not failures:
+        while len(self._producer) and not failures and not self.stopping.is_set():
             self._producer.flush(1)
-        if failures:
-            reason = failures[0].str()
+        if failures or len(self._producer):  # the batch is published again after a restart
+            reason = failures[0].str() if failures else "the bridge is stopping"
             raise DevStackError(f"Kafka did not acknowledge a Debezium batch: {reason}")
         self.published += len(records)
 
@@ -216,7 +218,7 @@ def run(config: Config, run_dir: Path) -> None:
         handler=Handler(),
         format="connect" if avro else "json",
     )
-    stopping = threading.Event()
+    stopping = bridge.stopping
 
     def stop(_sig: int, _frame: Any) -> None:
         stopping.set()
