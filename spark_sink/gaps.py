@@ -14,8 +14,12 @@ so the sink does not merge on:
 
 The sink keeps, per partition, a time before which no unread record was written: the
 time it read the partition's end when it was caught up, or when a batch that reached
-the end it read committed. Only when that time is older than the retention does it look
-at the first unread record itself (:func:`gap` takes what it found).
+the end it read committed. Only when that time is older than the retention, or
+unknown, does it look at the first unread record itself (:func:`gap` takes what it
+found). A first unread record past the committed offset (a transaction's marker there,
+or records compaction removed) leaves the time unknown; the sink then dates the unread
+records by the record just before the committed offset, if it is still there
+(``Sink._dated_by_last_read``).
 """
 
 from __future__ import annotations
@@ -85,8 +89,8 @@ def gap(
     ``retention_ms`` is the topic's ``delete.retention.ms`` (``None`` for a topic that is
     not compacted); ``first`` the first unread record where :func:`needs_first_unread`
     asked for it. A first unread record at the committed offset dates every unread
-    record; one past it means records were removed in between, and only the kept time
-    can date those.
+    record; one past it may follow records removed in between, and only the kept time
+    (or the time of the record before the committed offset) can date those.
     """
     where = f"{topic}[{p.partition}]"
     if p.committed is None:

@@ -9,8 +9,8 @@ Guarantees:
 - Within a batch the newest event per key wins (by offset; a key lives in one
   partition); deletes and tombstones delete the row (or mark it, with
   ``sink.soft_delete``).
-- Topics are found by name and pattern on every batch, so a new reconciled
-  topic is picked up without a restart.
+- Topics are found by name and pattern every ``sink.trigger_interval_s``, so a
+  new reconciled topic is picked up without a restart.
 - A new column appears in its table without a restart; an incompatible schema
   change, an event that cannot be decoded or a value that does not fit its
   column stops that table only, with the reason in the log and the
@@ -22,21 +22,23 @@ Guarantees:
   the sink lists its topics is waited out as long. Other failures (of Spark or
   the catalog) end the process: a restart resumes from the committed offsets.
 - With ``once`` the sink drains every topic to the end it had when the sink
-  started, then returns (1 when a table stopped); otherwise it runs a batch
-  every ``sink.trigger_interval_s`` until SIGTERM or SIGINT, finishing the
-  batch in flight first.
+  started, then returns (1 when a table stopped); otherwise it merges each table
+  as it is due (:mod:`spark_sink.scheduler`) until SIGTERM or SIGINT, finishing
+  the rounds in flight first. Tables' rounds run side by side either way.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 import signal
 import threading
 import time
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
@@ -51,7 +53,14 @@ from spark_sink.errors import (
     TableRetry,
     TableStop,
 )
-from spark_sink.gaps import Gap, Partition, gap, needs_first_unread, unread_age_ms
+from spark_sink.gaps import (
+    FirstUnread,
+    Gap,
+    Partition,
+    gap,
+    needs_first_unread,
+    unread_age_ms,
+)
 from spark_sink.reader import (
     Range,
     decode_range,
@@ -65,6 +74,7 @@ from spark_sink.reader import (
     split,
     topic_offsets,
 )
+from spark_sink.scheduler import Outcome, Schedule, TablePool, stalest_first
 from spark_sink.schema import Spec, evolve, union
 from spark_sink.session import create_session, stop_session
 from spark_sink.stable_ends import Behind, read_ends
@@ -130,6 +140,11 @@ class Sink:
         #: Tables whose batch is being tried again: topic to since when (monotonic).
         self.retrying: dict[str, float] = {}
         self._shapes: dict[str, Shape] = {}
+        #: Per topic, the time (ms) before which its table holds every record committed
+        #: to it, as of its last round (:meth:`fresh_until`).
+        self._fresh: dict[str, int] = {}
+        #: Tables are made one at a time: two in one namespace would both make it.
+        self._making = threading.Lock()
         self._committed = Failpoint("sink-committed")
         #: Each table's status, published for the processor (:mod:`spark_sink.status`).
         self.board = StatusBoard(config)
@@ -137,10 +152,8 @@ class Sink:
     def ends(self) -> dict[str, dict[int, int]]:
         """The current end offsets of every reconciled topic whose table runs (and, once
         per topic, its ``delete.retention.ms``)."""
-        sink = self.config.sink
-        topics = sink_topics(self.admin, self.config.sink_pattern(), sink.topics)
         ends = {}
-        for topic, partitions in topics.items():
+        for topic, partitions in self.topics().items():
             if topic not in self.stopped:
                 self._read_ms[topic] = int(time.time() * 1000)
                 ends[topic] = self._read_offsets(topic, partitions)
@@ -190,34 +203,101 @@ class Sink:
             for r in ranges
         ]
 
-    def run_batch(self, targets: dict[str, dict[int, int]]) -> int:
-        """Merge every topic up to ``targets`` (capped per batch); the ranges read."""
-        read = 0
-        for topic, ends in sorted(targets.items()):
-            if topic in self.stopped:
-                continue
-            status = self.board.of(self.table_name(topic), topic)
-            try:
-                read += self._topic_batch(topic, ends)
-            except Exception as exc:
-                verdict = _verdict(exc)
-                if isinstance(verdict, TableRetry):
-                    status["retrying"] = verdict.reason
-                    read += self._retry(topic, verdict.reason)
-                elif isinstance(verdict, SchemaError | TableStop):
-                    self._stop(topic, str(verdict))
+    def run_batch(
+        self, targets: dict[str, dict[int, int]], stop: threading.Event | None = None
+    ) -> int:
+        """Merge every topic up to ``targets`` (capped per batch), tables side by side
+        (:mod:`spark_sink.scheduler`), none started once ``stop`` is set; the ranges
+        read."""
+        topics = [t for t in targets if t not in self.stopped]
+        with TablePool(self.config.sink.concurrent_tables) as pool:
+            ordered = stalest_first(topics, self.fresh_until())
+            return pool.run_all(ordered, lambda t: self.round_of(t, targets[t]), stop)
+
+    def serve(self, stop: threading.Event) -> None:
+        """Merge every table as it is due (:mod:`spark_sink.scheduler`) until ``stop``;
+        the rounds in flight then finish."""
+        sink = self.config.sink
+        schedule = Schedule(sink.trigger_interval_s)
+        listed: dict[str, int] = {}
+        next_listing = 0.0
+        with TablePool(sink.concurrent_tables) as pool:
+            while not stop.is_set():
+                now = time.monotonic()
+                if now >= next_listing:
+                    listed = _waiting_out_kafka(self.topics, self.config, stop)
+                    schedule.forget(listed)
+                    next_listing = now + sink.trigger_interval_s
+                waiting = [t for t in listed if t not in self.stopped and t not in pool.running]
+                for topic in schedule.order(schedule.due(waiting, now), self.fresh_until()):
+                    if not pool.free:
+                        break
+                    pool.start(
+                        topic, functools.partial(self.round_of, ends=None, partitions=listed[topic])
+                    )
+                waiting = [t for t in waiting if t not in pool.running]
+                # Until a table is due (with a place free) or the next listing; a stop is
+                # seen within a second.
+                wait_s = max(0.0, next_listing - now)
+                if pool.free:
+                    wait_s = min(wait_s, schedule.wait_s(waiting, now))
+                if pool.running:
+                    for topic, outcome in pool.finished(min(wait_s, 1.0)):
+                        schedule.done(topic, outcome, time.monotonic())
                 else:
-                    raise
+                    stop.wait(min(wait_s, 1.0))
+
+    def topics(self) -> dict[str, int]:
+        """The reconciled topics the sink merges, with their partition counts."""
+        sink = self.config.sink
+        return sink_topics(self.admin, self.config.sink_pattern(), sink.topics)
+
+    def fresh_until(self) -> dict[str, int | None]:
+        """Per topic, the time (ms) before which every record committed to it is in its
+        table, as of its last round (none before a round knew every partition)."""
+        return dict(self._fresh)  # one C-level copy: rounds add to it from their threads
+
+    def round_of(self, topic: str, ends: dict[int, int] | None, partitions: int = 0) -> Outcome:
+        """One round of ``topic``'s table: merge it up to ``ends`` (``None``: the topic's
+        ends now, of ``partitions`` partitions), at most ``max_records_per_partition`` a
+        partition; a failure stops the table or has it tried again (:func:`_verdict`)."""
+        # Each thread's Spark jobs in a pool of their own: Spark's FAIR scheduling then
+        # shares the cores between tables, and a large MERGE holds no other's tasks back.
+        self.spark.sparkContext.setLocalProperty(
+            "spark.scheduler.pool", threading.current_thread().name
+        )
+        status = self.board.of(self.table_name(topic), topic)
+        more = False
+        try:
+            if ends is None:
+                self._read_ms[topic] = int(time.time() * 1000)  # before the ends: see gaps
+                ends = self._read_offsets(topic, partitions)
+            read = self._topic_batch(topic, ends)
+        except Exception as exc:
+            verdict = _verdict(exc)
+            if isinstance(verdict, TableRetry):
+                status["retrying"] = verdict.reason
+                read = self._retry(topic, verdict.reason)
+            elif isinstance(verdict, SchemaError | TableStop):
+                self._stop(topic, str(verdict))
+                read = 0
             else:
-                self.retrying.pop(topic, None)
-                status["retrying"] = None
-                status["committed"] = dict(self.progress.get(topic, {}))
-                status["lag"] = {
-                    p: max(0, end - self.progress.get(topic, {}).get(p, 0))
-                    for p, end in ends.items()
-                }
-            self.board.publish(status["table"])
-        return read
+                raise
+        else:
+            self.retrying.pop(topic, None)
+            committed = self.progress.get(topic, {})
+            status["retrying"] = None
+            status["committed"] = dict(committed)
+            status["lag"] = {p: max(0, end - committed.get(p, 0)) for p, end in ends.items()}
+            cap = self.config.sink.max_records_per_partition
+            more = bool(plan(topic, committed, ends, cap, self._starts.get(topic)))
+            since = self.unread_since.get(topic, {})
+            fresh = _fresh_until(since) if set(ends) <= set(since) else None
+            if fresh is not None:
+                self._fresh[topic] = fresh
+                metrics.FRESH_UNTIL.labels(self.table_name(topic)).set(fresh / 1000)
+        self.board.publish(status["table"])
+        return Outcome(read, more)
 
     def _retry(self, topic: str, reason: str) -> int:
         """Try ``topic``'s batch again from its table's commits (1), or stop the table once
@@ -262,7 +342,7 @@ class Sink:
         read_ms = self._read_ms.get(topic, int(time.time() * 1000))
         starts = self._starts.get(topic, {})
         for partition, end in ends.items():
-            if committed.get(partition) == end:
+            if committed.get(partition, starts.get(partition, 0)) >= end:
                 since[partition] = read_ms  # caught up: what comes next is newer
             lag = end - committed.get(partition, starts.get(partition, 0))
             metrics.LAG.labels(topic, str(partition)).set(lag)
@@ -318,6 +398,7 @@ class Sink:
         if set(wanted) - set(firsts):  # Kafka slow: no gap is known, and none is assumed
             missing = sorted(set(wanted) - set(firsts))
             raise TableRetry(f"{topic}{missing}: the first unread record did not come")
+        partitions = self._dated_by_last_read(topic, partitions, firsts)
         if retention is not None:
             metrics.DELETE_RETENTION.labels(topic).set(retention / 1000)
         for p in partitions:
@@ -327,10 +408,47 @@ class Sink:
             first = firsts.get(p.partition)
             if first is not None and first.offset == p.committed:
                 since[p.partition] = first.timestamp_ms  # dates every unread record
+            elif p.unread_since_ms is not None:
+                since.setdefault(p.partition, p.unread_since_ms)  # by the last one read
             aged = Partition(p.partition, p.committed, p.start, p.end, since.get(p.partition))
             age = unread_age_ms(aged, now_ms) / 1000
             metrics.UNREAD_AGE.labels(topic, str(p.partition)).set(age)
         return None
+
+    def _dated_by_last_read(
+        self, topic: str, partitions: list[Partition], firsts: dict[int, FirstUnread]
+    ) -> list[Partition]:
+        """``partitions``, those of unknown age whose first unread record is past the
+        committed offset dated by the record just before that offset, read uncommitted.
+
+        The offset between can be a transaction's marker, not a record compaction
+        removed: a batch cut by ``max_records_per_partition`` ends where it ends. Every
+        unread record was written after the last one read, so that record's time dates
+        them. When it is not there (compacted away), nothing is dated."""
+        undated = {
+            p.partition: p.committed - 1
+            for p in partitions
+            if p.unread_since_ms is None
+            and p.committed
+            and p.partition in firsts
+            and firsts[p.partition].offset != p.committed
+        }
+        if not undated:
+            return partitions
+        every = dataclasses.replace(
+            self.context, consumer={**self.context.consumer, "isolation.level": "read_uncommitted"}
+        )
+        lasts = {
+            partition: found.timestamp_ms
+            for partition, found in first_unread(every, topic, undated).items()
+            if found.offset == undated[partition]
+        }
+        return [
+            dataclasses.replace(p, unread_since_ms=lasts[p.partition])
+            if p.partition in lasts
+            else p
+            for p in partitions
+        ]
 
     def _rebuild(self, topic: str, table: Table, ends: dict[int, int], found: Gap) -> int:
         """Make ``topic``'s table again from the whole topic, in one batch: every key's
@@ -420,7 +538,8 @@ class Sink:
             missing = [k for k in keys if k not in {s.name for s in specs}]
             if not keys or missing:
                 raise SchemaError(f"{topic}: the key columns {missing or keys} are not columns")
-            table.create(specs, keys, self.config.sink.write_mode)
+            with self._making:
+                table.create(specs, keys, self.config.sink.write_mode)
             known = self._shapes[topic] = Shape(table.columns(), keys)
         evolution = evolve(known.columns, specs, topic)
         if evolution.add or evolution.widen:
@@ -483,15 +602,13 @@ def run_sink(config: Config, once: bool, *, spark: SparkSession | None = None) -
     try:
         sink = Sink(config, session)
         if once:
-            targets = _ends(sink, stop)
+            targets = _waiting_out_kafka(sink.ends, config, stop)
             log.info("draining %d topics to their current ends", len(targets))
-            while not stop.is_set() and sink.run_batch(targets):
+            while not stop.is_set() and sink.run_batch(targets, stop):
                 pass
         else:
             _serve_metrics(config)
-            while not stop.is_set():
-                sink.run_batch(_ends(sink, stop))
-                stop.wait(config.sink.trigger_interval_s)
+            sink.serve(stop)
         for topic, reason in sorted(sink.stopped.items()):
             log.error("%s stopped: %s", topic, reason)
         sink.board.flush()
@@ -502,18 +619,28 @@ def run_sink(config: Config, once: bool, *, spark: SparkSession | None = None) -
             stop_session(session)
 
 
-def _ends(sink: Sink, stop: threading.Event) -> dict[str, dict[int, int]]:
-    """:meth:`Sink.ends`, waiting while Kafka does not answer, up to the outage deadline."""
+Listed = TypeVar("Listed")
+
+
+def _waiting_out_kafka(read: Callable[[], Listed], config: Config, stop: threading.Event) -> Listed:
+    """``read()`` (a listing of topics), waiting while Kafka does not answer, up to the
+    outage deadline."""
     since = time.monotonic()
     while True:
         try:
-            return sink.ends()
+            return read()
         except KafkaException as exc:
             lasted = time.monotonic() - since
-            if _fatal(exc) or lasted > sink.config.kafka.outage_deadline_s or stop.is_set():
+            if _fatal(exc) or lasted > config.kafka.outage_deadline_s or stop.is_set():
                 raise
             log.warning("Kafka unreachable for %.0f s: %s; trying again", lasted, exc)
             stop.wait(min(10.0, 1.0 + lasted / 10))
+
+
+def _fresh_until(since: dict[int, int]) -> int | None:
+    """The time (ms) before which every record of a topic is in its table: the oldest of
+    its partitions' :attr:`Sink.unread_since` (``None``: none known)."""
+    return min(since.values(), default=None)
 
 
 def _serve_metrics(config: Config) -> None:

@@ -52,3 +52,9 @@ REBUILDS = Counter(
     "Tables made again from their whole topic after a gap (sink.rebuild_on_gap)",
     ["table"],
 )
+FRESH_UNTIL = Gauge(
+    "tidemark_sink_table_fresh_until_seconds",
+    "Unix time before which every record of a table's reconciled topic is in the table "
+    "(time() minus it: how stale the table is)",
+    ["table"],
+)

@@ -17,6 +17,7 @@ when the topic cannot be reached, statuses are not sent for a minute.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from typing import Any
 
@@ -44,6 +45,7 @@ class StatusBoard:
         self._topic = sink_status_topic(config.processor.pipeline)
         self._producer: Producer | None = None
         self._next_try = 0.0
+        self._making = threading.Lock()  # tables publish from threads of their own
         self.tables: dict[str, dict[str, Any]] = {}
 
     def of(self, table: str, topic: str) -> dict[str, Any]:
@@ -87,6 +89,10 @@ class StatusBoard:
             log.warning("%d statuses of tables were not published", len(self._producer))
 
     def _ready(self) -> Producer | None:
+        with self._making:
+            return self._made()
+
+    def _made(self) -> Producer | None:
         if self._producer is None and time.monotonic() >= self._next_try:
             try:
                 ensure_topics(

@@ -13,6 +13,7 @@ written (:mod:`spark_sink.gaps`).
 from __future__ import annotations
 
 import re
+import threading
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
 
 OFFSETS_PROPERTY = "tidemark.offsets"
 UNREAD_SINCE_PROPERTY = "tidemark.unread-since"
+#: Unix time (ms) before which every record of the table's topic is in this snapshot.
+FRESH_UNTIL_PROPERTY = "tidemark.fresh-until-ms"
 KEY_PROPERTY = "tidemark.key"
 #: Columns of a batch that are not table columns (the time: the record's, in ms).
 OFFSET, DELETED, TIME = "__tidemark_offset", "__tidemark_deleted", "__tidemark_time"
@@ -162,6 +165,9 @@ class Table:
                 OFFSETS_PROPERTY: format_offsets(offsets),
                 UNREAD_SINCE_PROPERTY: format_offsets(unread_since),
             }
+            if offsets and set(offsets) <= set(unread_since):
+                fresh = min(unread_since[p] for p in offsets)
+                properties[FRESH_UNTIL_PROPERTY] = str(fresh)
             with_commit_properties(self.spark, properties, lambda: self.spark.sql(statement))
         finally:
             latest.unpersist()
@@ -238,12 +244,16 @@ class _Callable:
         implements = ["java.util.concurrent.Callable"]
 
 
+_CALLBACK_SERVER = threading.Lock()
+
+
 def with_commit_properties(spark: SparkSession, properties: dict[str, str], function: Any) -> None:
     """Run ``function`` so that the Iceberg commits it makes carry ``properties``."""
     gateway = spark.sparkContext._gateway
     assert gateway is not None
-    if gateway.get_callback_server() is None:
-        gateway.start_callback_server()
+    with _CALLBACK_SERVER:  # tables commit from threads of their own
+        if gateway.get_callback_server() is None:
+            gateway.start_callback_server()
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     props = jvm.java.util.HashMap()

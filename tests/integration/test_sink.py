@@ -35,7 +35,7 @@ from processor.pipeline.sink_status import read_sink_status
 from spark_sink.job import Sink
 from spark_sink.maintain import maintain
 from spark_sink.session import create_session
-from spark_sink.writer import OFFSETS_PROPERTY, parse_offsets
+from spark_sink.writer import FRESH_UNTIL_PROPERTY, OFFSETS_PROPERTY, parse_offsets
 from tests.integration.processes import (
     Processor,
     SinkProcess,
@@ -69,6 +69,8 @@ TABLES = {
     "iso_sink_gone": "id int PRIMARY KEY, v text",
     "iso_sink_late": "id int PRIMARY KEY, v text",
     "iso_sink_open": "id int PRIMARY KEY, v text",
+    **{f"iso_sink_side_{i}": "id int PRIMARY KEY, v text" for i in range(4)},
+    "iso_sink_mark": "id int PRIMARY KEY, v text",
 }
 
 #: In-process compactions beside the continuous sink, after the CLI's.
@@ -462,6 +464,72 @@ def test_maintenance_beside_a_continuous_sink_never_moves_its_offsets_back(
         assert all(after.get(p, 0) >= o for p, o in before.items()), (before, after)
 
 
+def test_tables_merge_side_by_side_and_a_slow_one_holds_no_other_back(
+    pipeline: Config, spark: SparkSession
+) -> None:
+    """A continuous sink of four tables with three places: one table's first round is held
+    (as a long MERGE would be) while the other three merge their rows, then a second wave
+    of changes; then it goes on and catches up. Every commit says how fresh its table is,
+    and so does the table's metric."""
+    tables = [f"iso_sink_side_{i}" for i in range(4)]
+    config = sink_config(pipeline, "side", tables, concurrent_tables=3, trigger_interval_s=0.2)
+    for table in tables:
+        execute(config, f"INSERT INTO {table} SELECT i, 'a' || i FROM generate_series(1, 40) i")
+    wait_caught_up(config)
+    sink = Sink(config, create_session(config))
+    slow = config.sink.topics[0]
+    release = threading.Event()
+    held_rounds = []
+    merge = sink._topic_batch
+
+    def held(topic: str, ends: dict[int, int]) -> int:
+        if topic == slow and not release.is_set():
+            held_rounds.append(topic)
+            release.wait(300)
+        return merge(topic, ends)
+
+    sink._topic_batch = held  # type: ignore[method-assign]  # a round made slow on purpose
+    stop = threading.Event()
+    serving = threading.Thread(target=sink.serve, args=(stop,), name="test-sink-serve")
+    serving.start()
+
+    def equal(table: str) -> bool:
+        name = f"side.public.{table}"
+        if not spark.catalog.tableExists(name):
+            return False
+        spark.sql(f"REFRESH TABLE {name}")
+        return compare_table(config, spark, "public", table).equal
+
+    try:
+        wait_for("the other tables merged", lambda: all(equal(t) for t in tables[1:]), 240)
+        written_ms = int(time.time() * 1000)
+        for table in tables[1:]:
+            execute(config, f"UPDATE {table} SET v = 'b' || id WHERE id % 3 = 0")
+        wait_caught_up(config)
+        wait_for("their second wave", lambda: all(equal(t) for t in tables[1:]), 240)
+        assert held_rounds == [slow]  # it never left its first round meanwhile
+        assert not spark.catalog.tableExists("side.public.iso_sink_side_0")
+        release.set()
+        wait_for("the held table caught up", lambda: equal(tables[0]), 240)
+    finally:
+        release.set()
+        stop.set()
+        serving.join(300)
+    assert not serving.is_alive()
+    assert sink.stopped == {}
+    for table in tables[1:]:
+        name = f"side.public.{table}"
+        newest = spark.sql(
+            f"SELECT summary['{FRESH_UNTIL_PROPERTY}'] AS f FROM {name}.snapshots "
+            "ORDER BY committed_at DESC LIMIT 1"
+        ).collect()[0]["f"]
+        assert newest is not None and int(newest) >= written_ms
+        metric = REGISTRY.get_sample_value(
+            "tidemark_sink_table_fresh_until_seconds", {"table": name}
+        )
+        assert metric is not None and metric * 1000 >= written_ms
+
+
 def test_a_value_that_does_not_fit_its_column_stops_only_its_table(
     pipeline: Config, spark: SparkSession
 ) -> None:
@@ -623,6 +691,39 @@ def test_a_sink_behind_its_topics_delete_retention_rebuilds_the_table_an_idle_on
     assert_equal(config, spark, "iso_sink_late")  # row 999 and the deleted rows are gone
     drain(sink)  # and then it goes on as usual
     assert rebuilds() == 1
+
+
+def test_a_batch_cut_at_a_transaction_marker_is_not_taken_for_records_compacted_away(
+    pipeline: Config, spark: SparkSession
+) -> None:
+    """A transaction's commit marker takes an offset of its own. A batch cut by
+    ``max_records_per_partition`` just before one left the next batch's first record one
+    past the committed offset, which the sink took for records compaction removed: it
+    made a table it had just begun again from the whole topic."""
+    table, topic = "iso_sink_mark", "tidemark.reconciled.public.iso_sink_mark"
+    execute(pipeline, f"INSERT INTO {table} SELECT i, 'a' || i FROM generate_series(1, 30) i")
+    wait_for("the first rows", lambda: len(reconciled(pipeline, table)) >= 30)
+    execute(pipeline, f"INSERT INTO {table} SELECT i, 'b' || i FROM generate_series(31, 60) i")
+    wait_for("the second rows", lambda: len(reconciled(pipeline, table)) >= 60)
+    # the offset of the first marker (a hole between two records' offsets) of a partition
+    offsets: dict[int, list[int]] = {}
+    for record in read_topic(pipeline, topic):
+        offsets.setdefault(record.partition, []).append(record.offset)
+    markers = [
+        before + 1
+        for found in offsets.values()
+        for before, after in itertools.pairwise(sorted(found))
+        if after > before + 1
+    ]
+    assert markers, offsets
+    config = sink_config(pipeline, "mark", [table], max_records_per_partition=min(markers))
+    sink = Sink(config, create_session(config))
+    drain(sink)
+    assert_equal(config, spark, table)
+    rebuilds = REGISTRY.get_sample_value(
+        "tidemark_sink_table_rebuilds_total", {"table": "mark.public.iso_sink_mark"}
+    )
+    assert not rebuilds
 
 
 def test_a_transaction_the_broker_never_closes_does_not_hold_a_table_back_for_good(

@@ -327,8 +327,11 @@ class SinkConfig:
     topic_pattern: str = ""
     #: Most records read per topic-partition in one micro-batch.
     max_records_per_partition: int = 500_000
-    #: The pause between two rounds of micro-batches (seconds); ``--once`` does not wait.
+    #: A table that read all it found is merged again after this pause (seconds); one
+    #: with records left goes again at once; ``--once`` does not wait.
     trigger_interval_s: float = 10.0
+    #: Tables merged side by side, in one Spark driver; the stalest goes first.
+    concurrent_tables: int = 4
     #: Seconds a read waits for a record before its table's batch is tried again.
     read_stall_s: float = 60.0
     #: Seconds a partition's last stable offset may stay still behind its newest records
@@ -452,6 +455,7 @@ _POSITIVE = {
     ("snapshot", "source_outage_deadline_s"),
     ("sink", "max_records_per_partition"),
     ("sink", "trigger_interval_s"),
+    ("sink", "concurrent_tables"),
     ("sink", "read_stall_s"),
     ("sink", "stuck_transaction_s"),
     ("sink", "target_file_size_mb"),
