@@ -322,6 +322,10 @@ def main() -> None:
     variants = [(f"scheduler-{c}", int(c), "") for c in args.concurrency.split(",")]
     if args.before_tree:
         variants.insert(0, ("before", 1, str(Path(args.before_tree).resolve())))
+    # This process's Spark outlives each table count's stack, so its scratch space too
+    # (a stack sets SPARK_LOCAL_DIRS in its own folder, removed after its count).
+    scratch = Path(tempfile.mkdtemp(prefix="bench-sink-tables-spark-"))
+    os.environ["SPARK_LOCAL_DIRS"] = str(scratch)
     try:
         for count in (int(n) for n in args.tables.split(",")):
             run_dir = Path(tempfile.mkdtemp(prefix="bench-sink-tables-"))
@@ -377,6 +381,7 @@ def main() -> None:
                 shutil.rmtree(run_dir, ignore_errors=True)
     finally:
         stop_spark()  # this process's Spark serves every table count
+        shutil.rmtree(scratch, ignore_errors=True)
     write_results("sink_tables", results, rate=args.rate, seconds=args.seconds, rows=args.rows)
 
 
