@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from results_file import write_results
-from sink import stop_spark
+from sink import lag_stats, stop_spark
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -70,21 +70,6 @@ TICK_S = 0.05
 #: Settings this tree has and the ``--before-tree`` sink does not.
 NEWER = re.compile(r"^\s*(concurrent_tables|fetch_wait_max_ms):")
 MERGED = re.compile(r"merged offsets .* \((\d+) rows\) in ([0-9.]+) s")
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
-
-
-def stats(values: list[float]) -> dict[str, float | None]:
-    if not values:
-        return {"p50": None, "p95": None, "max": None}
-    return {
-        "p50": round(percentile(values, 0.5), 2),
-        "p95": round(percentile(values, 0.95), 2),
-        "max": round(max(values), 2),
-    }
 
 
 class Writer:
@@ -265,10 +250,10 @@ def run_variant(
         "concurrent_tables": concurrency if not tree else 1,
         "changes_per_s": round(len(writer.commits) * writer.per_txn / args.seconds),
         "measured_changes": changes,
-        "lag_s": stats(lags),
+        "lag_s": lag_stats(lags),
         "merges": len(merges),
-        "merge_seconds": stats([float(s) for _rows, s in merges]),
-        "rows_per_merge": stats([float(r) for r, _s in merges]),
+        "merge_seconds": lag_stats([float(s) for _rows, s in merges]),
+        "rows_per_merge": lag_stats([float(r) for r, _s in merges]),
         "drained_after_s": round(drained_s, 1),
         "sink_cpu_s": round(cpu, 1),
     }
