@@ -155,7 +155,6 @@ class Sink:
         ends = {}
         for topic, partitions in self.topics().items():
             if topic not in self.stopped:
-                self._read_ms[topic] = int(time.time() * 1000)
                 ends[topic] = self._read_offsets(topic, partitions)
                 if topic not in self._retention:
                     with contextlib.suppress(TableRetry):  # asked again by its batch
@@ -164,7 +163,9 @@ class Sink:
 
     def _read_offsets(self, topic: str, partitions: int) -> dict[int, int]:
         """Read ``topic``'s offsets; the end to read each partition to
-        (:func:`~spark_sink.stable_ends.read_ends`)."""
+        (:func:`~spark_sink.stable_ends.read_ends`). The time of the read, taken before
+        it, dates the round: every record committed before it is within the ends."""
+        self._read_ms[topic] = int(time.time() * 1000)
         offsets = topic_offsets(self.context.consumer, topic, partitions)
         self._starts[topic], self._stable[topic] = offsets.starts, offsets.stable
         self._high[topic] = {**offsets.stable, **offsets.high}
@@ -270,7 +271,6 @@ class Sink:
         more = False
         try:
             if ends is None:
-                self._read_ms[topic] = int(time.time() * 1000)  # before the ends: see gaps
                 ends = self._read_offsets(topic, partitions)
             read = self._topic_batch(topic, ends)
         except Exception as exc:

@@ -105,8 +105,13 @@ def test_a_topic_end_misread_once_is_read_again_before_its_table_stops(
     fresh = Offsets({0: 0}, {0: 300}, {})
     monkeypatch.setattr(job, "topic_offsets", lambda _conf, _topic, _count: fresh)
     ends = {0: 0}
+    sink._read_ms[topic] = 0  # the first read, long ago
+    before_reread = int(time.time() * 1000)
     assert sink._checked_gap(topic, ends) is None
     assert ends == {0: 300}
+    # the ends read again date the round: records they take in came after the first read,
+    # and a table said fresh until then would claim them too early
+    assert sink._read_ms[topic] >= before_reread
     fresh = Offsets({0: 0}, {0: 7}, {})
     sink._high[topic] = {0: 0}  # a later round's first read
     found = sink._checked_gap(topic, {0: 0})
