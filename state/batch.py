@@ -23,8 +23,12 @@ class BatchState:
         self.updates: dict[bytes, bytes | None] = {}
 
     def flushed_offset(self) -> int:
-        """The input offset the store's checkpoint has reached (-1: none)."""
-        offset = self._store.checkpoint().input_offset
+        """The furthest input offset whose outputs are in Kafka, as the store's checkpoint
+        says (-1: none; a store of an earlier release has only its input offset)."""
+        checkpoint = self._store.checkpoint()
+        offset = checkpoint.flushed_offset
+        if offset is None:
+            offset = checkpoint.input_offset
         return -1 if offset is None else offset
 
     def prefetch(self, keys: Sequence[bytes]) -> None:

@@ -42,7 +42,7 @@ from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBatch, Writ
 
 from state.cache import CacheBudget, CachedStore
 from state.errors import StateError
-from state.store import Checkpoint, PartitionStore, StateBackend
+from state.store import Checkpoint, PartitionStore, StateBackend, furthest
 
 # Reserved keys. The envelopes prefix every user key with a letter (b"k", b"s"),
 # so keys that start with a NUL byte belong to the store and the rules' metadata.
@@ -50,6 +50,7 @@ _RESERVED = b"\x00\x00checkpoint:"
 _INPUT_KEY = _RESERVED + b"input"
 _CHANGELOG_KEY = _RESERVED + b"changelog"
 _TOPICS_KEY = _RESERVED + b"topics"
+_FLUSHED_KEY = _RESERVED + b"flushed"
 _OFFSET = struct.Struct(">q")
 #: The processor's defaults (``processor.state_cache_mb``, ``processor.state_memory_mb``).
 DEFAULT_CACHE_BYTES = 64 << 20
@@ -61,6 +62,10 @@ DATABASE = "@rocksdb"
 MOVED = "@moved"
 #: Keys copied from a legacy database per write batch.
 _MOVE_BATCH = 10_000
+
+
+def _offset(raw: bytes | None) -> int | None:
+    return None if raw is None else int(_OFFSET.unpack(raw)[0])
 
 
 def _upper_bound(prefix: bytes) -> bytes | None:
@@ -139,6 +144,7 @@ class RocksDBPartitionStore(PartitionStore):
         self._input_key = prefix + _INPUT_KEY
         self._changelog_key = prefix + _CHANGELOG_KEY
         self._topics_key = prefix + _TOPICS_KEY
+        self._flushed_key = prefix + _FLUSHED_KEY
 
     def _open_db(self) -> Rdict:
         if self._db is None:
@@ -191,6 +197,11 @@ class RocksDBPartitionStore(PartitionStore):
             batch.put(self._changelog_key, _OFFSET.pack(checkpoint.changelog_offset))
         if checkpoint.topics is not None:
             batch.put(self._topics_key, checkpoint.topics.encode())
+        if checkpoint.flushed_offset is not None:
+            stored = _offset(self._open_db().get(self._flushed_key))
+            flushed = furthest(stored, checkpoint.flushed_offset)
+            if flushed != stored:
+                batch.put(self._flushed_key, _OFFSET.pack(flushed))
         self._open_db().write(batch, self._database.write_options)
 
     def checkpoint(self) -> Checkpoint:
@@ -198,14 +209,16 @@ class RocksDBPartitionStore(PartitionStore):
             self._input_key,
             self._changelog_key,
             self._topics_key,
+            self._flushed_key,
         ]
-        raw_input, raw_changelog, raw_topics = typing.cast(
+        raw_input, raw_changelog, raw_topics, raw_flushed = typing.cast(
             list[bytes | None], self._open_db().get(keys)
         )
         return Checkpoint(
-            None if raw_input is None else int(_OFFSET.unpack(raw_input)[0]),
-            None if raw_changelog is None else int(_OFFSET.unpack(raw_changelog)[0]),
+            _offset(raw_input),
+            _offset(raw_changelog),
             None if raw_topics is None else raw_topics.decode(),
+            _offset(raw_flushed),
         )
 
     def wipe(self) -> None:

@@ -26,6 +26,16 @@ class Checkpoint:
     #: Which incarnation of its input and changelog topics the state comes from
     #: (:func:`topics_identity`): a topic deleted and made again under its name is another.
     topics: str | None = None
+    #: The furthest input offset whose outputs are all in Kafka. Unlike
+    #: :attr:`input_offset`, a commit never moves it back (:func:`furthest`): an offsets
+    #: rewind that kept state reads again changes whose outputs are there already, in as
+    #: many batches as it takes.
+    flushed_offset: int | None = None
+
+    @classmethod
+    def after_batch(cls, next_offset: int | None, changelog_offset: int | None) -> Checkpoint:
+        """What a batch's commit records: its outputs are in Kafka by then."""
+        return cls(next_offset, changelog_offset, flushed_offset=next_offset)
 
 
 class PartitionStore(ABC):
@@ -94,7 +104,15 @@ def merge_checkpoint(old: Checkpoint, new: Checkpoint) -> Checkpoint:
         old.input_offset if new.input_offset is None else new.input_offset,
         old.changelog_offset if new.changelog_offset is None else new.changelog_offset,
         old.topics if new.topics is None else new.topics,
+        furthest(old.flushed_offset, new.flushed_offset),
     )
+
+
+def furthest(stored: int | None, committed: int | None) -> int | None:
+    """The flushed offset a commit of ``committed`` leaves over ``stored``."""
+    if stored is None or committed is None:
+        return committed if stored is None else stored
+    return max(stored, committed)
 
 
 def topics_identity(input_id: str | None, changelog_id: str | None) -> str | None:

@@ -21,7 +21,9 @@ runs the rest. Each step's crash window:
 4. write state, the next input offsets and the changelog position in one
    RocksDB batch per partition: a crash before it leaves local state at the
    previous batch; on restart the changelog brings it forward (or the replay
-   re-applies);
+   re-applies). The flushed offset, below which every input offset's outputs
+   are in Kafka, never moves back: a rewind that kept state is replayed in
+   batches of any size without emitting again what it emitted before;
 5. commit the input offsets to Kafka: a crash before it replays the batch
    against a store whose checkpoint already covers it; its outputs are in
    Kafka, so it is not emitted again (a store restored from the changelog has
@@ -206,7 +208,8 @@ class Committer:
             store = stores.get(tp)
             if store is None:
                 continue
-            store.commit(state.updates, Checkpoint(batch.next_offsets.get(tp), positions.get(tp)))
+            checkpoint = Checkpoint.after_batch(batch.next_offsets.get(tp), positions.get(tp))
+            store.commit(state.updates, checkpoint)
         # Step 5: the input offsets in Kafka.
         if batch.next_offsets:
             try:

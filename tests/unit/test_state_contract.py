@@ -46,6 +46,21 @@ def test_commit_applies_updates_deletes_and_checkpoint(backend: StateBackend) ->
     assert store.checkpoint() == Checkpoint(12, 9)
 
 
+def test_a_commit_never_moves_the_flushed_offset_back(backend: StateBackend) -> None:
+    """A rewind that kept state reads again offsets whose outputs are in Kafka: the input
+    offset follows the reads, the flushed offset keeps the furthest, until a wipe."""
+    store = backend.open("t", 0)
+    store.commit({}, Checkpoint.after_batch(10, 4))
+    store.commit({b"a": b"1"}, Checkpoint.after_batch(3, 5))
+    assert store.checkpoint() == Checkpoint(3, 5, None, 10)
+    store.commit({}, Checkpoint(None, 6))
+    store.commit({}, Checkpoint.after_batch(11, None))
+    assert store.checkpoint() == Checkpoint(11, 6, None, 11)
+    store.wipe()
+    store.commit({}, Checkpoint.after_batch(2, 1))
+    assert store.checkpoint() == Checkpoint(2, 1, None, 2)
+
+
 def test_keys_by_prefix_and_wipe(backend: StateBackend) -> None:
     store = backend.open("t", 0)
     store.commit({b"sa": b"", b"sb": b"", b"s\xff": b"", b"t": b"", b"ka": b"1"}, Checkpoint(1, 1))

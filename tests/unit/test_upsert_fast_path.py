@@ -127,6 +127,25 @@ def test_rows_go_to_state_and_output_as_the_input_bytes() -> None:
     assert batch.states[TP].updates[b"k" + key].endswith(payload)
 
 
+@pytest.mark.parametrize("fused", [True, False])
+def test_a_rewind_that_kept_state_emits_nothing_again_batch_after_batch(fused: bool) -> None:
+    """An offsets rewind to the beginning that keeps state reads again, in batches as small
+    as the batch limit makes them, changes whose outputs are in Kafka: none is emitted
+    again, in the first batch of the replay or in a later one."""
+    reconciler, store = make_reconciler(fused), MemoryPartitionStore()
+    stream = [
+        RawMessage(TOPIC, 0, offset, orjson.dumps({"id": offset % 3}), orjson.dumps({"n": offset}))
+        for offset in range(9)
+    ]
+    first = reconciler.decide({TP: stream}, {TP: store})
+    assert len(first.records) == 9
+    store.commit(first.states[TP].updates, Checkpoint.after_batch(first.next_offsets[TP], 1))
+    for cut in range(0, 9, 3):  # the replay, three records a batch
+        batch = reconciler.decide({TP: stream[cut : cut + 3]}, {TP: store})
+        assert batch.records == [], cut
+        store.commit(batch.states[TP].updates, Checkpoint.after_batch(cut + 3, 1))
+
+
 def test_a_flattened_delete_keeps_its_transaction_id_until_a_stale_chunk_row_comes() -> None:
     """ExtractNewRecordState's rewrite mode: ``__deleted`` ``"true"`` deletes with the
     transaction id, the tombstone after it changes nothing, and a chunk row read before
