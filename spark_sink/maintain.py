@@ -9,8 +9,9 @@ newest snapshot that holds offsets, keeping the newest
 ``sink.retain_last_snapshots`` whatever their age.
 
 Run it between the sink's batches or beside a running sink, on a catalog with
-atomic commits (``jdbc``, ``rest``, ``hive``; a ``hadoop`` catalog's commits
-from two processes may overwrite each other). A compaction and a MERGE that
+atomic commits (``jdbc``, ``rest``, ``hive``). A ``hadoop`` catalog's commits from two
+processes may overwrite each other, so there it runs only when told the sink is
+stopped (``sink_stopped``). A compaction and a MERGE that
 rewrite the same files conflict: Iceberg fails the later commit, which changes
 nothing; maintenance tries again (``MAINTAIN_TRIES``), and the sink merges the
 batch again.
@@ -28,6 +29,7 @@ from spark_sink.reader import sink_topics
 from spark_sink.session import create_session, stop_session
 from spark_sink.writer import Table, commit_conflict
 from tidemark.core.config import Config
+from tidemark.core.errors import TidemarkError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -48,8 +50,17 @@ class Maintained:
     deleted_files: int
 
 
-def maintain(config: Config, spark: SparkSession | None = None) -> list[Maintained]:
-    """Compact and expire every existing table of the sink's topics."""
+def maintain(
+    config: Config, spark: SparkSession | None = None, *, sink_stopped: bool = False
+) -> list[Maintained]:
+    """Compact and expire every existing table of the sink's topics; refused on a
+    ``hadoop`` catalog unless ``sink_stopped``."""
+    if config.sink.catalog_type == "hadoop" and not sink_stopped:
+        raise TidemarkError(
+            "a hadoop catalog's commits from two processes can overwrite each other: "
+            "maintenance beside a running sink could drop its commits. Stop the sink, "
+            "then run `tidemark sink maintain --sink-stopped`"
+        )
     own = spark is None
     session = spark if spark is not None else create_session(config)
     try:

@@ -10,10 +10,12 @@ from confluent_kafka import KafkaError, KafkaException
 from pyspark.sql import SparkSession
 
 from spark_sink import job
+from spark_sink import maintain as maintain_module
 from spark_sink.errors import TableRetry, TableStop
 from spark_sink.job import Sink, _verdict
 from spark_sink.reader import Offsets, Range
-from tidemark.core.config import Config
+from tidemark.core.config import Config, SinkConfig
+from tidemark.core.errors import TidemarkError
 
 
 class Py4JLike(Exception):
@@ -148,3 +150,27 @@ def test_a_stable_end_held_by_an_open_transaction_is_no_gap_and_is_passed_when_s
     assert sink._past_stable(topic, [Range(topic, 0, 224, 300)]) == [
         Range(topic, 0, 224, 300, uncommitted=True)
     ]
+
+
+def test_maintenance_of_a_hadoop_catalog_is_refused_unless_the_sink_is_stopped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two processes committing to a ``hadoop`` catalog can overwrite each other's
+    commits: a compaction beside a running sink could drop a MERGE and its rows. On such a
+    catalog ``sink maintain`` starts no Spark until told the sink is stopped."""
+    sessions: list[Config] = []
+
+    def no_spark(config: Config) -> SparkSession:
+        sessions.append(config)
+        raise RuntimeError("no Spark in this test")
+
+    monkeypatch.setattr(maintain_module, "create_session", no_spark)
+    with pytest.raises(TidemarkError, match="--sink-stopped"):
+        maintain_module.maintain(Config())
+    assert sessions == []
+    with pytest.raises(RuntimeError, match="no Spark"):
+        maintain_module.maintain(Config(), sink_stopped=True)
+    jdbc = Config(sink=SinkConfig(catalog_type="jdbc", catalog_uri="jdbc:postgresql://h/db"))
+    with pytest.raises(RuntimeError, match="no Spark"):
+        maintain_module.maintain(jdbc)
+    assert len(sessions) == 2

@@ -61,11 +61,16 @@ def _parser() -> argparse.ArgumentParser:
         "--once", action="store_true", help="drain every topic to its current end, then exit"
     )
     sink_sub = sink.add_subparsers(dest="sink_command")
-    command(
+    maintain = command(
         "maintain",
         _sink_maintain,
         "compact small files and expire old snapshots of the sink's tables",
         sink_sub,
+    )
+    maintain.add_argument(
+        "--sink-stopped",
+        action="store_true",
+        help="the sink is not running (required on a hadoop catalog)",
     )
     demo = command("demo", _demo, "run the whole pipeline on embedded components and verify it")
     demo.add_argument("--run-dir", default=".tidemark/demo", help="folder for logs and data")
@@ -309,7 +314,7 @@ def _sink_maintain(args: argparse.Namespace) -> int:
     config = _config(args)
     from spark_sink.maintain import maintain
 
-    for done in maintain(config):
+    for done in maintain(config, sink_stopped=args.sink_stopped):
         print(
             f"{done.table}: {done.rewritten_files} files compacted into {done.added_files}, "
             f"{done.expired_snapshots} snapshots expired ({done.deleted_files} files deleted)"
