@@ -25,6 +25,8 @@ Guarantees:
   started, then returns (1 when a table stopped); otherwise it merges each table
   as it is due (:mod:`spark_sink.scheduler`) until SIGTERM or SIGINT, finishing
   the rounds in flight first. Tables' rounds run side by side either way.
+- The long-running sink maintains each table every ``sink.maintain_interval_s``
+  (:mod:`spark_sink.maintenance`), in the table's turn between its rounds.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import os
 import signal
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -61,6 +64,7 @@ from spark_sink.gaps import (
     needs_first_unread,
     unread_age_ms,
 )
+from spark_sink.maintenance import maintain_table
 from spark_sink.reader import (
     Range,
     decode_range,
@@ -143,6 +147,8 @@ class Sink:
         #: Per topic, the time (ms) before which its table holds every record committed
         #: to it, as of its last round (:meth:`fresh_until`).
         self._fresh: dict[str, int] = {}
+        #: Per topic, when (monotonic) its table is next maintained (:meth:`_maintain_if_due`).
+        self._maintain_due: dict[str, float] = {}
         #: Tables are made one at a time: two in one namespace would both make it.
         self._making = threading.Lock()
         self._committed = Failpoint("sink-committed")
@@ -296,8 +302,43 @@ class Sink:
             if fresh is not None:
                 self._fresh[topic] = fresh
                 metrics.FRESH_UNTIL.labels(self.table_name(topic)).set(fresh / 1000)
+            self._maintain_if_due(topic)
         self.board.publish(status["table"])
         return Outcome(read, more)
+
+    def _maintain_if_due(self, topic: str) -> None:
+        """Maintain ``topic``'s table (:mod:`spark_sink.maintenance`) once
+        ``sink.maintain_interval_s`` has passed since the last time, or since the sink
+        started (plus a share of the interval fixed per table, so that tables come due
+        apart). In the table's own turn: none of its commits can meet the maintenance's,
+        on any catalog. A failure is logged and counted; it is tried at the next turn."""
+        interval = self.config.sink.maintain_interval_s
+        if not interval:
+            return
+        now = time.monotonic()
+        spread = zlib.crc32(topic.encode()) / 2**32
+        due = self._maintain_due.setdefault(topic, now + interval * (1 + spread))
+        if now < due:
+            return
+        self._maintain_due[topic] = now + interval
+        table = self.table(topic)
+        if not table.exists():
+            return
+        try:
+            with metrics.MAINTENANCE_SECONDS.labels(table.path).time():
+                done = maintain_table(self.config.sink, self.spark, table)
+        except Exception as exc:  # noqa: BLE001 - the table merges on; tried next turn
+            metrics.MAINTENANCE_FAILURES.labels(table.path).inc()
+            log.warning(
+                "%s: maintenance failed, tried again in %.0f s: %s",
+                table.path,
+                interval,
+                str(exc).splitlines()[0][:500] if str(exc) else type(exc).__name__,
+            )
+            return
+        metrics.FILES_COMPACTED.labels(table.path).inc(
+            done.rewritten_files + done.rewritten_delete_files
+        )
 
     def _retry(self, topic: str, reason: str) -> int:
         """Try ``topic``'s batch again from its table's commits (1), or stop the table once

@@ -58,3 +58,20 @@ FRESH_UNTIL = Gauge(
     "(time() minus it: how stale the table is)",
     ["table"],
 )
+MAINTENANCE_SECONDS = Histogram(
+    "tidemark_sink_maintenance_seconds",
+    "Time of one table's maintenance by the long-running sink (compaction, rewrites of "
+    "delete files and manifests, snapshot expiry, orphan removal)",
+    ["table"],
+    buckets=(1, 5, 15, 60, 300, 900, 3600),
+)
+MAINTENANCE_FAILURES = Counter(
+    "tidemark_sink_maintenance_failures_total",
+    "Maintenance of a table that failed; tried again at its next turn",
+    ["table"],
+)
+FILES_COMPACTED = Counter(
+    "tidemark_sink_files_compacted_total",
+    "Data and delete files maintenance rewrote into fewer",
+    ["table"],
+)

@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -71,6 +72,7 @@ TABLES = {
     "iso_sink_open": "id int PRIMARY KEY, v text",
     **{f"iso_sink_side_{i}": "id int PRIMARY KEY, v text" for i in range(4)},
     "iso_sink_mark": "id int PRIMARY KEY, v text",
+    "iso_sink_auto": "id int PRIMARY KEY, n int",
 }
 
 #: In-process compactions beside the continuous sink, after the CLI's.
@@ -462,6 +464,100 @@ def test_maintenance_beside_a_continuous_sink_never_moves_its_offsets_back(
     assert len(offsets) > 10
     for before, after in itertools.pairwise(offsets):
         assert all(after.get(p, 0) >= o for p, o in before.items()), (before, after)
+
+
+def test_the_continuous_sink_maintains_its_tables_itself_on_a_hadoop_catalog(
+    pipeline: Config, spark: SparkSession
+) -> None:
+    """A continuous sink on the default ``hadoop`` catalog maintains its merge-on-read table
+    every 2 s while changes stream in: compactions, rewrites and expiries in the table's own
+    turn meet none of its merges, its offsets never move back, an orphan file older than
+    the setting goes and a young one stays, and the table equals its source."""
+    table = "iso_sink_auto"
+    config = sink_config(
+        pipeline,
+        "auto",
+        [table],
+        trigger_interval_s=0.2,
+        maintain_interval_s=2.0,
+        min_input_files=2,
+        retain_last_snapshots=2,
+        snapshot_retention_hours=0.0,
+        orphan_file_age_hours=1.0,
+        write_mode="merge-on-read",
+    )
+    name = f"auto.public.{table}"
+    execute(config, f"INSERT INTO {table} SELECT i, 0 FROM generate_series(1, 200) i")
+    wait_caught_up(config)
+    sink = Sink(config, create_session(config))
+    stop, stop_writes = threading.Event(), threading.Event()
+    serving = threading.Thread(target=sink.serve, args=(stop,), name="test-sink-serve")
+
+    def write() -> None:
+        with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
+            for i in itertools.count():
+                if stop_writes.wait(0.05):
+                    return
+                conn.execute("UPDATE iso_sink_auto SET n = n + 1 WHERE id = %s", (i % 200 + 1,))
+
+    def sample(metric: str) -> float:
+        return REGISTRY.get_sample_value(metric, {"table": name}) or 0.0
+
+    writer = threading.Thread(target=write, name="test-writer")
+    serving.start()
+    try:
+        folder = Path(config.sink.warehouse) / "public" / table / "data"
+        wait_for("the table's first data files", folder.exists, 120)
+        old, young = folder / "left-by-a-crashed-writer.parquet", folder / "being-written.parquet"
+        for orphan in (old, young):
+            orphan.write_bytes(b"PAR1")
+        two_hours_ago = time.time() - 7200
+        os.utime(old, (two_hours_ago, two_hours_ago))
+        writer.start()
+        count = "tidemark_sink_maintenance_seconds_count"
+        runs = sample(count)
+        try:
+            wait_for(
+                "maintenance that compacted files and removed the old orphan",
+                lambda: (
+                    sample(count) >= runs + 3
+                    and sample("tidemark_sink_files_compacted_total") > 0
+                    and not old.exists()
+                ),
+                180,
+            )
+        finally:
+            stop_writes.set()
+            if writer.is_alive():
+                writer.join()
+        wait_caught_up(config)
+
+        def equal() -> bool:
+            spark.sql(f"REFRESH TABLE {name}")
+            return compare_table(config, spark, "public", table).equal
+
+        wait_for("the table equal to its source", equal, 240)
+        runs = sample(count)
+        wait_for("a maintenance after the last merge", lambda: sample(count) > runs, 60)
+    finally:
+        stop.set()
+        serving.join(300)
+    assert not serving.is_alive()
+    assert sink.stopped == {}
+    assert sample("tidemark_sink_maintenance_failures_total") == 0
+    assert young.exists()
+    spark.sql(f"REFRESH TABLE {name}")
+    rows = spark.sql(
+        f"SELECT summary['{OFFSETS_PROPERTY}'] AS o, operation FROM {name}.snapshots "
+        "ORDER BY committed_at"
+    ).collect()
+    # expired down to the newest that holds offsets, those after it, and the newest two
+    assert len(rows) <= 4, rows
+    offsets = [parse_offsets(r["o"]) for r in rows if r["o"] is not None]
+    assert offsets
+    for before, after in itertools.pairwise(offsets):
+        assert all(after.get(p, 0) >= o for p, o in before.items()), (before, after)
+    assert sink.table(config.sink.topics[0]).committed()[0] == offsets[-1]
 
 
 def test_tables_merge_side_by_side_and_a_slow_one_holds_no_other_back(

@@ -345,22 +345,29 @@ class SinkConfig:
     #: topic, in one batch; ``false``: it stops with the reason.
     rebuild_on_gap: bool = True
     #: How new tables apply updates and deletes: ``copy-on-write`` rewrites the data files
-    #: they touch; ``merge-on-read`` writes delete files (compacted by ``sink maintain``).
+    #: they touch; ``merge-on-read`` writes delete files (compacted by maintenance).
     write_mode: Literal["copy-on-write", "merge-on-read"] = "copy-on-write"
     #: Prometheus metrics of the driver on this port (0: none).
     metrics_port: int = 9108
     #: Loopback by default; ``0.0.0.0`` where Prometheus scrapes from outside (Kubernetes).
     metrics_host: str = "127.0.0.1"
-    #: ``tidemark sink maintain``: target size of compacted files, the fewest files worth a
-    #: rewrite, and which snapshots to keep (the newest one with the offsets always stays).
+    #: The long-running sink maintains each table at most this often (s), in the table's
+    #: own turn between its rounds (so even on a ``hadoop`` catalog no commit meets
+    #: another); 0: never (run ``tidemark sink maintain``).
+    maintain_interval_s: float = 3600.0
+    #: Maintenance: target size of compacted files, the fewest files worth a rewrite,
+    #: and which snapshots to keep (the newest one with the offsets always stays).
     target_file_size_mb: int = 128
-    #: ``sink maintain`` rewrites a group of small files only from this many files on.
+    #: Maintenance rewrites a group of small data or delete files only from this many on.
     min_input_files: int = 5
-    #: ``sink maintain`` expires snapshots older than this (hours), never the newest that
-    #: holds the sink's offsets.
+    #: Maintenance expires snapshots older than this (hours), never the newest that holds
+    #: the sink's offsets.
     snapshot_retention_hours: float = 24.0
-    #: ``sink maintain`` keeps this many newest snapshots, whatever their age.
+    #: Maintenance keeps this many newest snapshots, whatever their age.
     retain_last_snapshots: int = 5
+    #: Maintenance deletes files no snapshot refers to once older than this (hours): a
+    #: writer's files have no snapshot until it commits. 0: orphan files are kept.
+    orphan_file_age_hours: float = 72.0
     #: Extra Spark settings (``spark.*`` keys).
     spark_conf: dict[str, str] = field(default_factory=dict)
 
@@ -685,8 +692,9 @@ def _check_ranges(config: Config) -> None:
         raise ConfigError("processor.state_cache_mb: must be 0 (no cache) or more")
     if config.processor.state_memory_mb < 16:
         raise ConfigError("processor.state_memory_mb: at least 16")
-    if sink.snapshot_retention_hours < 0:
-        raise ConfigError("sink.snapshot_retention_hours: must be 0 or more")
+    for name in ("snapshot_retention_hours", "maintain_interval_s", "orphan_file_age_hours"):
+        if getattr(sink, name) < 0:
+            raise ConfigError(f"sink.{name}: must be 0 or more")
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", sink.catalog_name):
         raise ConfigError("sink.catalog_name: use letters, digits and '_' only")
     if not re.fullmatch(r"[A-Za-z0-9_-]+", config.processor.pipeline):
