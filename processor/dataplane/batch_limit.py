@@ -14,6 +14,12 @@ instance joins again, over and over (measured at 200 and 500 tables on the embed
 broker). So the limit halves after a batch that took more than its budget, a quarter
 of the poll interval, and doubles back towards ``processor.batch_size`` after one that
 took less than a quarter of the budget.
+
+An assignment starts the limit again at its floor (:func:`limit_after_assignment`): the
+first batch after it takes the backlog of every partition just assigned, hundreds of
+partitions at once, and one such batch past the poll interval undoes the assignment
+(measured at 500 tables: 11.4 s against 10 s). Quick batches double it back, so a backlog
+on few partitions is back at the setting within a few batches.
 """
 
 from __future__ import annotations
@@ -28,6 +34,11 @@ from processor.events.chunk_records import ROWS_PER_RECORD
 MIN_ROWS = 100
 
 Record = TypeVar("Record")
+
+
+def limit_after_assignment(ceiling: int) -> int:
+    """The row limit of the first batch after an assignment."""
+    return min(MIN_ROWS, ceiling)
 
 
 def next_batch_limit(current: int, seconds: float, budget: float, ceiling: int) -> int:

@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processor import metrics
-from processor.dataplane.batch_limit import next_batch_limit, take_batch
+from processor.dataplane.batch_limit import limit_after_assignment, next_batch_limit, take_batch
 from processor.dataplane.commit import Committer
 from processor.dataplane.partitioner_watch import PartitionerWatch
 from processor.dataplane.partitions import Partitions
@@ -336,6 +336,9 @@ class DataPlane:
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self.partitions.on_assign(consumer, partitions)
         self.removals.assigned()
+        if partitions:
+            self._batch_limit = limit_after_assignment(self.config.processor.batch_size)
+            metrics.BATCH_LIMIT.set(self._batch_limit)
 
     @property
     def assigned(self) -> list[TopicPartitionKey]:
