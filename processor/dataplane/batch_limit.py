@@ -15,17 +15,23 @@ broker). So the limit halves after a batch that took more than its budget, a qua
 of the poll interval, and doubles back towards ``processor.batch_size`` after one that
 took less than a quarter of the budget.
 
-An assignment starts the limit again at its floor (:func:`limit_after_assignment`): the
-first batch after it takes the backlog of every partition just assigned, hundreds of
+An assignment starts the limit again at its floor (:func:`after_assignment`): the first
+batch after it takes the backlog of every partition just assigned, hundreds of
 partitions at once, and one such batch past the poll interval undoes the assignment
-(measured at 500 tables: 11.4 s against 10 s). Quick batches double it back, so a backlog
-on few partitions is back at the setting within a few batches.
+(measured at 500 tables: 11.4 s against 10 s). Then each batch within the budget doubles
+it, back up to the limit it had before the assignment (as TCP's slow start climbs back
+to its threshold), and the rule above takes over; a batch past the budget ends the climb.
+Since the climb doubles only after a batch within the budget, a batch whose cost grows
+with its rows takes at most twice the budget: half the poll interval.
+A batch within the budget but not quick would not double the limit under the rule
+above, and a limit left at the floor after every assignment would stay there.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from processor.events.chunk_records import ROWS_PER_RECORD
@@ -36,9 +42,26 @@ MIN_ROWS = 100
 Record = TypeVar("Record")
 
 
-def limit_after_assignment(ceiling: int) -> int:
-    """The row limit of the first batch after an assignment."""
-    return min(MIN_ROWS, ceiling)
+@dataclass(frozen=True)
+class Limit:
+    """A batch's row limit; while it climbs back after an assignment, the limit it climbs
+    back to (0: none)."""
+
+    rows: int
+    climb_to: int = 0
+
+
+def after_assignment(limit: Limit, ceiling: int) -> Limit:
+    """The limit of the first batch after an assignment."""
+    return Limit(min(MIN_ROWS, ceiling), max(limit.rows, limit.climb_to))
+
+
+def next_limit(limit: Limit, seconds: float, budget: float, ceiling: int) -> Limit:
+    """The limit after a batch of ``limit.rows`` that took ``seconds``."""
+    if limit.climb_to and seconds <= budget:
+        rows = min(limit.rows * 2, limit.climb_to, ceiling)
+        return Limit(rows, limit.climb_to if rows < min(limit.climb_to, ceiling) else 0)
+    return Limit(next_batch_limit(limit.rows, seconds, budget, ceiling))
 
 
 def next_batch_limit(current: int, seconds: float, budget: float, ceiling: int) -> int:

@@ -24,7 +24,7 @@ from confluent_kafka import Consumer, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from processor import metrics
-from processor.dataplane.batch_limit import limit_after_assignment, next_batch_limit, take_batch
+from processor.dataplane.batch_limit import Limit, after_assignment, next_limit, take_batch
 from processor.dataplane.commit import Committer
 from processor.dataplane.partitioner_watch import PartitionerWatch
 from processor.dataplane.partitions import Partitions
@@ -107,9 +107,9 @@ class DataPlane:
         )
         #: Rows a batch takes now (:mod:`processor.dataplane.batch_limit`), and the time a
         #: batch may take before the limit is cut.
-        self._batch_limit = config.processor.batch_size
+        self._batch_limit = Limit(config.processor.batch_size)
         self._batch_budget = config.kafka.max_poll_interval_ms / 1000 / 4
-        metrics.BATCH_LIMIT.set(self._batch_limit)
+        metrics.BATCH_LIMIT.set(self._batch_limit.rows)
         self._chunk_tags = ChunkTags()
         self._record_keys = record_keys()
         self._subscribed: list[str] = []
@@ -208,7 +208,7 @@ class DataPlane:
         timeout = 0.01 if restoring else self.config.processor.batch_timeout_ms / 1000
         messages = take_batch(
             consumer.consume,
-            self._batch_limit,
+            self._batch_limit.rows,
             timeout,
             self._rows_in,
             lambda: self._callback_errors.calls,
@@ -229,13 +229,13 @@ class DataPlane:
             self._replays.resume(consumer, self._held)
             seconds = time.perf_counter() - started
             metrics.BATCH_SECONDS.observe(seconds)
-            limit = next_batch_limit(
+            limit = next_limit(
                 self._batch_limit, seconds, self._batch_budget, self.config.processor.batch_size
             )
-            if limit != self._batch_limit:
-                log.info("batch limit %d rows (the last batch took %.1f s)", limit, seconds)
-                self._batch_limit = limit
-                metrics.BATCH_LIMIT.set(limit)
+            if limit.rows != self._batch_limit.rows:
+                log.info("batch limit %d rows (the last batch took %.1f s)", limit.rows, seconds)
+                metrics.BATCH_LIMIT.set(limit.rows)
+            self._batch_limit = limit
         if self.partitions.busy:
             self.partitions.restore_step(consumer, self._subscribed)
         if now >= self._next_lag:
@@ -337,8 +337,10 @@ class DataPlane:
         self.partitions.on_assign(consumer, partitions)
         self.removals.assigned()
         if partitions:
-            self._batch_limit = limit_after_assignment(self.config.processor.batch_size)
-            metrics.BATCH_LIMIT.set(self._batch_limit)
+            self._batch_limit = after_assignment(
+                self._batch_limit, self.config.processor.batch_size
+            )
+            metrics.BATCH_LIMIT.set(self._batch_limit.rows)
 
     @property
     def assigned(self) -> list[TopicPartitionKey]:

@@ -8,8 +8,10 @@ from hypothesis import strategies as st
 
 from processor.dataplane.batch_limit import (
     MIN_ROWS,
-    limit_after_assignment,
+    Limit,
+    after_assignment,
     next_batch_limit,
+    next_limit,
     take_batch,
 )
 from processor.events.chunk_records import ROWS_PER_RECORD
@@ -49,22 +51,42 @@ def test_after_an_assignment_the_limit_starts_at_the_floor_and_climbs_back() -> 
     """Measured at 500 tables: the first batch after an assignment took one record of
     each of 1,000 partitions, ran 11.4 s against a poll interval of 10 s, and the group
     took the partitions away again. A broker that takes 11 ms a partition: from the floor
-    every batch stays within the 2.5 s budget, and a backlog on few partitions climbs back
-    to the setting within a few batches."""
-    limit = limit_after_assignment(5000)
-    assert limit == MIN_ROWS
+    no batch takes more than twice the 2.5 s budget (the climb doubles only after a batch
+    within it), half the poll interval, and a backlog on few partitions climbs back to the
+    setting within a few batches."""
+    limit = after_assignment(Limit(5000), 5000)
+    assert limit.rows == MIN_ROWS
     backlog = 1000  # partitions with one record each
     while backlog:
-        taken = min(limit, backlog)
+        taken = min(limit.rows, backlog)
         seconds = taken * 0.011
-        assert seconds <= 2.5
+        assert seconds <= 2 * 2.5
         backlog -= taken
-        limit = next_batch_limit(limit, seconds, 2.5, 5000)
-    limit = limit_after_assignment(5000)
+        limit = next_limit(limit, seconds, 2.5, 5000)
+    limit = after_assignment(limit, 5000)
     for _ in range(6):  # three partitions with a backlog: batches cost next to nothing
-        limit = next_batch_limit(limit, 0.01, 2.5, 5000)
-    assert limit == 5000
-    assert limit_after_assignment(50) == 50  # never above the setting
+        limit = next_limit(limit, 0.01, 2.5, 5000)
+    assert limit == Limit(5000)
+    assert after_assignment(Limit(50), 50).rows == 50  # never above the setting
+
+
+def test_the_climb_back_reaches_the_limit_before_the_assignment_on_a_slow_broker() -> None:
+    """A limit of 800 rows whose batches take 2 s (within the 2.5 s budget, not a quarter
+    of it) holds there. After an assignment it starts at the floor; under the halving and
+    doubling rule alone it would stay at 100 rows (a batch of 100 taking 0.25 s or more is
+    not quick), an eighth of what the broker carries."""
+    cost = 2.0 / 800  # seconds a row
+    limit = after_assignment(Limit(800), 5000)
+    for _ in range(4):
+        limit = next_limit(limit, limit.rows * cost + 0.3, 2.5, 5000)
+    assert limit == Limit(800)  # climbed back, and the climb is over
+    assert next_limit(limit, 800 * cost, 2.5, 5000) == Limit(800)  # the rule holds it
+    # a batch past the budget during the climb halves the limit and ends the climb
+    climbing = after_assignment(Limit(800), 5000)
+    assert next_limit(climbing, 3.0, 2.5, 5000) == Limit(MIN_ROWS)
+    # assignments one after another keep the limit to climb back to
+    again = after_assignment(after_assignment(Limit(800), 5000), 5000)
+    assert again == Limit(MIN_ROWS, 800)
 
 
 class Queue:
