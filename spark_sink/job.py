@@ -64,7 +64,7 @@ from spark_sink.gaps import (
     needs_first_unread,
     unread_age_ms,
 )
-from spark_sink.maintenance import maintain_table
+from spark_sink.maintenance import maintain_table, maintained_at
 from spark_sink.reader import (
     Range,
     decode_range,
@@ -149,6 +149,8 @@ class Sink:
         self._fresh: dict[str, int] = {}
         #: Per topic, when (monotonic) its table is next maintained (:meth:`_maintain_if_due`).
         self._maintain_due: dict[str, float] = {}
+        #: Set when the sink is asked to stop: no maintenance starts then.
+        self.stopping = threading.Event()
         #: Tables are made one at a time: two in one namespace would both make it.
         self._making = threading.Lock()
         self._committed = Failpoint("sink-committed")
@@ -217,6 +219,7 @@ class Sink:
         (:mod:`spark_sink.scheduler`), none started once ``stop`` is set; the ranges
         read."""
         topics = [t for t in targets if t not in self.stopped]
+        self.stopping = stop or self.stopping
         with TablePool(self.config.sink.concurrent_tables) as pool:
             ordered = stalest_first(topics, self.fresh_until())
             return pool.run_all(ordered, lambda t: self.round_of(t, targets[t]), stop)
@@ -225,6 +228,7 @@ class Sink:
         """Merge every table as it is due (:mod:`spark_sink.scheduler`) until ``stop``;
         the rounds in flight then finish."""
         sink = self.config.sink
+        self.stopping = stop
         schedule = Schedule(sink.trigger_interval_s)
         listed: dict[str, int] = {}
         next_listing = 0.0
@@ -302,43 +306,61 @@ class Sink:
             if fresh is not None:
                 self._fresh[topic] = fresh
                 metrics.FRESH_UNTIL.labels(self.table_name(topic)).set(fresh / 1000)
-            self._maintain_if_due(topic)
         self.board.publish(status["table"])
+        if topic not in self.stopped:
+            self._maintain_if_due(topic)
         return Outcome(read, more)
 
     def _maintain_if_due(self, topic: str) -> None:
         """Maintain ``topic``'s table (:mod:`spark_sink.maintenance`) once
-        ``sink.maintain_interval_s`` has passed since the last time, or since the sink
-        started (plus a share of the interval fixed per table, so that tables come due
-        apart). In the table's own turn: none of its commits can meet the maintenance's,
-        on any catalog. A failure is logged and counted; it is tried at the next turn."""
+        ``sink.maintain_interval_s`` has passed since its last maintenance (a table never
+        maintained: within the first interval, at a point fixed by its name, so that
+        tables come due apart). In the table's own turn: none of its commits can meet the
+        maintenance's, on any catalog. A failure is logged and counted, and tried again an
+        interval later; the table merges on. None starts once the sink is stopping."""
         interval = self.config.sink.maintain_interval_s
-        if not interval:
+        if not interval or self.stopping.is_set():
             return
         now = time.monotonic()
-        spread = zlib.crc32(topic.encode()) / 2**32
-        due = self._maintain_due.setdefault(topic, now + interval * (1 + spread))
-        if now < due:
+        due = self._maintain_due.get(topic)
+        if due is not None and now < due:
             return
-        self._maintain_due[topic] = now + interval
-        table = self.table(topic)
-        if not table.exists():
-            return
+        name = self.table_name(topic)
         try:
-            with metrics.MAINTENANCE_SECONDS.labels(table.path).time():
+            table = self.table(topic)
+            if due is None:  # first seen by this process: when was it last maintained?
+                if not table.exists():
+                    return
+                last = maintained_at(table)
+                if last is None:
+                    wait_s = interval * zlib.crc32(topic.encode()) / 2**32
+                else:
+                    metrics.MAINTAINED_AT.labels(name).set(last / 1000)
+                    wait_s = last / 1000 + interval - time.time()
+                self._maintain_due[topic] = now + max(0.0, wait_s)
+                if wait_s > 0:
+                    return
+            self._maintain_due[topic] = now + interval
+            with metrics.MAINTENANCE_SECONDS.labels(name).time():
                 done = maintain_table(self.config.sink, self.spark, table)
-        except Exception as exc:  # noqa: BLE001 - the table merges on; tried next turn
-            metrics.MAINTENANCE_FAILURES.labels(table.path).inc()
-            log.warning(
-                "%s: maintenance failed, tried again in %.0f s: %s",
-                table.path,
-                interval,
-                str(exc).splitlines()[0][:500] if str(exc) else type(exc).__name__,
+            failed, unfinished = done.failed, {**done.failed, **done.conflicted}
+        except Exception as exc:  # noqa: BLE001 - the table merges on; tried again later
+            failed = unfinished = {"maintenance": str(exc).splitlines()[0][:500] or repr(exc)}
+        else:
+            metrics.FILES_COMPACTED.labels(name).inc(
+                done.rewritten_files + done.rewritten_delete_files
             )
-            return
-        metrics.FILES_COMPACTED.labels(table.path).inc(
-            done.rewritten_files + done.rewritten_delete_files
-        )
+        if failed:  # not a writer beside it (`sink maintain`), which comes and goes
+            metrics.MAINTENANCE_FAILURES.labels(name).inc()
+        if unfinished:
+            log.warning(
+                "%s: maintenance did not complete, tried again in %.0f s: %s",
+                name,
+                interval,
+                "; ".join(f"{step}: {reason}" for step, reason in unfinished.items()),
+            )
+        else:
+            metrics.MAINTAINED_AT.labels(name).set(time.time())
 
     def _retry(self, topic: str, reason: str) -> int:
         """Try ``topic``'s batch again from its table's commits (1), or stop the table once
@@ -380,18 +402,18 @@ class Sink:
             self.progress[topic], holder = table.committed()
             self.unread_since[topic] = unread_since_of(holder)
         committed, since = self.progress[topic], self.unread_since[topic]
-        read_ms = self._read_ms.get(topic, int(time.time() * 1000))
+        found = self._checked_gap(topic, ends)  # may read the ends again
+        if found is not None:
+            if not (found.rebuildable and self.config.sink.rebuild_on_gap):
+                raise TableStop(found.reason)
+            return self._rebuild(topic, table, ends, found)
+        read_ms = self._read_ms.get(topic, int(time.time() * 1000))  # of the last read
         starts = self._starts.get(topic, {})
         for partition, end in ends.items():
             if committed.get(partition, starts.get(partition, 0)) >= end:
                 since[partition] = read_ms  # caught up: what comes next is newer
             lag = end - committed.get(partition, starts.get(partition, 0))
             metrics.LAG.labels(topic, str(partition)).set(lag)
-        found = self._checked_gap(topic, ends)
-        if found is not None:
-            if not (found.rebuildable and self.config.sink.rebuild_on_gap):
-                raise TableStop(found.reason)
-            return self._rebuild(topic, table, ends, found)
         ranges = self._past_stable(
             topic, plan(topic, committed, ends, self.config.sink.max_records_per_partition, starts)
         )

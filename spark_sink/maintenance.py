@@ -7,19 +7,26 @@ commit while the compaction runs, and offsets copied from before it would take t
 back), so the sink finds them in the lineage below it. Snapshots are expired only when
 older than both the retention and the newest snapshot that holds offsets, keeping the
 newest ``sink.retain_last_snapshots`` whatever their age. Orphan files (no snapshot
-refers to them) are removed only past ``sink.orphan_file_age_hours``: a writer's files
-are orphans until its commit, and a MERGE of another process may still be running.
+refers to them) are removed only past ``sink.orphan_file_age_hours`` (a day at least): a
+writer's files are orphans until its commit, and another process's compaction may still
+be running.
 
-A compaction and a MERGE that rewrite the same files conflict: Iceberg fails the later
-commit, which changes nothing; the compaction is tried again (:data:`MAINTAIN_TRIES`),
-and the sink merges its batch again.
+Each step is tried on its own, and the steps after one that did not complete run. A
+step that still meets concurrent commits after :data:`MAINTAIN_TRIES` tries (each a
+little later) is reported in :attr:`Maintained.conflicted`: a writer beside it committed
+each time (a compaction and a MERGE that rewrite the same files conflict; Iceberg fails
+the later commit, which changes nothing, and the sink merges its batch again). A step
+that fails otherwise is reported in :attr:`Maintained.failed`. The time of the last
+maintenance that completed is kept in the table's property ``tidemark.maintained-at-ms``,
+so a sink that restarts often still maintains its tables on time.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from spark_sink.writer import Table, commit_conflict
@@ -29,86 +36,141 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
-#: Compactions tried per table while concurrent commits conflict with them.
+#: Tries of a step while concurrent commits conflict with it (the n-th waits n s more).
 MAINTAIN_TRIES = 5
+#: The table property that holds when (Unix ms) the table was last maintained.
+MAINTAINED_PROPERTY = "tidemark.maintained-at-ms"
 
 
 @dataclass(frozen=True)
 class Maintained:
-    """What maintenance did to one table."""
+    """What maintenance did to one table, and the steps that did not complete (with the
+    reason): met concurrent commits each time, or failed otherwise."""
 
     table: str
-    rewritten_files: int
-    added_files: int
-    expired_snapshots: int
-    deleted_files: int
+    rewritten_files: int = 0
+    added_files: int = 0
+    expired_snapshots: int = 0
+    deleted_files: int = 0
     rewritten_delete_files: int = 0
     rewritten_manifests: int = 0
     orphan_files: int = 0
+    failed: dict[str, str] = field(default_factory=dict)
+    conflicted: dict[str, str] = field(default_factory=dict)
+
+
+def maintained_at(table: Table) -> int | None:
+    """When (Unix ms) ``table`` was last maintained, by the sink or ``sink maintain``."""
+    value = table.iceberg().properties().get(MAINTAINED_PROPERTY)
+    return None if value is None else int(value)
 
 
 def maintain_table(sink: SinkConfig, spark: SparkSession, table: Table) -> Maintained:
     """Compact ``table``'s small data files and delete files, rewrite its manifests
     (from ``sink.min_input_files`` manifests on), expire its old snapshots and remove its
-    old orphan files."""
+    old orphan files; then record the time in the table's properties."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     actions = jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
-    target = str(sink.target_file_size_mb * 1024 * 1024)
-    rewritten = _tried(
-        table,
-        lambda: (
+    done: dict[str, int] = {}
+    failed: dict[str, str] = {}
+    conflicted: dict[str, str] = {}
+
+    def step(name: str, action: Callable[[], dict[str, int]]) -> None:
+        try:
+            done.update(_tried(table, action))
+        except Exception as exc:  # noqa: BLE001 - reported; the next steps run
+            reason = str(exc).splitlines()[0][:500] if str(exc) else type(exc).__name__
+            (conflicted if commit_conflict(exc) else failed)[name] = reason
+            log.warning("%s: maintenance: %s did not complete: %s", table.path, name, reason)
+
+    def compact() -> dict[str, int]:
+        result = (
             actions.rewriteDataFiles(table.iceberg())
             .option("min-input-files", str(sink.min_input_files))
-            .option("target-file-size-bytes", target)
+            .option("target-file-size-bytes", str(sink.target_file_size_mb * 1024 * 1024))
             .execute()
-        ),
-    )
-    deletes = _tried(
-        table,
-        lambda: (
+        )
+        return {
+            "rewritten_files": result.rewrittenDataFilesCount(),
+            "added_files": result.addedDataFilesCount(),
+            "removed_deletes": result.removedDeleteFilesCount(),
+        }
+
+    def compact_deletes() -> dict[str, int]:
+        result = (
             actions.rewritePositionDeletes(table.iceberg())
             .option("min-input-files", str(sink.min_input_files))
             .execute()
-        ),
-    )
-    manifests = 0
-    current = table.iceberg()
-    snapshot = current.currentSnapshot()
-    if snapshot is not None and snapshot.dataManifests(current.io()).size() >= sink.min_input_files:
-        rewrite = _tried(table, lambda: actions.rewriteManifests(table.iceberg()).execute())
-        manifests = _count(jvm, rewrite.rewrittenManifests())
-    cutoff_ms = int((time.time() - sink.snapshot_retention_hours * 3600) * 1000)
-    _offsets, holder = table.committed()  # read after the compaction: the newest holder
-    if holder is not None:
-        cutoff_ms = min(cutoff_ms, holder.timestampMillis())
-    expired = (
-        actions.expireSnapshots(table.iceberg())
-        .expireOlderThan(cutoff_ms)
-        .retainLast(sink.retain_last_snapshots)
-        .execute()
-    )
-    orphans = 0
-    if sink.orphan_file_age_hours > 0:
+        )
+        return {"rewritten_deletes": result.rewrittenDeleteFilesCount()}
+
+    def rewrite_manifests() -> dict[str, int]:
+        current = table.iceberg()
+        snapshot = current.currentSnapshot()
+        if snapshot is None or snapshot.dataManifests(current.io()).size() < sink.min_input_files:
+            return {}
+        result = actions.rewriteManifests(current).execute()
+        return {"rewritten_manifests": _count(jvm, result.rewrittenManifests())}
+
+    def expire() -> dict[str, int]:
+        cutoff_ms = int((time.time() - sink.snapshot_retention_hours * 3600) * 1000)
+        _offsets, holder = table.committed()  # read after the compaction: the newest holder
+        if holder is not None:
+            cutoff_ms = min(cutoff_ms, holder.timestampMillis())
+        result = (
+            actions.expireSnapshots(table.iceberg())
+            .expireOlderThan(cutoff_ms)
+            .retainLast(sink.retain_last_snapshots)
+            .execute()
+        )
+        return {
+            "expired_snapshots": result.deletedManifestListsCount(),  # one per snapshot
+            "deleted_files": result.deletedDataFilesCount()
+            + result.deletedPositionDeleteFilesCount()
+            + result.deletedEqualityDeleteFilesCount()
+            + result.deletedManifestsCount(),
+        }
+
+    def remove_orphans() -> dict[str, int]:
+        if not sink.orphan_file_age_hours:
+            return {}
         older_than = int((time.time() - sink.orphan_file_age_hours * 3600) * 1000)
-        removed = actions.deleteOrphanFiles(table.iceberg()).olderThan(older_than).execute()
-        orphans = _count(jvm, removed.orphanFileLocations())
+        result = actions.deleteOrphanFiles(table.iceberg()).olderThan(older_than).execute()
+        return {"orphan_files": _count(jvm, result.orphanFileLocations())}
+
+    step("compaction", compact)
+    step("delete files", compact_deletes)
+    step("manifests", rewrite_manifests)
+    step("expiry", expire)
+    step("orphan files", remove_orphans)
+    if not failed and not conflicted:
+        step("the time", lambda: _record_time(table))
     result = Maintained(
         table.path,
-        rewritten.rewrittenDataFilesCount(),
-        rewritten.addedDataFilesCount(),
-        expired.deletedManifestListsCount(),  # one manifest list per snapshot
-        expired.deletedDataFilesCount() + expired.deletedManifestsCount(),
-        deletes.rewrittenDeleteFilesCount(),
-        manifests,
-        orphans,
+        done.get("rewritten_files", 0),
+        done.get("added_files", 0),
+        done.get("expired_snapshots", 0),
+        done.get("deleted_files", 0),
+        done.get("rewritten_deletes", 0) + done.get("removed_deletes", 0),
+        done.get("rewritten_manifests", 0),
+        done.get("orphan_files", 0),
+        failed,
+        conflicted,
     )
     log.info("%s", result)
     return result
 
 
-def _tried(table: Table, action: Any) -> Any:
-    """``action()``, tried again while it meets a concurrent commit."""
+def _record_time(table: Table) -> dict[str, int]:
+    now_ms = int(time.time() * 1000)
+    table.iceberg().updateProperties().set(MAINTAINED_PROPERTY, str(now_ms)).commit()
+    return {}
+
+
+def _tried(table: Table, action: Callable[[], dict[str, int]]) -> dict[str, int]:
+    """``action()``, tried again, each time a second later more, while it meets a
+    concurrent commit."""
     attempt = 1
     while True:
         try:
@@ -117,6 +179,7 @@ def _tried(table: Table, action: Any) -> Any:
             if attempt == MAINTAIN_TRIES or not commit_conflict(exc):
                 raise
             log.warning("%s: maintenance met a concurrent commit; again", table.path)
+            time.sleep(attempt)
             attempt += 1
 
 

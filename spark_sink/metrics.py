@@ -67,11 +67,17 @@ MAINTENANCE_SECONDS = Histogram(
 )
 MAINTENANCE_FAILURES = Counter(
     "tidemark_sink_maintenance_failures_total",
-    "Maintenance of a table that failed; tried again at its next turn",
+    "Maintenances of a table in which a step failed (tried again an interval later)",
     ["table"],
 )
 FILES_COMPACTED = Counter(
     "tidemark_sink_files_compacted_total",
     "Data and delete files maintenance rewrote into fewer",
+    ["table"],
+)
+MAINTAINED_AT = Gauge(
+    "tidemark_sink_table_maintained_seconds",
+    "Unix time of a table's last maintenance without a failed step (by the sink, or, as "
+    "the sink read it from the table when it first saw it, by `sink maintain`)",
     ["table"],
 )

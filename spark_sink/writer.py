@@ -5,7 +5,7 @@ The offsets a batch consumed are written as the snapshot summary property
 Iceberg's ``CommitMetadata.withCommitProperties``: data and offsets are one
 atomic commit, so a restart resumes exactly after the last merged batch. They
 are read back from the newest snapshot in the current snapshot's lineage that
-carries them (``tidemark sink maintain`` carries them into its own commits).
+carries them (maintenance's commits do not: :mod:`spark_sink.maintenance`).
 The same commit records, per partition, a time before which no unread record was
 written (:mod:`spark_sink.gaps`).
 """

@@ -35,6 +35,7 @@ from pyspark.sql import SparkSession
 from processor.pipeline.sink_status import read_sink_status
 from spark_sink.job import Sink
 from spark_sink.maintain import maintain
+from spark_sink.maintenance import maintained_at
 from spark_sink.session import create_session
 from spark_sink.writer import FRESH_UNTIL_PROPERTY, OFFSETS_PROPERTY, parse_offsets
 from tests.integration.processes import (
@@ -355,9 +356,12 @@ def test_jdbc_catalog_on_postgresql_and_maintenance_that_keeps_the_offsets(
     compacted, written, expired = map(int, report.groups())
     assert compacted == files_before and written < compacted and expired >= snapshots_before - 1
 
+    manifests = re.search(r"(\d+) manifests rewritten, (\d+) orphan files", result.stdout)
+    assert manifests, result.stdout
     assert data_files(spark, table) == written
-    # the compaction's snapshot, and below it the last MERGE, which holds the offsets
-    assert snapshots(spark, table) == 2
+    # the compaction's snapshot (then the manifests' rewrite, which found enough of them),
+    # and below them the last MERGE, which holds the offsets
+    assert snapshots(spark, table) == 2 + (int(manifests.group(1)) > 0)
     assert sink.table("tidemark.reconciled.public.iso_sink_keys").committed()[0] == offsets
     assert_equal(config, spark, "iso_sink_keys")
 
@@ -472,7 +476,8 @@ def test_the_continuous_sink_maintains_its_tables_itself_on_a_hadoop_catalog(
     """A continuous sink on the default ``hadoop`` catalog maintains its merge-on-read table
     every 2 s while changes stream in: compactions, rewrites and expiries in the table's own
     turn meet none of its merges, its offsets never move back, an orphan file older than
-    the setting goes and a young one stays, and the table equals its source."""
+    the setting goes and a young one stays, the table equals its source, and the time of
+    its last maintenance is in its properties (where a restarted sink finds it)."""
     table = "iso_sink_auto"
     config = sink_config(
         pipeline,
@@ -483,7 +488,7 @@ def test_the_continuous_sink_maintains_its_tables_itself_on_a_hadoop_catalog(
         min_input_files=2,
         retain_last_snapshots=2,
         snapshot_retention_hours=0.0,
-        orphan_file_age_hours=1.0,
+        orphan_file_age_hours=24.0,
         write_mode="merge-on-read",
     )
     name = f"auto.public.{table}"
@@ -511,8 +516,8 @@ def test_the_continuous_sink_maintains_its_tables_itself_on_a_hadoop_catalog(
         old, young = folder / "left-by-a-crashed-writer.parquet", folder / "being-written.parquet"
         for orphan in (old, young):
             orphan.write_bytes(b"PAR1")
-        two_hours_ago = time.time() - 7200
-        os.utime(old, (two_hours_ago, two_hours_ago))
+        two_days_ago = time.time() - 2 * 86400
+        os.utime(old, (two_days_ago, two_days_ago))
         writer.start()
         count = "tidemark_sink_maintenance_seconds_count"
         runs = sample(count)
@@ -546,6 +551,10 @@ def test_the_continuous_sink_maintains_its_tables_itself_on_a_hadoop_catalog(
     assert sink.stopped == {}
     assert sample("tidemark_sink_maintenance_failures_total") == 0
     assert young.exists()
+    last = maintained_at(sink.table(config.sink.topics[0]))
+    assert (
+        last is not None and abs(last / 1000 - sample("tidemark_sink_table_maintained_seconds")) < 1
+    )
     spark.sql(f"REFRESH TABLE {name}")
     rows = spark.sql(
         f"SELECT summary['{OFFSETS_PROPERTY}'] AS o, operation FROM {name}.snapshots "

@@ -117,6 +117,11 @@ def test_the_catalog_password_comes_from_the_environment_and_stays_out_of_repr(
             "kafka:\n  fetch_wait_max_ms: 60000\n",
             "kafka.fetch_wait_max_ms: at most socket.timeout.ms (60000) less 1000",
         ),
+        (
+            "sink:\n  orphan_file_age_hours: 1\n",
+            "sink.orphan_file_age_hours: 0 (keep orphan files) or at least 24",
+        ),
+        ("sink:\n  maintain_interval_s: -1\n", "sink.maintain_interval_s: must be 0 or more"),
         ("kafka: {bootstrap_servers: [\n", "not valid YAML"),
         ("- just\n- a list\n", "the top level must be a mapping"),
     ],

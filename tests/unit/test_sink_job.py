@@ -107,17 +107,38 @@ def test_a_topic_end_misread_once_is_read_again_before_its_table_stops(
     fresh = Offsets({0: 0}, {0: 300}, {})
     monkeypatch.setattr(job, "topic_offsets", lambda _conf, _topic, _count: fresh)
     ends = {0: 0}
-    sink._read_ms[topic] = 0  # the first read, long ago
-    before_reread = int(time.time() * 1000)
     assert sink._checked_gap(topic, ends) is None
     assert ends == {0: 300}
-    # the ends read again date the round: records they take in came after the first read,
-    # and a table said fresh until then would claim them too early
-    assert sink._read_ms[topic] >= before_reread
     fresh = Offsets({0: 0}, {0: 7}, {})
     sink._high[topic] = {0: 0}  # a later round's first read
     found = sink._checked_gap(topic, {0: 0})
     assert found is not None and "made again" in found.reason
+
+
+def test_a_round_whose_ends_were_read_again_is_dated_by_the_last_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A clean-clone CI run: a table's newest snapshot said it was fresh until 8 ms before
+    changes it held were written. Its round had read the ends again (a misread end of 0)
+    and merged up to the fresh ends, dated by the first read. The merge is now dated by
+    the read its ends come from."""
+    topic = "p.reconciled.public.t"
+    sink = Sink(Config(), cast(SparkSession, None))
+    sink._retention[topic] = 24 * 3600 * 1000
+    earlier = int(time.time() * 1000) - 1000
+    sink.progress[topic], sink.unread_since[topic] = {0: 224}, {0: earlier}
+    sink._read_ms[topic] = earlier  # the first read, before the records came
+    monkeypatch.setattr(job, "GAP_PAUSE_S", 0.0)
+    monkeypatch.setattr(
+        job, "topic_offsets", lambda _conf, _topic, _count: Offsets({0: 0}, {0: 300}, {})
+    )
+    merged: list[dict[int, int]] = []
+    monkeypatch.setattr(
+        sink, "_merge", lambda _topic, _table, _ranges, since, whole=False: merged.append(since)
+    )
+    before_reread = int(time.time() * 1000)
+    assert sink._topic_batch(topic, {0: 0}) == 1
+    assert merged[0][0] >= before_reread
 
 
 def test_a_stable_end_held_by_an_open_transaction_is_no_gap_and_is_passed_when_stuck(

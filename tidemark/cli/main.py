@@ -64,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
     maintain = command(
         "maintain",
         _sink_maintain,
-        "compact small files and expire old snapshots of the sink's tables",
+        "maintain the sink's tables once: compact files, rewrite manifests, expire old "
+        "snapshots, remove old orphan files",
         sink_sub,
     )
     maintain.add_argument(
@@ -314,12 +315,20 @@ def _sink_maintain(args: argparse.Namespace) -> int:
     config = _config(args)
     from spark_sink.maintain import maintain
 
+    failed = 0
     for done in maintain(config, sink_stopped=args.sink_stopped):
         print(
             f"{done.table}: {done.rewritten_files} files compacted into {done.added_files}, "
-            f"{done.expired_snapshots} snapshots expired ({done.deleted_files} files deleted)"
+            f"{done.expired_snapshots} snapshots expired ({done.deleted_files} files deleted), "
+            f"{done.rewritten_delete_files} delete files and {done.rewritten_manifests} "
+            f"manifests rewritten, {done.orphan_files} orphan files removed"
         )
-    return 0
+        for step, reason in done.conflicted.items():
+            print(f"{done.table}: {step} met concurrent commits, not done: {reason}")
+        for step, reason in done.failed.items():
+            print(f"{done.table}: {step} failed: {reason}", file=sys.stderr)
+        failed += bool(done.failed)
+    return 1 if failed else 0
 
 
 def _demo(args: argparse.Namespace) -> int:

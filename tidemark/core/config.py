@@ -365,8 +365,9 @@ class SinkConfig:
     snapshot_retention_hours: float = 24.0
     #: Maintenance keeps this many newest snapshots, whatever their age.
     retain_last_snapshots: int = 5
-    #: Maintenance deletes files no snapshot refers to once older than this (hours): a
-    #: writer's files have no snapshot until it commits. 0: orphan files are kept.
+    #: Maintenance deletes files no snapshot refers to once older than this (hours, at
+    #: least 24): a writer's files have no snapshot until it commits, and a compaction of
+    #: another process may run for hours. 0: orphan files are kept.
     orphan_file_age_hours: float = 72.0
     #: Extra Spark settings (``spark.*`` keys).
     spark_conf: dict[str, str] = field(default_factory=dict)
@@ -692,9 +693,14 @@ def _check_ranges(config: Config) -> None:
         raise ConfigError("processor.state_cache_mb: must be 0 (no cache) or more")
     if config.processor.state_memory_mb < 16:
         raise ConfigError("processor.state_memory_mb: at least 16")
-    for name in ("snapshot_retention_hours", "maintain_interval_s", "orphan_file_age_hours"):
+    for name in ("snapshot_retention_hours", "maintain_interval_s"):
         if getattr(sink, name) < 0:
             raise ConfigError(f"sink.{name}: must be 0 or more")
+    if sink.orphan_file_age_hours and not sink.orphan_file_age_hours >= 24:
+        raise ConfigError(
+            "sink.orphan_file_age_hours: 0 (keep orphan files) or at least 24: a younger "
+            "file may belong to a commit still being written"
+        )
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", sink.catalog_name):
         raise ConfigError("sink.catalog_name: use letters, digits and '_' only")
     if not re.fullmatch(r"[A-Za-z0-9_-]+", config.processor.pipeline):
