@@ -151,6 +151,8 @@ class Sink:
         self._maintain_due: dict[str, float] = {}
         #: Set when the sink is asked to stop: no maintenance starts then.
         self.stopping = threading.Event()
+        #: Whether :meth:`serve` runs: only the long-running sink maintains.
+        self._serving = False
         #: Tables are made one at a time: two in one namespace would both make it.
         self._making = threading.Lock()
         self._committed = Failpoint("sink-committed")
@@ -228,7 +230,7 @@ class Sink:
         """Merge every table as it is due (:mod:`spark_sink.scheduler`) until ``stop``;
         the rounds in flight then finish."""
         sink = self.config.sink
-        self.stopping = stop
+        self.stopping, self._serving = stop, True
         schedule = Schedule(sink.trigger_interval_s)
         listed: dict[str, int] = {}
         next_listing = 0.0
@@ -313,36 +315,42 @@ class Sink:
 
     def _maintain_if_due(self, topic: str) -> None:
         """Maintain ``topic``'s table (:mod:`spark_sink.maintenance`) once
-        ``sink.maintain_interval_s`` has passed since its last maintenance (a table never
-        maintained: within the first interval, at a point fixed by its name, so that
-        tables come due apart). In the table's own turn: none of its commits can meet the
-        maintenance's, on any catalog. A failure is logged and counted, and tried again an
-        interval later; the table merges on. None starts once the sink is stopping."""
+        ``sink.maintain_interval_s`` has passed since its last maintenance, as the table's
+        properties say. A table never maintained, or overdue when this sink first sees it,
+        comes due at a point fixed by its name (within the interval, at most 10 minutes
+        for one overdue), so that tables come due apart. In the table's own turn: none of
+        its commits can meet the maintenance's, on any catalog. A failure is logged and
+        counted, and tried again an interval later; the table merges on. Only the
+        long-running sink maintains, and none starts once it is stopping."""
         interval = self.config.sink.maintain_interval_s
-        if not interval or self.stopping.is_set():
+        if not interval or not self._serving or self.stopping.is_set():
             return
         now = time.monotonic()
         due = self._maintain_due.get(topic)
         if due is not None and now < due:
             return
+        self._maintain_due[topic] = now + interval  # also after an error below
         name = self.table_name(topic)
         try:
             table = self.table(topic)
             if due is None:  # first seen by this process: when was it last maintained?
                 if not table.exists():
+                    del self._maintain_due[topic]  # looked at again next round
                     return
                 last = maintained_at(table)
+                spread = zlib.crc32(topic.encode()) / 2**32
                 if last is None:
-                    wait_s = interval * zlib.crc32(topic.encode()) / 2**32
+                    wait_s = interval * spread
                 else:
                     metrics.MAINTAINED_AT.labels(name).set(last / 1000)
-                    wait_s = last / 1000 + interval - time.time()
-                self._maintain_due[topic] = now + max(0.0, wait_s)
+                    wait_s = min(interval, last / 1000 + interval - time.time())
+                    if wait_s <= 0:  # overdue: after a long stop, every table may be
+                        wait_s = min(interval, 600.0) * spread
+                self._maintain_due[topic] = now + wait_s
                 if wait_s > 0:
                     return
-            self._maintain_due[topic] = now + interval
             with metrics.MAINTENANCE_SECONDS.labels(name).time():
-                done = maintain_table(self.config.sink, self.spark, table)
+                done = maintain_table(self.config.sink, self.spark, table, self.stopping.is_set)
             failed, unfinished = done.failed, {**done.failed, **done.conflicted}
         except Exception as exc:  # noqa: BLE001 - the table merges on; tried again later
             failed = unfinished = {"maintenance": str(exc).splitlines()[0][:500] or repr(exc)}
@@ -350,6 +358,8 @@ class Sink:
             metrics.FILES_COMPACTED.labels(name).inc(
                 done.rewritten_files + done.rewritten_delete_files
             )
+            if not done.left and "recording the time" not in failed:
+                metrics.MAINTAINED_AT.labels(name).set(time.time())
         if failed:  # not a writer beside it (`sink maintain`), which comes and goes
             metrics.MAINTENANCE_FAILURES.labels(name).inc()
         if unfinished:
@@ -359,8 +369,6 @@ class Sink:
                 interval,
                 "; ".join(f"{step}: {reason}" for step, reason in unfinished.items()),
             )
-        else:
-            metrics.MAINTAINED_AT.labels(name).set(time.time())
 
     def _retry(self, topic: str, reason: str) -> int:
         """Try ``topic``'s batch again from its table's commits (1), or stop the table once
@@ -402,6 +410,10 @@ class Sink:
             self.progress[topic], holder = table.committed()
             self.unread_since[topic] = unread_since_of(holder)
         committed, since = self.progress[topic], self.unread_since[topic]
+        starts = self._starts.get(topic, {})
+        for partition, end in ends.items():
+            lag = end - committed.get(partition, starts.get(partition, 0))
+            metrics.LAG.labels(topic, str(partition)).set(lag)
         found = self._checked_gap(topic, ends)  # may read the ends again
         if found is not None:
             if not (found.rebuildable and self.config.sink.rebuild_on_gap):
@@ -412,8 +424,6 @@ class Sink:
         for partition, end in ends.items():
             if committed.get(partition, starts.get(partition, 0)) >= end:
                 since[partition] = read_ms  # caught up: what comes next is newer
-            lag = end - committed.get(partition, starts.get(partition, 0))
-            metrics.LAG.labels(topic, str(partition)).set(lag)
         ranges = self._past_stable(
             topic, plan(topic, committed, ends, self.config.sink.max_records_per_partition, starts)
         )

@@ -12,13 +12,14 @@ writer's files are orphans until its commit, and another process's compaction ma
 be running.
 
 Each step is tried on its own, and the steps after one that did not complete run. A
-step that still meets concurrent commits after :data:`MAINTAIN_TRIES` tries (each a
-little later) is reported in :attr:`Maintained.conflicted`: a writer beside it committed
-each time (a compaction and a MERGE that rewrite the same files conflict; Iceberg fails
-the later commit, which changes nothing, and the sink merges its batch again). A step
-that fails otherwise is reported in :attr:`Maintained.failed`. The time of the last
-maintenance that completed is kept in the table's property ``tidemark.maintained-at-ms``,
-so a sink that restarts often still maintains its tables on time.
+step whose commit still meets concurrent commits after :data:`MAINTAIN_TRIES` tries (each
+a little later) is reported in :attr:`Maintained.conflicted`: a writer beside it
+committed each time (a compaction and a MERGE that rewrite the same files conflict;
+Iceberg fails the later commit, which changes nothing, and the sink merges its batch
+again). A step that fails otherwise is reported in :attr:`Maintained.failed`. The time of
+the last maintenance that ran every step, whatever came of them, is kept in the table's
+property ``tidemark.maintained-at-ms``: a sink that restarts often still maintains its
+tables on time, and a step that always fails does not make every start try again.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ MAINTAINED_PROPERTY = "tidemark.maintained-at-ms"
 @dataclass(frozen=True)
 class Maintained:
     """What maintenance did to one table, and the steps that did not complete (with the
-    reason): met concurrent commits each time, or failed otherwise."""
+    reason): met concurrent commits each time, failed otherwise, or were left undone."""
 
     table: str
     rewritten_files: int = 0
@@ -57,31 +58,43 @@ class Maintained:
     orphan_files: int = 0
     failed: dict[str, str] = field(default_factory=dict)
     conflicted: dict[str, str] = field(default_factory=dict)
+    #: The steps a stop left undone (then the time is not recorded).
+    left: list[str] = field(default_factory=list)
 
 
 def maintained_at(table: Table) -> int | None:
     """When (Unix ms) ``table`` was last maintained, by the sink or ``sink maintain``."""
     value = table.iceberg().properties().get(MAINTAINED_PROPERTY)
-    return None if value is None else int(value)
+    return int(value) if value is not None and value.isdigit() else None
 
 
-def maintain_table(sink: SinkConfig, spark: SparkSession, table: Table) -> Maintained:
+def maintain_table(
+    sink: SinkConfig,
+    spark: SparkSession,
+    table: Table,
+    stopping: Callable[[], bool] = lambda: False,
+) -> Maintained:
     """Compact ``table``'s small data files and delete files, rewrite its manifests
     (from ``sink.min_input_files`` manifests on), expire its old snapshots and remove its
-    old orphan files; then record the time in the table's properties."""
+    old orphan files; then record the time in the table's properties. No step starts
+    once ``stopping()``, and the time is not recorded then."""
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     actions = jvm.org.apache.iceberg.spark.actions.SparkActions.get(spark._jsparkSession)
     done: dict[str, int] = {}
     failed: dict[str, str] = {}
     conflicted: dict[str, str] = {}
+    left: list[str] = []  # the steps a stop left undone
 
-    def step(name: str, action: Callable[[], dict[str, int]]) -> None:
+    def step(name: str, action: Callable[[], dict[str, int]], commits: bool = True) -> None:
+        if left or stopping():
+            left.append(name)
+            return
         try:
-            done.update(_tried(table, action))
+            done.update(_tried(table, action) if commits else action())
         except Exception as exc:  # noqa: BLE001 - reported; the next steps run
             reason = str(exc).splitlines()[0][:500] if str(exc) else type(exc).__name__
-            (conflicted if commit_conflict(exc) else failed)[name] = reason
+            (conflicted if commits and met_commits(exc) else failed)[name] = reason
             log.warning("%s: maintenance: %s did not complete: %s", table.path, name, reason)
 
     def compact() -> dict[str, int]:
@@ -143,9 +156,10 @@ def maintain_table(sink: SinkConfig, spark: SparkSession, table: Table) -> Maint
     step("delete files", compact_deletes)
     step("manifests", rewrite_manifests)
     step("expiry", expire)
-    step("orphan files", remove_orphans)
-    if not failed and not conflicted:
-        step("the time", lambda: _record_time(table))
+    step("orphan files", remove_orphans, commits=False)  # deletes files, commits nothing
+    step("recording the time", lambda: _record_time(table))
+    if left:
+        log.info("%s: maintenance stopped before %s: the sink is stopping", table.path, left)
     result = Maintained(
         table.path,
         done.get("rewritten_files", 0),
@@ -157,6 +171,7 @@ def maintain_table(sink: SinkConfig, spark: SparkSession, table: Table) -> Maint
         done.get("orphan_files", 0),
         failed,
         conflicted,
+        left,
     )
     log.info("%s", result)
     return result
@@ -168,15 +183,31 @@ def _record_time(table: Table) -> dict[str, int]:
     return {}
 
 
+def met_commits(exc: BaseException) -> bool:
+    """Whether ``exc`` is a maintenance commit refused for another writer's commits: a
+    conflict (:func:`~spark_sink.writer.commit_conflict`) that is not one of Iceberg's
+    validations of the table itself (an orphan listing's location mismatch stays)."""
+    text = str(exc)
+    return commit_conflict(exc) and any(
+        marker in text
+        for marker in (
+            "CommitFailedException",
+            "Found conflicting files",
+            "could not be found in the latest snapshot",
+            "concurrently modified",
+        )
+    )
+
+
 def _tried(table: Table, action: Callable[[], dict[str, int]]) -> dict[str, int]:
-    """``action()``, tried again, each time a second later more, while it meets a
-    concurrent commit."""
+    """``action()``, tried again, each time a second later more, while it meets
+    concurrent commits."""
     attempt = 1
     while True:
         try:
             return action()
         except Exception as exc:
-            if attempt == MAINTAIN_TRIES or not commit_conflict(exc):
+            if attempt == MAINTAIN_TRIES or not met_commits(exc):
                 raise
             log.warning("%s: maintenance met a concurrent commit; again", table.path)
             time.sleep(attempt)

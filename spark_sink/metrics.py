@@ -77,7 +77,7 @@ FILES_COMPACTED = Counter(
 )
 MAINTAINED_AT = Gauge(
     "tidemark_sink_table_maintained_seconds",
-    "Unix time of a table's last maintenance without a failed step (by the sink, or, as "
-    "the sink read it from the table when it first saw it, by `sink maintain`)",
+    "Unix time of a table's last maintenance that ran every step, whatever came of them "
+    "(by the sink, or by `sink maintain` as the table said when the sink first saw it)",
     ["table"],
 )

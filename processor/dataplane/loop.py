@@ -108,6 +108,8 @@ class DataPlane:
         #: Rows a batch takes now (:mod:`processor.dataplane.batch_limit`), and the time a
         #: batch may take before the limit is cut.
         self._batch_limit = Limit(config.processor.batch_size)
+        #: Whether the turn's take of records ran an assignment (which set the limit).
+        self._assigned_in_turn = False
         self._batch_budget = config.kafka.max_poll_interval_ms / 1000 / 4
         metrics.BATCH_LIMIT.set(self._batch_limit.rows)
         self._chunk_tags = ChunkTags()
@@ -206,6 +208,7 @@ class DataPlane:
             self._next_discovery = now + 5.0
         restoring = self.partitions.busy
         timeout = 0.01 if restoring else self.config.processor.batch_timeout_ms / 1000
+        self._assigned_in_turn = False
         messages = take_batch(
             consumer.consume,
             self._batch_limit.rows,
@@ -229,9 +232,11 @@ class DataPlane:
             self._replays.resume(consumer, self._held)
             seconds = time.perf_counter() - started
             metrics.BATCH_SECONDS.observe(seconds)
-            limit = next_limit(
-                self._batch_limit, seconds, self._batch_budget, self.config.processor.batch_size
-            )
+            limit = self._batch_limit
+            if not self._assigned_in_turn:  # else this turn's work was not the new limit's
+                limit = next_limit(
+                    limit, seconds, self._batch_budget, self.config.processor.batch_size
+                )
             if limit.rows != self._batch_limit.rows:
                 log.info("batch limit %d rows (the last batch took %.1f s)", limit.rows, seconds)
                 metrics.BATCH_LIMIT.set(limit.rows)
@@ -340,6 +345,7 @@ class DataPlane:
             self._batch_limit = after_assignment(
                 self._batch_limit, self.config.processor.batch_size
             )
+            self._assigned_in_turn = True
             metrics.BATCH_LIMIT.set(self._batch_limit.rows)
 
     @property

@@ -13,6 +13,7 @@ from spark_sink import job
 from spark_sink import maintain as maintain_module
 from spark_sink.errors import TableRetry, TableStop
 from spark_sink.job import Sink, _verdict
+from spark_sink.maintenance import met_commits
 from spark_sink.reader import Offsets, Range
 from tidemark.core.config import Config, SinkConfig
 from tidemark.core.errors import TidemarkError
@@ -195,3 +196,35 @@ def test_maintenance_of_a_hadoop_catalog_is_refused_unless_the_sink_is_stopped(
     with pytest.raises(RuntimeError, match="no Spark"):
         maintain_module.maintain(jdbc)
     assert len(sessions) == 2
+
+
+@pytest.mark.parametrize(
+    ("text", "met"),
+    [
+        ("org.apache.iceberg.exceptions.CommitFailedException: Cannot commit: stale", True),
+        (
+            "org.apache.iceberg.exceptions.ValidationException: Found conflicting files that "
+            "can contain records matching true",
+            True,
+        ),
+        (
+            "org.apache.iceberg.exceptions.ValidationException: Deleted manifest "
+            "file:/w/m1.avro could not be found in the latest snapshot 42",
+            True,
+        ),
+        (
+            "org.apache.iceberg.exceptions.ValidationException: Unable to determine whether "
+            "certain files are orphan. Metadata references files that match listed/provided "
+            "files except for authority/scheme.",
+            False,
+        ),
+        ("java.lang.OutOfMemoryError: Java heap space", False),
+    ],
+)
+def test_a_maintenance_step_is_tried_again_only_for_other_writers_commits(
+    text: str, met: bool
+) -> None:
+    """A commit another writer's commits refused is tried again, and then reported as met
+    commits, not a failure; a validation of the table itself (an orphan listing whose
+    locations do not match the metadata's) stays a failure, counted and alerted on."""
+    assert met_commits(Py4JLike(f"An error occurred while calling o1.execute.\n: {text}")) is met
