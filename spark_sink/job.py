@@ -39,7 +39,6 @@ import os
 import signal
 import threading
 import time
-import zlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -64,7 +63,7 @@ from spark_sink.gaps import (
     needs_first_unread,
     unread_age_ms,
 )
-from spark_sink.maintenance import maintain_table, maintained_at
+from spark_sink.maintenance import first_due_in_s, maintain_table, maintained_at, reason_of
 from spark_sink.reader import (
     Range,
     decode_range,
@@ -316,12 +315,10 @@ class Sink:
     def _maintain_if_due(self, topic: str) -> None:
         """Maintain ``topic``'s table (:mod:`spark_sink.maintenance`) once
         ``sink.maintain_interval_s`` has passed since its last maintenance, as the table's
-        properties say. A table never maintained, or overdue when this sink first sees it,
-        comes due at a point fixed by its name (within the interval, at most 10 minutes
-        for one overdue), so that tables come due apart. In the table's own turn: none of
-        its commits can meet the maintenance's, on any catalog. A failure is logged and
-        counted, and tried again an interval later; the table merges on. Only the
-        long-running sink maintains, and none starts once it is stopping."""
+        properties say (:func:`~spark_sink.maintenance.first_due_in_s`). In the table's
+        own turn: none of its commits can meet the maintenance's, on any catalog. A
+        failure is logged and counted, and tried again an interval later; the table merges
+        on. Only the long-running sink maintains, and none starts once it is stopping."""
         interval = self.config.sink.maintain_interval_s
         if not interval or not self._serving or self.stopping.is_set():
             return
@@ -338,14 +335,9 @@ class Sink:
                     del self._maintain_due[topic]  # looked at again next round
                     return
                 last = maintained_at(table)
-                spread = zlib.crc32(topic.encode()) / 2**32
-                if last is None:
-                    wait_s = interval * spread
-                else:
+                if last is not None:
                     metrics.MAINTAINED_AT.labels(name).set(last / 1000)
-                    wait_s = min(interval, last / 1000 + interval - time.time())
-                    if wait_s <= 0:  # overdue: after a long stop, every table may be
-                        wait_s = min(interval, 600.0) * spread
+                wait_s = first_due_in_s(topic, interval, last, int(time.time() * 1000))
                 self._maintain_due[topic] = now + wait_s
                 if wait_s > 0:
                     return
@@ -353,13 +345,13 @@ class Sink:
                 done = maintain_table(self.config.sink, self.spark, table, self.stopping.is_set)
             failed, unfinished = done.failed, {**done.failed, **done.conflicted}
         except Exception as exc:  # noqa: BLE001 - the table merges on; tried again later
-            failed = unfinished = {"maintenance": str(exc).splitlines()[0][:500] or repr(exc)}
+            failed = unfinished = {"maintenance": reason_of(exc)}
         else:
             metrics.FILES_COMPACTED.labels(name).inc(
                 done.rewritten_files + done.rewritten_delete_files
             )
-            if not done.left and "recording the time" not in failed:
-                metrics.MAINTAINED_AT.labels(name).set(time.time())
+            if done.recorded_ms is not None:
+                metrics.MAINTAINED_AT.labels(name).set(done.recorded_ms / 1000)
         if failed:  # not a writer beside it (`sink maintain`), which comes and goes
             metrics.MAINTENANCE_FAILURES.labels(name).inc()
         if unfinished:

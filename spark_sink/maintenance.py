@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -46,7 +47,7 @@ MAINTAINED_PROPERTY = "tidemark.maintained-at-ms"
 @dataclass(frozen=True)
 class Maintained:
     """What maintenance did to one table, and the steps that did not complete (with the
-    reason): met concurrent commits each time, failed otherwise, or were left undone."""
+    reason): met concurrent commits each time, or failed otherwise."""
 
     table: str
     rewritten_files: int = 0
@@ -58,14 +59,34 @@ class Maintained:
     orphan_files: int = 0
     failed: dict[str, str] = field(default_factory=dict)
     conflicted: dict[str, str] = field(default_factory=dict)
-    #: The steps a stop left undone (then the time is not recorded).
-    left: list[str] = field(default_factory=list)
+    #: The time (Unix ms) recorded in the table's properties; ``None`` when a stop left
+    #: steps undone, or the record failed.
+    recorded_ms: int | None = None
 
 
 def maintained_at(table: Table) -> int | None:
     """When (Unix ms) ``table`` was last maintained, by the sink or ``sink maintain``."""
     value = table.iceberg().properties().get(MAINTAINED_PROPERTY)
     return int(value) if value is not None and value.isdigit() else None
+
+
+def first_due_in_s(topic: str, interval_s: float, last_ms: int | None, now_ms: int) -> float:
+    """How long after a sink first sees ``topic``'s table its maintenance is due: an
+    interval after the last one (``last_ms``), at most. A table never maintained, or
+    overdue, comes due at a point fixed by its name, within the interval (at most 10
+    minutes for one overdue, which after a long stop may be every table), so that tables
+    come due apart."""
+    spread = zlib.crc32(topic.encode()) / 2**32
+    if last_ms is None:
+        return interval_s * spread
+    wait_s = min(interval_s, (last_ms - now_ms) / 1000 + interval_s)
+    return wait_s if wait_s > 0 else min(interval_s, 600.0) * spread
+
+
+def reason_of(exc: BaseException) -> str:
+    """The first line of ``exc``'s message (Spark's carry the JVM's stack), or its type."""
+    text = str(exc)
+    return text.splitlines()[0][:500] if text.strip() else type(exc).__name__
 
 
 def maintain_table(
@@ -93,7 +114,7 @@ def maintain_table(
         try:
             done.update(_tried(table, action) if commits else action())
         except Exception as exc:  # noqa: BLE001 - reported; the next steps run
-            reason = str(exc).splitlines()[0][:500] if str(exc) else type(exc).__name__
+            reason = reason_of(exc)
             (conflicted if commits and met_commits(exc) else failed)[name] = reason
             log.warning("%s: maintenance: %s did not complete: %s", table.path, name, reason)
 
@@ -157,7 +178,7 @@ def maintain_table(
     step("manifests", rewrite_manifests)
     step("expiry", expire)
     step("orphan files", remove_orphans, commits=False)  # deletes files, commits nothing
-    step("recording the time", lambda: _record_time(table))
+    step("recording the time", lambda: {"recorded_ms": _record_time(table)})
     if left:
         log.info("%s: maintenance stopped before %s: the sink is stopping", table.path, left)
     result = Maintained(
@@ -171,16 +192,16 @@ def maintain_table(
         done.get("orphan_files", 0),
         failed,
         conflicted,
-        left,
+        done.get("recorded_ms"),
     )
     log.info("%s", result)
     return result
 
 
-def _record_time(table: Table) -> dict[str, int]:
+def _record_time(table: Table) -> int:
     now_ms = int(time.time() * 1000)
     table.iceberg().updateProperties().set(MAINTAINED_PROPERTY, str(now_ms)).commit()
-    return {}
+    return now_ms
 
 
 def met_commits(exc: BaseException) -> bool:

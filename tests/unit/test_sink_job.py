@@ -13,7 +13,7 @@ from spark_sink import job
 from spark_sink import maintain as maintain_module
 from spark_sink.errors import TableRetry, TableStop
 from spark_sink.job import Sink, _verdict
-from spark_sink.maintenance import met_commits
+from spark_sink.maintenance import first_due_in_s, met_commits
 from spark_sink.reader import Offsets, Range
 from tidemark.core.config import Config, SinkConfig
 from tidemark.core.errors import TidemarkError
@@ -228,3 +228,18 @@ def test_a_maintenance_step_is_tried_again_only_for_other_writers_commits(
     commits, not a failure; a validation of the table itself (an orphan listing whose
     locations do not match the metadata's) stays a failure, counted and alerted on."""
     assert met_commits(Py4JLike(f"An error occurred while calling o1.execute.\n: {text}")) is met
+
+
+def test_a_table_first_seen_comes_due_an_interval_after_its_last_maintenance_or_spread() -> None:
+    """A sink that restarts more often than the interval still maintains on time (the last
+    time is the table's); tables never maintained, or overdue after a long stop, come due
+    apart, at a point fixed by name: within the interval, within 10 minutes if overdue."""
+    now_ms, hour = 10_000_000_000, 3600.0
+    assert first_due_in_s("t", hour, now_ms - 1_000_000, now_ms) == hour - 1000
+    assert first_due_in_s("t", hour, now_ms + 86_400_000, now_ms) == hour  # a future time
+    names = [f"p.reconciled.public.t{i}" for i in range(200)]
+    never = [first_due_in_s(n, hour, None, now_ms) for n in names]
+    overdue = [first_due_in_s(n, hour, now_ms - 86_400_000, now_ms) for n in names]
+    assert all(0 <= w < hour for w in never) and len(set(never)) == len(names)
+    assert all(0 <= w < 600 for w in overdue) and len(set(overdue)) == len(names)
+    assert first_due_in_s(names[0], hour, None, now_ms) == never[0]  # fixed by the name
