@@ -63,6 +63,14 @@ from spark_sink.gaps import (
     needs_first_unread,
     unread_age_ms,
 )
+from spark_sink.layout import (
+    LAYOUT_PROPERTY,
+    check_all,
+    check_columns,
+    layout_change,
+    recorded,
+    resolve,
+)
 from spark_sink.maintenance import first_due_in_s, maintain_table, maintained_at, reason_of
 from spark_sink.reader import (
     Range,
@@ -143,6 +151,8 @@ class Sink:
         #: Tables whose batch is being tried again: topic to since when (monotonic).
         self.retrying: dict[str, float] = {}
         self._shapes: dict[str, Shape] = {}
+        #: Topics whose table's layout was brought to the configured one (:meth:`_lay_out`).
+        self._laid_out: set[str] = set()
         #: Per topic, the time (ms) before which its table holds every record committed
         #: to it, as of its last round (:meth:`fresh_until`).
         self._fresh: dict[str, int] = {}
@@ -603,9 +613,13 @@ class Sink:
             missing = [k for k in keys if k not in {s.name for s in specs}]
             if not keys or missing:
                 raise SchemaError(f"{topic}: the key columns {missing or keys} are not columns")
+            layout = resolve(self.config.sink, self.table_name(topic).split(".", 1)[1])
+            check_columns(layout, {s.name: s.sql_type for s in specs}, table.path)
             with self._making:
-                table.create(specs, keys, self.config.sink.write_mode)
+                table.create(specs, keys, self.config.sink.write_mode, layout)
             known = self._shapes[topic] = Shape(table.columns(), keys)
+        if topic not in self._laid_out:
+            self._lay_out(topic, table, known.columns)
         evolution = evolve(known.columns, specs, topic)
         if evolution.add or evolution.widen:
             table.evolve(evolution)
@@ -615,6 +629,19 @@ class Sink:
         offsets.update({r.partition: r.end for r in ranges})
         batch = self.batch_frame(ranges, planned, keys)
         return table.merge(batch, keys, [c.name for c in planned], offsets, since, whole)
+
+    def _lay_out(self, topic: str, table: Table, columns: list[Spec]) -> None:
+        """Bring the table's layout to the configured one, where the configuration changed
+        since the layout the table records (:mod:`spark_sink.layout`); once a process."""
+        wanted = resolve(self.config.sink, self.table_name(topic).split(".", 1)[1])
+        actual, properties = table.layout()
+        change = layout_change(actual, recorded(properties), wanted, table.path)
+        if change or properties.get(LAYOUT_PROPERTY) != wanted.record():
+            check_columns(wanted, {c.name: c.sql_type for c in columns}, table.path)
+            table.lay_out(change, wanted.record())
+            if change:
+                log.info("%s: layout: %s", table.path, change.describe())
+        self._laid_out.add(topic)
 
     def batch_frame(self, ranges: list[Range], planned: list[Spec], keys: list[str]) -> DataFrame:
         """The events of ``ranges`` as rows ``(offset, deleted, time, *planned)``, read and
@@ -660,6 +687,7 @@ def _fatal(exc: KafkaException) -> bool:
 
 def run_sink(config: Config, once: bool, *, spark: SparkSession | None = None) -> int:
     """Run the sink (see the module docstring); 0 on a clean stop, 1 if a table stopped."""
+    check_all(config.sink)
     own = spark is None
     session = spark if spark is not None else create_session(config)
     stop = threading.Event()

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from spark_sink.errors import SchemaError
+from spark_sink.layout import LAYOUT_PROPERTY, Change, Layout, PartitionField, SortField
 from spark_sink.schema import Evolution, Spec
 
 if TYPE_CHECKING:
@@ -76,20 +77,92 @@ class Table:
         """Whether the table was created."""
         return bool(self.spark.catalog.tableExists(self.path))
 
-    def create(self, columns: list[Spec], keys: list[str], write_mode: str) -> None:
-        """Create the table (and its namespace) when missing."""
+    def create(self, columns: list[Spec], keys: list[str], write_mode: str, layout: Layout) -> None:
+        """Create the table (and its namespace) when missing, with ``layout``'s partition
+        spec, properties and format version (its sort order and record come after, from
+        :meth:`lay_out`: a table left between the two is laid out again)."""
         self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {self.namespace}")
         extra = [Spec(SOFT_DELETED, "boolean"), Spec(SOFT_DELETED_AT, "timestamp")]
         body = ", ".join(
             f"{quote(c.name)} {c.sql_type}" for c in columns + (extra if self.soft_delete else [])
         )
-        key = orjson.dumps(keys).decode().replace("'", "")
+        properties = {
+            "format-version": str(layout.format_version),
+            "write.merge.mode": write_mode,
+            "write.update.mode": write_mode,
+            "write.delete.mode": write_mode,
+            **layout.properties,
+            KEY_PROPERTY: orjson.dumps(keys).decode(),
+        }
+        listed = ", ".join(f"{_literal(k)}={_literal(v)}" for k, v in properties.items())
+        spec = ", ".join(p.sql() for p in layout.partition_by)
         self.spark.sql(
-            f"CREATE TABLE IF NOT EXISTS {self.name} ({body}) USING iceberg TBLPROPERTIES ("
-            f"'format-version'='2', 'write.merge.mode'='{write_mode}', "
-            f"'write.update.mode'='{write_mode}', 'write.delete.mode'='{write_mode}', "
-            f"'{KEY_PROPERTY}'='{key}')"
+            f"CREATE TABLE IF NOT EXISTS {self.name} ({body}) USING iceberg"
+            + (f" PARTITIONED BY ({spec})" if spec else "")
+            + f" TBLPROPERTIES ({listed})"
         )
+
+    def layout(self) -> tuple[Layout, dict[str, str]]:
+        """The table's layout now, and all its properties."""
+        table = self.iceberg()
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        schema = table.schema()
+        partitions = []
+        for part in table.spec().fields():
+            transform = str(part.transform().toString())  # identity, bucket[16], day
+            name, _, width = transform.rstrip("]").partition("[")
+            if name == "void":  # a field dropped from a format 1 table
+                continue
+            column = str(schema.findColumnName(part.sourceId()))
+            partitions.append(PartitionField(name, column, int(width or 0)))
+        sorts = []
+        for sort in table.sortOrder().fields():
+            column = str(schema.findColumnName(sort.sourceId()))
+            if str(sort.transform().toString()) != "identity":
+                column += f" {sort.transform().toString()}"  # never equal to a configured one
+            sorts.append(
+                SortField(
+                    column,
+                    str(sort.direction().toString()) == "DESC",
+                    "FIRST" in str(sort.nullOrder().toString()).upper(),
+                )
+            )
+        properties = {str(k): str(v) for k, v in table.properties().items()}
+        version = int(jvm.org.apache.iceberg.TableUtil.formatVersion(table))
+        actual = Layout(tuple(partitions), tuple(sorts), properties, version)
+        return actual, properties
+
+    def lay_out(self, change: Change, record: str) -> None:
+        """Apply ``change`` and record the layout (:data:`LAYOUT_PROPERTY`) in one commit."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        transaction = self.iceberg().newTransaction()
+        if change.add_partitions or change.drop_partitions:
+            spec = transaction.updateSpec()
+            for part in change.drop_partitions:
+                spec = spec.removeField(_term(jvm, part))
+            for part in change.add_partitions:
+                spec = spec.addField(_term(jvm, part))
+            spec.commit()
+        if change.sort_by is not None:
+            order = transaction.replaceSortOrder()
+            for sort in change.sort_by:
+                nulls = jvm.org.apache.iceberg.NullOrder
+                null_order = nulls.NULLS_FIRST if sort.nulls_first else nulls.NULLS_LAST
+                column = jvm.org.apache.iceberg.expressions.Expressions.ref(sort.column)
+                order = (order.desc if sort.descending else order.asc)(column, null_order)
+            order.commit()
+        properties = transaction.updateProperties()
+        for key, value in change.set_properties.items():
+            properties.set(key, value)
+        for key in change.remove_properties:
+            properties.remove(key)
+        if change.format_version is not None:
+            properties.set("format-version", str(change.format_version))
+        properties.set(LAYOUT_PROPERTY, record)
+        properties.commit()
+        transaction.commitTransaction()
 
     def columns(self) -> list[Spec]:
         """The table's columns (the soft-delete columns left out)."""
@@ -205,6 +278,21 @@ class Table:
             f"WHEN NOT MATCHED AND NOT s.{DELETED} THEN INSERT ({', '.join(names + [flag, at])}) "
             f"VALUES ({', '.join(values)}, false, NULL)" + gone
         )
+
+
+def _literal(text: str) -> str:
+    """A Spark SQL string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _term(jvm: Any, part: PartitionField) -> Any:
+    """A partition field as Iceberg's Java API takes it."""
+    expressions = jvm.org.apache.iceberg.expressions.Expressions
+    if part.transform == "identity":
+        return expressions.ref(part.column)
+    if part.transform in ("bucket", "truncate"):
+        return getattr(expressions, part.transform)(part.column, part.width)
+    return getattr(expressions, part.transform)(part.column)
 
 
 def commit_conflict(exc: BaseException) -> bool:

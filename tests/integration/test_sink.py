@@ -47,7 +47,7 @@ from tests.integration.processes import (
     wait_for,
 )
 from tidemark.cli.verify import compare_table, wait_caught_up
-from tidemark.core.config import Config, dump_config
+from tidemark.core.config import Config, TableLayout, dump_config
 from tidemark.core.kafka import (
     TRANSACTION_TIMEOUT,
     client_config,
@@ -74,6 +74,7 @@ TABLES = {
     **{f"iso_sink_side_{i}": "id int PRIMARY KEY, v text" for i in range(4)},
     "iso_sink_mark": "id int PRIMARY KEY, v text",
     "iso_sink_auto": "id int PRIMARY KEY, n int",
+    "iso_sink_layout": "id int PRIMARY KEY, region text, at timestamptz, v text",
 }
 
 #: In-process compactions beside the continuous sink, after the CLI's.
@@ -93,13 +94,14 @@ def pipeline(stack: DevStack) -> Iterator[Config]:
         processor.stop()
 
 
-def sink_config(config: Config, catalog: str, tables: list[str], **sink: Any) -> Config:
-    """``config`` with a sink of catalog ``catalog`` (its own warehouse) reading ``tables``."""
+def sink_config(config: Config, catalog: str, names: list[str], **sink: Any) -> Config:
+    """``config`` with a sink of catalog ``catalog`` (its own warehouse) reading the
+    topics of the tables ``names``."""
     prefix = config.source.topic_prefix
     settings: dict[str, Any] = {
         "catalog_name": catalog,
         "warehouse": str(config.processor.state_dir + f"-{catalog}-warehouse"),
-        "topics": [f"{prefix}.reconciled.public.{t}" for t in tables],
+        "topics": [f"{prefix}.reconciled.public.{t}" for t in names],
         "topic_pattern": "",
         "metrics_port": 0,
     }
@@ -372,6 +374,90 @@ def test_jdbc_catalog_on_postgresql_and_maintenance_that_keeps_the_offsets(
     drain(restarted)
     assert_equal(config, spark, "iso_sink_keys")
     assert restarted.progress["tidemark.reconciled.public.iso_sink_keys"] != offsets
+
+
+def test_a_configured_layout_makes_the_table_rows_move_partitions_and_it_evolves(
+    pipeline: Config, spark: SparkSession
+) -> None:
+    """A table made with a partition spec, sort order, properties and format 3 on the JDBC
+    catalog; a row whose partition column changes moves; a new layout is applied as
+    Iceberg evolves tables; a format downgrade stops the table with the reason."""
+    source, owner = pipeline.source, pipeline.owner_conninfo()
+    execute(pipeline, "CREATE DATABASE iceberg_layout")
+    layout = TableLayout(
+        partition_by=["region", "bucket(4, id)"],
+        sort_by=["id"],
+        properties={"write.parquet.compression-codec": "zstd"},
+        format_version=3,
+    )
+    config = sink_config(
+        pipeline,
+        "laycat",
+        ["iso_sink_layout"],
+        catalog_type="jdbc",
+        catalog_uri=f"jdbc:postgresql://{source.host}:{source.port}/iceberg_layout",
+        catalog_user=owner["user"],
+        catalog_password=owner["password"],
+        write_mode="merge-on-read",
+        tables={"public.iso_sink_layout": layout},
+    )
+    execute(
+        config,
+        "INSERT INTO iso_sink_layout SELECT i, (ARRAY['eu', 'us'])[1 + i % 2], "
+        "timestamptz '2026-01-01' + i * interval '7 hours', 'v' || i FROM generate_series(1, 40) i",
+    )
+    wait_caught_up(config)
+    sink = Sink(config, create_session(config))
+    drain(sink)
+    assert_equal(config, spark, "iso_sink_layout")
+    topic, name = "tidemark.reconciled.public.iso_sink_layout", "laycat.public.iso_sink_layout"
+    actual, properties = sink.table(topic).layout()
+    assert [p.text() for p in actual.partition_by] == ["region", "bucket(4, id)"]
+    assert [s.text() for s in actual.sort_by] == ["id asc nulls first"]
+    assert actual.format_version == 3
+    assert properties["write.parquet.compression-codec"] == "zstd"
+    regions = spark.sql(f"SELECT DISTINCT partition.region AS r FROM {name}.partitions")
+    assert sorted(r["r"] for r in regions.collect()) == ["eu", "us"]
+
+    # Rows change partition: a MERGE matched on the key alone moves them.
+    execute(config, "UPDATE iso_sink_layout SET region = 'ap', v = 'moved' WHERE id <= 6")
+    wait_caught_up(config)
+    drain(sink)
+    assert_equal(config, spark, "iso_sink_layout")
+    moved = spark.sql(f"SELECT id, region FROM {name} WHERE id <= 6 ORDER BY id").collect()
+    assert [(r["id"], r["region"]) for r in moved] == [(i, "ap") for i in range(1, 7)]
+    deletes = spark.sql(f"SELECT count(*) AS n FROM {name}.delete_files").collect()[0]["n"]
+    assert deletes > 0  # merge-on-read: the rows left their old partitions by delete files
+
+    # A new layout: Iceberg evolves the spec; old files keep theirs, new ones take it.
+    evolved = dataclasses.replace(
+        layout, partition_by=["bucket(4, id)", "day(at)"], sort_by=["at desc"]
+    )
+    config = dataclasses.replace(
+        config, sink=dataclasses.replace(config.sink, tables={"public.iso_sink_layout": evolved})
+    )
+    execute(config, "UPDATE iso_sink_layout SET v = 'after' WHERE id % 5 = 0")
+    wait_caught_up(config)
+    restarted = Sink(config, spark)
+    drain(restarted)
+    assert_equal(config, spark, "iso_sink_layout")
+    actual, _ = restarted.table(topic).layout()
+    assert sorted(p.text() for p in actual.partition_by) == ["bucket(4, id)", "day(at)"]
+    assert [s.text() for s in actual.sort_by] == ["at desc nulls last"]
+    specs = spark.sql(f"SELECT DISTINCT spec_id FROM {name}.files").collect()
+    assert sorted(r["spec_id"] for r in specs) == [0, 1]
+
+    # A downgrade cannot be applied: the table stops, with the reason, and keeps its rows.
+    older = dataclasses.replace(evolved, format_version=2)
+    config = dataclasses.replace(
+        config, sink=dataclasses.replace(config.sink, tables={"public.iso_sink_layout": older})
+    )
+    execute(config, "UPDATE iso_sink_layout SET v = 'never' WHERE id = 1")
+    wait_caught_up(config)
+    refused = Sink(config, spark)
+    drain(refused)
+    assert "format version 3 cannot go back to 2" in refused.stopped[topic]
+    assert spark.sql(f"SELECT v FROM {name} WHERE id = 1").collect()[0]["v"] == "moved"
 
 
 def test_maintenance_beside_a_continuous_sink_never_moves_its_offsets_back(
