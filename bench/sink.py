@@ -85,6 +85,7 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from processor.events.json_codec import output_schema  # noqa: E402
 from spark_sink.job import Sink  # noqa: E402
+from spark_sink.layout import resolve  # noqa: E402
 from spark_sink.reader import plan, sample  # noqa: E402
 from spark_sink.schema import Spec, union  # noqa: E402
 from spark_sink.session import create_session  # noqa: E402
@@ -99,6 +100,7 @@ from tidemark.devstack.stack import DevStack  # noqa: E402
 
 PREFIX = "bench"
 TOPIC = output_topic(PREFIX, f"{PREFIX}.public.items")
+NAME = "public.items"  #: the table's name in ``sink.tables``
 PARTITIONS = 3
 DELETE_RATIO = 0.1
 EPOCH_US = 1_700_000_000_000_000
@@ -482,7 +484,7 @@ def run_merge(lake: Lake, loaded: Loaded, batch: int, prefill: int) -> dict[str,
     table = sink.table(TOPIC)
     extra: dict[str, Any] = {"batch_size": batch}
     if prefill:
-        table.create(SPECS, KEYS, sink.config.sink.write_mode)
+        table.create(SPECS, KEYS, sink.config.sink.write_mode, resolve(sink.config.sink, NAME))
         started = time.perf_counter()
         spark.sql(PREFILL.format(table=table.name, epoch=EPOCH_US, rows=prefill))
         extra["prefill_rows"] = prefill
@@ -530,7 +532,9 @@ def run_append(lake: Lake, loaded: Loaded, batch: int) -> dict[str, Any]:
         planned = union(specs, TOPIC) or SPECS  # a sample of deletes only says nothing
         keys = keys or KEYS
         if not table.exists():
-            table.create(planned, keys, sink.config.sink.write_mode)
+            table.create(
+                planned, keys, sink.config.sink.write_mode, resolve(sink.config.sink, NAME)
+            )
         frame = sink.batch_frame(ranges, planned, keys)
         frame.drop(OFFSET, DELETED, TIME).writeTo(table.path).append()
         progress.update({r.partition: r.end for r in ranges})

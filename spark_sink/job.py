@@ -65,6 +65,8 @@ from spark_sink.gaps import (
 )
 from spark_sink.layout import (
     LAYOUT_PROPERTY,
+    WRITE_MODES,
+    Layout,
     check_all,
     check_columns,
     layout_change,
@@ -378,6 +380,7 @@ class Sink:
         self.progress.pop(topic, None)
         self.unread_since.pop(topic, None)
         self._shapes.pop(topic, None)
+        self._laid_out.discard(topic)
         lasted = time.monotonic() - self.retrying.setdefault(topic, time.monotonic())
         deadline = self.config.kafka.outage_deadline_s
         if lasted > deadline:
@@ -617,13 +620,14 @@ class Sink:
             check_columns(layout, {s.name: s.sql_type for s in specs}, table.path)
             with self._making:
                 table.create(specs, keys, self.config.sink.write_mode, layout)
+            self._laid_out.discard(topic)  # made again (dropped by hand): its sort order
             known = self._shapes[topic] = Shape(table.columns(), keys)
-        if topic not in self._laid_out:
-            self._lay_out(topic, table, known.columns)
         evolution = evolve(known.columns, specs, topic)
         if evolution.add or evolution.widen:
             table.evolve(evolution)
             self._shapes[topic] = Shape(evolution.columns, known.keys or keys)
+        if topic not in self._laid_out:  # after the columns a layout may name are added
+            self._lay_out(topic, table, evolution.columns)
         planned = evolution.columns
         offsets = dict(self.progress[topic])
         offsets.update({r.partition: r.end for r in ranges})
@@ -632,12 +636,17 @@ class Sink:
 
     def _lay_out(self, topic: str, table: Table, columns: list[Spec]) -> None:
         """Bring the table's layout to the configured one, where the configuration changed
-        since the layout the table records (:mod:`spark_sink.layout`); once a process."""
-        wanted = resolve(self.config.sink, self.table_name(topic).split(".", 1)[1])
+        since the layout the table records (:mod:`spark_sink.layout`); once a process. The
+        fields a change adds must name columns of a type their transform takes."""
+        sink = self.config.sink
+        wanted = resolve(sink, self.table_name(topic).split(".", 1)[1])
         actual, properties = table.layout()
-        change = layout_change(actual, recorded(properties), wanted, table.path)
+        last = recorded(properties, table.path)
+        defaults = dict.fromkeys(WRITE_MODES, sink.write_mode)
+        change = layout_change(actual, last, wanted, table.path, defaults)
         if change or properties.get(LAYOUT_PROPERTY) != wanted.record():
-            check_columns(wanted, {c.name: c.sql_type for c in columns}, table.path)
+            added = Layout(change.add_partitions, change.sort_by or ())
+            check_columns(added, {c.name: c.sql_type for c in columns}, table.path)
             table.lay_out(change, wanted.record())
             if change:
                 log.info("%s: layout: %s", table.path, change.describe())

@@ -11,6 +11,7 @@ asked to change. :meth:`spark_sink.writer.Table.lay_out` applies a plan in one c
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import orjson
@@ -22,9 +23,12 @@ from tidemark.core.errors import ConfigError
 #: The table property that records the layout the sink last applied.
 LAYOUT_PROPERTY = "tidemark.layout"
 FORMAT_VERSIONS = (2, 3)
-#: Properties a layout may not set: the format version has a field of its own, and
-#: ``tidemark.*`` are the sink's records.
-_RESERVED = re.compile(r"format-version|tidemark\..*")
+#: Properties a layout may not set: the format version has a field of its own,
+#: ``tidemark.*`` are the sink's records, and Spark keeps the others for itself.
+_RESERVED = re.compile(r"format-version|tidemark\..*|location|owner|comment|provider|external")
+#: The sink's own properties, set at creation from ``sink.write_mode``: one a layout
+#: stops naming goes back to that, not to Iceberg's default.
+WRITE_MODES = ("write.merge.mode", "write.update.mode", "write.delete.mode")
 _COLUMN = r"[A-Za-z_][A-Za-z0-9_]*"
 _TRANSFORM = re.compile(
     rf"(?P<name>[a-z_]+)\(\s*(?:(?P<width>\d+)\s*,\s*)?(?P<column>{_COLUMN})\s*\)"
@@ -172,8 +176,14 @@ def resolve(sink: SinkConfig, table: str) -> Layout:
         partition_by = tuple(parse_partition(p) for p in partitions)
     except ConfigError as exc:
         raise ConfigError(f"{at}.partition_by: {exc}") from None
-    if len(set(partition_by)) < len(partition_by):
-        raise ConfigError(f"{at}.partition_by: a field is named twice")
+    kinds = [
+        (p.column, "time" if p.transform in _TIME.values() else p.transform) for p in partition_by
+    ]
+    if len(set(kinds)) < len(kinds):
+        raise ConfigError(
+            f"{at}.partition_by: a column takes each transform once, and one time transform "
+            "at most (Iceberg refuses the others as redundant)"
+        )
     sorts, at = own.sort_by, mine
     if sorts is None:
         sorts, at = sink.layout.sort_by or [], "sink.layout"
@@ -185,7 +195,9 @@ def resolve(sink: SinkConfig, table: str) -> Layout:
         raise ConfigError(f"{at}.sort_by: a column is named twice")
     version, at = own.format_version, mine
     if version is None:
-        version, at = sink.layout.format_version or BUILT_IN.format_version, "sink.layout"
+        version, at = sink.layout.format_version, "sink.layout"
+    if version is None:
+        version = BUILT_IN.format_version
     if version not in FORMAT_VERSIONS:
         raise ConfigError(f"{at}.format_version: 2 or 3, not {version}")
     for at, given in (("sink.layout", sink.layout.properties), (mine, own.properties)):
@@ -202,6 +214,11 @@ def check_all(sink: SinkConfig) -> None:
     """Every configured layout resolves (run before the sink starts)."""
     resolve(sink, "")
     for table in sink.tables:
+        if not re.fullmatch(rf"{_COLUMN}\.{_COLUMN}", table):
+            raise ConfigError(
+                f"sink.tables: {table!r} is not a table name: '<schema>.<table>', as the "
+                "reconciled topic's last two parts spell it"
+            )
         resolve(sink, table)
 
 
@@ -223,18 +240,25 @@ def check_columns(layout: Layout, columns: dict[str, str], table: str) -> None:
             raise SchemaError(f"{table}: sort field {sort.text()!r}: no such column")
 
 
-def recorded(properties: dict[str, str]) -> Layout:
-    """The layout a table's properties record as last applied (:data:`BUILT_IN` if none)."""
+def recorded(properties: dict[str, str], table: str) -> Layout:
+    """The layout a table's properties record as last applied (:data:`BUILT_IN` if none);
+    a :class:`SchemaError` if the record cannot be read (changed by hand)."""
     text = properties.get(LAYOUT_PROPERTY)
     if text is None:
         return BUILT_IN
-    data = orjson.loads(text)
-    return Layout(
-        tuple(parse_partition(p) for p in data["partition_by"]),
-        tuple(parse_sort(s) for s in data["sort_by"]),
-        dict(data["properties"]),
-        int(data["format_version"]),
-    )
+    try:
+        data = orjson.loads(text)
+        return Layout(
+            tuple(parse_partition(p) for p in data["partition_by"]),
+            tuple(parse_sort(s) for s in data["sort_by"]),
+            {str(k): str(v) for k, v in data["properties"].items()},
+            int(data["format_version"]),
+        )
+    except (orjson.JSONDecodeError, ConfigError, KeyError, TypeError, ValueError, AttributeError):
+        raise SchemaError(
+            f"{table}: the table property {LAYOUT_PROPERTY} is not a layout this sink wrote: "
+            f"{text[:200]!r} (remove it to lay the table out as configured)"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -277,10 +301,19 @@ class Change:
         return "; ".join(parts) or "nothing"
 
 
-def layout_change(actual: Layout, last: Layout, wanted: Layout, table: str) -> Change:
+def layout_change(
+    actual: Layout,
+    last: Layout,
+    wanted: Layout,
+    table: str,
+    defaults: Mapping[str, str] | None = None,
+) -> Change:
     """The change that brings each part of ``actual`` (the table's layout now) whose
     configuration moved from ``last`` (the one recorded) to ``wanted``; a
-    :class:`SchemaError` for a change Iceberg cannot make (a format downgrade)."""
+    :class:`SchemaError` for a change Iceberg cannot make (a format downgrade). A
+    property the configuration stops naming is removed, or set back to its value in
+    ``defaults`` if it has one there."""
+    defaults = defaults or {}
     add: tuple[PartitionField, ...] = ()
     drop: tuple[PartitionField, ...] = ()
     if wanted.partition_by != last.partition_by:
@@ -289,17 +322,17 @@ def layout_change(actual: Layout, last: Layout, wanted: Layout, table: str) -> C
     sort_by = None
     if wanted.sort_by != last.sort_by and wanted.sort_by != actual.sort_by:
         sort_by = wanted.sort_by
+    dropped = [key for key in last.properties if key not in wanted.properties]
     set_properties = {
         key: value
-        for key, value in wanted.properties.items()
+        for key, value in {
+            **{k: defaults[k] for k in dropped if k in defaults},
+            **wanted.properties,
+        }.items()
         if last.properties.get(key) != value and actual.properties.get(key) != value
     }
     remove = tuple(
-        sorted(
-            key
-            for key in last.properties
-            if key not in wanted.properties and key in actual.properties
-        )
+        sorted(key for key in dropped if key not in defaults and key in actual.properties)
     )
     version = None
     if wanted.format_version not in (actual.format_version, last.format_version):

@@ -12,14 +12,23 @@ written (:mod:`spark_sink.gaps`).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from spark_sink.errors import SchemaError
-from spark_sink.layout import LAYOUT_PROPERTY, Change, Layout, PartitionField, SortField
+from spark_sink.layout import (
+    LAYOUT_PROPERTY,
+    WRITE_MODES,
+    Change,
+    Layout,
+    PartitionField,
+    SortField,
+)
 from spark_sink.schema import Evolution, Spec
 
 if TYPE_CHECKING:
@@ -79,28 +88,29 @@ class Table:
 
     def create(self, columns: list[Spec], keys: list[str], write_mode: str, layout: Layout) -> None:
         """Create the table (and its namespace) when missing, with ``layout``'s partition
-        spec, properties and format version (its sort order and record come after, from
-        :meth:`lay_out`: a table left between the two is laid out again)."""
+        spec and format version, and the record of those (:data:`LAYOUT_PROPERTY`). Its
+        sort order and properties come from :meth:`lay_out`, after: properties through
+        Iceberg's API, never in SQL text (Spark would substitute ``${...}`` in them)."""
         self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {self.namespace}")
         extra = [Spec(SOFT_DELETED, "boolean"), Spec(SOFT_DELETED_AT, "timestamp")]
         body = ", ".join(
             f"{quote(c.name)} {c.sql_type}" for c in columns + (extra if self.soft_delete else [])
         )
-        properties = {
+        made = Layout(layout.partition_by, (), {}, layout.format_version)
+        properties = {  # names and values checked: no quote, no ``${``
             "format-version": str(layout.format_version),
-            "write.merge.mode": write_mode,
-            "write.update.mode": write_mode,
-            "write.delete.mode": write_mode,
-            **layout.properties,
+            **dict.fromkeys(WRITE_MODES, write_mode),
             KEY_PROPERTY: orjson.dumps(keys).decode(),
+            LAYOUT_PROPERTY: made.record(),
         }
-        listed = ", ".join(f"{_literal(k)}={_literal(v)}" for k, v in properties.items())
+        listed = ", ".join(f"'{k}'='{v}'" for k, v in properties.items())
         spec = ", ".join(p.sql() for p in layout.partition_by)
-        self.spark.sql(
-            f"CREATE TABLE IF NOT EXISTS {self.name} ({body}) USING iceberg"
-            + (f" PARTITIONED BY ({spec})" if spec else "")
-            + f" TBLPROPERTIES ({listed})"
-        )
+        with _refusals(self.path):
+            self.spark.sql(
+                f"CREATE TABLE IF NOT EXISTS {self.name} ({body}) USING iceberg"
+                + (f" PARTITIONED BY ({spec})" if spec else "")
+                + f" TBLPROPERTIES ({listed})"
+            )
 
     def layout(self) -> tuple[Layout, dict[str, str]]:
         """The table's layout now, and all its properties."""
@@ -133,8 +143,7 @@ class Table:
         actual = Layout(tuple(partitions), tuple(sorts), properties, version)
         return actual, properties
 
-    def lay_out(self, change: Change, record: str) -> None:
-        """Apply ``change`` and record the layout (:data:`LAYOUT_PROPERTY`) in one commit."""
+    def _lay_out(self, change: Change, record: str) -> None:
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
         transaction = self.iceberg().newTransaction()
@@ -163,6 +172,12 @@ class Table:
         properties.set(LAYOUT_PROPERTY, record)
         properties.commit()
         transaction.commitTransaction()
+
+    def lay_out(self, change: Change, record: str) -> None:
+        """Apply ``change`` and record the layout (:data:`LAYOUT_PROPERTY`) in one commit;
+        a :class:`SchemaError` with Iceberg's reason if it refuses the change."""
+        with _refusals(self.path):
+            self._lay_out(change, record)
 
     def columns(self) -> list[Spec]:
         """The table's columns (the soft-delete columns left out)."""
@@ -280,9 +295,32 @@ class Table:
         )
 
 
-def _literal(text: str) -> str:
-    """A Spark SQL string literal."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+#: What Spark and Iceberg raise for a layout they refuse (a redundant partition field,
+#: a property on a column the table lacks): the table stops with the reason.
+_REFUSED = (
+    "java.lang.IllegalArgumentException",
+    "org.apache.iceberg.exceptions.ValidationException",
+    "org.apache.spark.sql.catalyst.parser.ParseException",
+    "org.apache.spark.sql.AnalysisException",
+)
+
+
+@contextlib.contextmanager
+def _refusals(table: str) -> Iterator[None]:
+    """Turn Spark's or Iceberg's refusal of a layout into a :class:`SchemaError`."""
+    try:
+        yield
+    except Exception as exc:
+        from pyspark.errors import AnalysisException, IllegalArgumentException
+
+        text = str(exc)
+        java = next((m for m in _REFUSED if m in text), None)
+        if not isinstance(exc, AnalysisException | IllegalArgumentException) and java is None:
+            raise
+        if java is not None:
+            text = text[text.index(java) + len(java) :].lstrip(": ")
+        reason = text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
+        raise SchemaError(f"{table}: the layout cannot be applied: {reason}") from None
 
 
 def _term(jvm: Any, part: PartitionField) -> Any:

@@ -104,7 +104,10 @@ def test_an_empty_list_of_a_table_unpartitions_it_under_a_partitioned_default() 
         (TableLayout(format_version=1), "format_version: 2 or 3"),
         (TableLayout(properties={"format-version": "3"}), "use format_version"),
         (TableLayout(properties={"tidemark.offsets": "{}"}), "Tidemark's to set"),
-        (TableLayout(partition_by=["id", "id"]), "named twice"),
+        (TableLayout(partition_by=["id", "id"]), "each transform once"),
+        (TableLayout(partition_by=["day(ts)", "hour(ts)"]), "one time transform"),
+        (TableLayout(partition_by=["bucket(4, id)", "bucket(8, id)"]), "each transform once"),
+        (TableLayout(properties={"location": "/elsewhere"}), "Tidemark's to set"),
         (TableLayout(sort_by=["id", "id desc"]), "named twice"),
         (TableLayout(partition_by=["bucket(x)"]), "sink.tables.public.t.partition_by"),
     ],
@@ -114,6 +117,16 @@ def test_a_layout_the_sink_cannot_apply_is_refused_before_it_starts(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         check_all(SinkConfig(tables={"public.t": layout}))
+
+
+def test_the_global_layout_is_checked_too_and_table_names_must_be_schema_dot_table() -> None:
+    with pytest.raises(ConfigError, match="sink.layout.format_version: 2 or 3, not 0"):
+        check_all(SinkConfig(layout=TableLayout(format_version=0)))
+    with pytest.raises(ConfigError, match="'orders' is not a table name"):
+        check_all(SinkConfig(tables={"orders": TableLayout()}))
+    check_all(
+        SinkConfig(tables={"public.orders": TableLayout(partition_by=["bucket(4, id)", "id"])})
+    )
 
 
 def test_layouts_load_from_the_configuration_file(tmp_path: object) -> None:
@@ -159,8 +172,11 @@ def test_the_record_reads_back_as_the_layout_it_records() -> None:
         {"b": "2", "a": "1"},
         3,
     )
-    assert recorded({LAYOUT_PROPERTY: layout.record()}) == layout
-    assert recorded({}) == BUILT_IN
+    assert recorded({LAYOUT_PROPERTY: layout.record()}, "t") == layout
+    assert recorded({}, "t") == BUILT_IN
+    for text in ("{", '{"partition_by": ["zorder(id)"]}', "[]", '{"partition_by": 1}'):
+        with pytest.raises(SchemaError, match="is not a layout this sink wrote"):
+            recorded({LAYOUT_PROPERTY: text}, "t")
 
 
 def test_a_changed_configuration_changes_only_what_it_changed() -> None:
@@ -230,4 +246,12 @@ def test_after_a_change_the_table_has_what_the_configuration_changed_and_is_stab
     for key, value in wanted.properties.items():
         if last.properties.get(key) != value:
             assert after.properties[key] == value
-    assert not layout_change(after, wanted, wanted, "t")  # applied once: nothing more
+    assert not layout_change(after, last, wanted, "t")  # applied once: nothing more
+
+
+def test_a_write_mode_a_layout_stops_naming_goes_back_to_the_sink_s() -> None:
+    modes = {"write.merge.mode": "copy-on-write"}
+    last = Layout(properties={"write.merge.mode": "merge-on-read", "x": "1"})
+    change = layout_change(last, last, BUILT_IN, "t", modes)
+    assert change.set_properties == {"write.merge.mode": "copy-on-write"}
+    assert change.remove_properties == ("x",)
