@@ -7,7 +7,7 @@ SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export NO_MKDOCS_2_WARNING := 1
 export DISABLE_MKDOCS_2_WARNING := true
 
-.PHONY: setup system-deps demo test unit integration sanitize lint docs bench chaos lifetime fidelity fuzz scale vendor lock sbom clean
+.PHONY: setup system-deps demo test unit integration sanitize lint docs bench chaos lifetime fidelity fuzz scale merge-curve vendor lock sbom clean
 
 setup: system-deps $(VENV)/.installed $(VENV)/.compiled $(BIN)/promtool
 
@@ -156,6 +156,11 @@ TABLES ?= 500
 
 scale: setup
 	$(BIN)/python bench/scale.py --tables $(TABLES)
+
+# The sink's MERGE against the size of the table, per candidate layout and key spread
+# (bench/merge_curve.py; about half an hour). Writes bench/results/merge_curve.json.
+merge-curve: setup
+	$(BIN)/python bench/merge_curve.py --spark-conf spark.driver.memory=6g
 
 # Quix Streams pins an older confluent-kafka, so it gets a virtualenv of its own.
 QUIX := .venv-quix

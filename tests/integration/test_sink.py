@@ -303,7 +303,9 @@ def test_jdbc_catalog_on_postgresql_and_maintenance_that_keeps_the_offsets(
         catalog_uri=f"jdbc:postgresql://{source.host}:{source.port}/iceberg_catalog",
         catalog_user=owner["user"],
         catalog_password=owner["password"],
-        # small batches: many commits and small files for maintenance to work on
+        # small batches: many commits and small files for maintenance to work on, each
+        # rewriting the files it touches (the counts below are of data files alone)
+        write_mode="copy-on-write",
         max_records_per_partition=40,
         min_input_files=2,
         snapshot_retention_hours=0.0,
@@ -458,6 +460,15 @@ def test_a_configured_layout_makes_the_table_rows_move_partitions_and_it_evolves
     drain(refused)
     assert "format version 3 cannot go back to 2" in refused.stopped[topic]
     assert spark.sql(f"SELECT v FROM {name} WHERE id = 1").collect()[0]["v"] == "moved"
+    # So does a layout Iceberg refuses (metrics of a column the table lacks).
+    wrong = dataclasses.replace(evolved, properties={"write.metadata.metrics.column.nope": "full"})
+    config = dataclasses.replace(
+        config, sink=dataclasses.replace(config.sink, tables={"public.iso_sink_layout": wrong})
+    )
+    refused = Sink(config, spark)
+    drain(refused)
+    assert "the layout cannot be applied" in refused.stopped[topic], refused.stopped
+    assert "nope" in refused.stopped[topic]
 
 
 def test_maintenance_beside_a_continuous_sink_never_moves_its_offsets_back(
@@ -482,6 +493,7 @@ def test_maintenance_beside_a_continuous_sink_never_moves_its_offsets_back(
         max_records_per_partition=20,  # many small commits, and files to compact
         trigger_interval_s=0.2,
         min_input_files=2,
+        write_mode="copy-on-write",  # MERGEs that rewrite the files compactions rewrite
     )
     execute(config, "INSERT INTO iso_sink_live SELECT i, 0 FROM generate_series(1, 200) i")
     secret = {"TIDEMARK_SINK__CATALOG_PASSWORD": owner["password"]}

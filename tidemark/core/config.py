@@ -299,10 +299,11 @@ class SnapshotConfig:
 @dataclass(frozen=True)
 class TableLayout:
     """How the sink lays out an Iceberg table: its partition spec, sort order, table
-    properties and format version. A value left out (``null``) falls back to the table's
-    own entry in ``sink.tables``, then to ``sink.layout``, then to the built-in default:
-    unpartitioned, unsorted, format 2. A changed layout is applied to existing tables the
-    way Iceberg evolves them (new data takes it; files already written keep theirs)."""
+    properties and format version. For a table, each part comes from its entry in
+    ``sink.tables`` unless left out (``null``) there, then from ``sink.layout``, then from
+    the built-in default: unpartitioned, unsorted, format 2 (properties merge instead). A
+    changed layout is applied to existing tables the way Iceberg evolves them (new data
+    takes it; files already written keep theirs)."""
 
     #: Partition fields, each a column (identity) or one of Iceberg's transforms:
     #: ``bucket(16, id)``, ``truncate(4, name)``, ``year(ts)``, ``month(ts)``, ``day(ts)``,
@@ -314,7 +315,8 @@ class TableLayout:
     sort_by: list[str] | None = None
     #: Iceberg table properties set on the table (``write.parquet.compression-codec``,
     #: ``write.target-file-size-bytes``, ...); a table's own entry adds to and overrides
-    #: those of ``sink.layout``. ``format-version`` and ``tidemark.*`` are Tidemark's.
+    #: those of ``sink.layout``. ``format-version``, ``tidemark.*`` and Spark's own
+    #: (``location``, ``owner``, ``comment``, ``provider``, ``external``) are refused.
     properties: dict[str, str] = field(default_factory=dict)
     #: Iceberg format version, 2 or 3 (deletion vectors for ``merge-on-read``); a table
     #: is upgraded, never downgraded.
@@ -374,9 +376,10 @@ class SinkConfig:
     #: (compaction may have removed deletes it never saw) is made again from the whole
     #: topic, in one batch; ``false``: it stops with the reason.
     rebuild_on_gap: bool = True
-    #: How new tables apply updates and deletes: ``copy-on-write`` rewrites the data files
-    #: they touch; ``merge-on-read`` writes delete files (compacted by maintenance).
-    write_mode: Literal["copy-on-write", "merge-on-read"] = "copy-on-write"
+    #: How new tables apply updates and deletes: ``merge-on-read`` writes position delete
+    #: files (compacted by maintenance), whose MERGE costs a fraction of a rewrite on large
+    #: tables; ``copy-on-write`` rewrites the data files they touch (readers merge nothing).
+    write_mode: Literal["copy-on-write", "merge-on-read"] = "merge-on-read"
     #: Prometheus metrics of the driver on this port (0: none).
     metrics_port: int = 9108
     #: Loopback by default; ``0.0.0.0`` where Prometheus scrapes from outside (Kubernetes).

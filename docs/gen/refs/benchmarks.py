@@ -207,6 +207,38 @@ def _sink(doc: Mapping[str, Any]) -> list[str]:
     return blocks
 
 
+def _merge_curve(doc: Mapping[str, Any]) -> list[str]:
+    columns = [
+        Column("layout", "Layout", code),
+        Column("rows", "Rows in the table"),
+        Column("spread", "Keys"),
+        Column("write_mode", "Write mode"),
+        Column("format_version", "Format"),
+        Column("batch_seconds", "Seconds per MERGE: median (min–max)"),
+        Column("files_after_fill", "Data files after the fill"),
+    ]
+    results = doc["results"]
+    smallest = {
+        (r["layout"], r["spread"]): r["batch_seconds"]["median"]
+        for r in sorted(results, key=lambda r: -r["rows"])
+    }
+    growth = [
+        (
+            code(r["layout"]),
+            value(r["rows"]),
+            r["spread"],
+            f"{r['batch_seconds']['median'] / smallest[(r['layout'], r['spread'])]:.2f}x",
+        )
+        for r in results
+    ]
+    return [
+        fields_table(doc, ["results"]),
+        rows_table(results, columns),
+        "Each median against the same layout's and keys' at the smallest table:",
+        table(["Layout", "Rows", "Keys", "Time against the smallest table"], growth),
+    ]
+
+
 def _console(doc: Mapping[str, Any]) -> list[str]:
     blocks = [fields_table(doc, ["results", "api"])]
     api = doc.get("api")
@@ -334,6 +366,7 @@ RENDERERS: dict[str, tuple[str, Renderer]] = {
     "backfill": ("Backfills", _backfill),
     "sink": ("The Spark sink", _sink),
     "sink_tables": ("The Spark sink with many tables", _generic),
+    "merge_curve": ("The sink's MERGE against the table's size", _merge_curve),
     "console": ("The console", _console),
     "chaos": ("The chaos run", _generic),
     "lifetime": ("The lifetime run", _generic),
