@@ -11,8 +11,8 @@ filled by one Spark ``INSERT INTO ... SELECT ... FROM range(N)`` (the rows of
 ``MERGE INTO`` with the offsets in its commit):
 
 - ``uniform``: keys spread over the whole table;
-- ``recent``: nine changes in ten on the newest 2% of the keys (the ids just
-  inserted), one in ten anywhere.
+- ``recent``: nine changes in ten on the newest 2% of the keys (the highest ids of
+  the fill), one in ten anywhere.
 
 One change in twenty deletes its row; the others update it (or insert it again). The
 batch is made by Spark from ``range`` (no Kafka: reading and decoding a batch costs the

@@ -155,6 +155,8 @@ class Sink:
         self._shapes: dict[str, Shape] = {}
         #: Topics whose table's layout was brought to the configured one (:meth:`_lay_out`).
         self._laid_out: set[str] = set()
+        #: Topics whose layout names columns their table lacks yet (logged once).
+        self._layout_waits: set[str] = set()
         #: Per topic, the time (ms) before which its table holds every record committed
         #: to it, as of its last round (:meth:`fresh_until`).
         self._fresh: dict[str, int] = {}
@@ -637,7 +639,9 @@ class Sink:
     def _lay_out(self, topic: str, table: Table, columns: list[Spec]) -> None:
         """Bring the table's layout to the configured one, where the configuration changed
         since the layout the table records (:mod:`spark_sink.layout`); once a process. The
-        fields a change adds must name columns of a type their transform takes."""
+        fields a change adds must name columns of a type their transform takes; one that
+        names a column the table lacks waits (the batch may bring it), and the layout is
+        tried again at the next round."""
         sink = self.config.sink
         wanted = resolve(sink, self.table_name(topic).split(".", 1)[1])
         actual, properties = table.layout()
@@ -646,6 +650,14 @@ class Sink:
         change = layout_change(actual, last, wanted, table.path, defaults)
         if change or properties.get(LAYOUT_PROPERTY) != wanted.record():
             added = Layout(change.add_partitions, change.sort_by or ())
+            missing = sorted(
+                {f.column for f in added.partition_by + added.sort_by} - {c.name for c in columns}
+            )
+            if missing:  # new in the source: the batch's drift adds them, then this runs
+                if topic not in self._layout_waits:
+                    log.warning("%s: the layout waits for the columns %s", table.path, missing)
+                    self._layout_waits.add(topic)
+                return
             check_columns(added, {c.name: c.sql_type for c in columns}, table.path)
             table.lay_out(change, wanted.record())
             if change:

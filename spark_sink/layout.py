@@ -29,6 +29,12 @@ _RESERVED = re.compile(r"format-version|tidemark\..*|location|owner|comment|prov
 #: The sink's own properties, set at creation from ``sink.write_mode``: one a layout
 #: stops naming goes back to that, not to Iceberg's default.
 WRITE_MODES = ("write.merge.mode", "write.update.mode", "write.delete.mode")
+#: Properties Iceberg reads at every write, whose values are checked before the sink
+#: starts: a wrong one would fail every MERGE of the table.
+_VALUES = {
+    **dict.fromkeys(WRITE_MODES, ("copy-on-write", "merge-on-read")),
+    "write.distribution-mode": ("none", "hash", "range"),
+}
 _COLUMN = r"[A-Za-z_][A-Za-z0-9_]*"
 _TRANSFORM = re.compile(
     rf"(?P<name>[a-z_]+)\(\s*(?:(?P<width>\d+)\s*,\s*)?(?P<column>{_COLUMN})\s*\)"
@@ -200,6 +206,10 @@ def resolve(sink: SinkConfig, table: str) -> Layout:
         version = BUILT_IN.format_version
     if version not in FORMAT_VERSIONS:
         raise ConfigError(f"{at}.format_version: 2 or 3, not {version}")
+
+    def where_of(key: str) -> str:
+        return mine if key in own.properties else "sink.layout"
+
     for at, given in (("sink.layout", sink.layout.properties), (mine, own.properties)):
         for key in given:
             if _RESERVED.fullmatch(key):
@@ -207,7 +217,14 @@ def resolve(sink: SinkConfig, table: str) -> Layout:
                     f"{at}.properties: {key!r} is Tidemark's to set"
                     + (" (use format_version)" if key == "format-version" else "")
                 )
-    return Layout(partition_by, sort_by, {**sink.layout.properties, **own.properties}, version)
+    properties = {**sink.layout.properties, **own.properties}
+    for key, allowed in _VALUES.items():
+        if key in properties and properties[key] not in allowed:
+            raise ConfigError(
+                f"{where_of(key)}.properties: {key} is one of {', '.join(allowed)}, "
+                f"not {properties[key]!r}"
+            )
+    return Layout(partition_by, sort_by, properties, version)
 
 
 def check_all(sink: SinkConfig) -> None:

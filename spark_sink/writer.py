@@ -295,32 +295,44 @@ class Table:
         )
 
 
-#: What Spark and Iceberg raise for a layout they refuse (a redundant partition field,
-#: a property on a column the table lacks): the table stops with the reason.
-_REFUSED = (
-    "java.lang.IllegalArgumentException",
-    "org.apache.iceberg.exceptions.ValidationException",
-    "org.apache.spark.sql.catalyst.parser.ParseException",
-    "org.apache.spark.sql.AnalysisException",
+#: The Java exceptions Spark and Iceberg raise, themselves (not as a cause), for a layout
+#: they refuse (a redundant partition field, a property on a column the table lacks).
+_REFUSED = frozenset(
+    {
+        "java.lang.IllegalArgumentException",
+        "org.apache.iceberg.exceptions.ValidationException",
+    }
 )
 
 
 @contextlib.contextmanager
 def _refusals(table: str) -> Iterator[None]:
-    """Turn Spark's or Iceberg's refusal of a layout into a :class:`SchemaError`."""
+    """Turn Spark's or Iceberg's refusal of a layout into a :class:`SchemaError`; any
+    other failure (a catalog that does not answer) goes on as it was."""
     try:
         yield
     except Exception as exc:
-        from pyspark.errors import AnalysisException, IllegalArgumentException
-
-        text = str(exc)
-        java = next((m for m in _REFUSED if m in text), None)
-        if not isinstance(exc, AnalysisException | IllegalArgumentException) and java is None:
+        reason = _refusal(exc)
+        if reason is None:
             raise
-        if java is not None:
-            text = text[text.index(java) + len(java) :].lstrip(": ")
-        reason = text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
         raise SchemaError(f"{table}: the layout cannot be applied: {reason}") from None
+
+
+def _refusal(exc: BaseException) -> str | None:
+    """The reason of a refusal: an analysis or argument error Spark converted, or one of
+    :data:`_REFUSED` raised by the call itself; ``None`` for anything else."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import AnalysisException, IllegalArgumentException
+
+    if isinstance(exc, AnalysisException | IllegalArgumentException):
+        text = str(exc)
+    elif isinstance(exc, Py4JJavaError) and (
+        str(exc.java_exception.getClass().getName()) in _REFUSED
+    ):
+        text = str(exc.java_exception.getMessage() or "")
+    else:
+        return None
+    return text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
 
 
 def _term(jvm: Any, part: PartitionField) -> Any:

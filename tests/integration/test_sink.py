@@ -449,6 +449,25 @@ def test_a_configured_layout_makes_the_table_rows_move_partitions_and_it_evolves
     specs = spark.sql(f"SELECT DISTINCT spec_id FROM {name}.files").collect()
     assert sorted(r["spec_id"] for r in specs) == [0, 1]
 
+    # A layout may name a column the source adds in the same batch: it waits for it.
+    scored = dataclasses.replace(evolved, sort_by=["score desc"])
+    config = dataclasses.replace(
+        config, sink=dataclasses.replace(config.sink, tables={"public.iso_sink_layout": scored})
+    )
+    execute(
+        config,
+        "ALTER TABLE iso_sink_layout ADD COLUMN score int",
+        "UPDATE iso_sink_layout SET score = id WHERE id > 30",
+    )
+    wait_caught_up(config)
+    added = Sink(config, spark)
+    drain(added)
+    assert not added.stopped, added.stopped
+    assert_equal(config, spark, "iso_sink_layout")
+    actual, _ = added.table(topic).layout()
+    assert [s.text() for s in actual.sort_by] == ["score desc nulls last"]
+    evolved = scored
+
     # A downgrade cannot be applied: the table stops, with the reason, and keeps its rows.
     older = dataclasses.replace(evolved, format_version=2)
     config = dataclasses.replace(

@@ -28,9 +28,9 @@ from tidemark.core.config import Config
 from tidemark.core.ports import free_port
 from tidemark.devstack.stack import DevStack
 
-#: Spark's own daemons, bound to loopback and kept in the foreground (their pid is the
-#: JVM's: ``spark-class`` execs it).
-SPARK_ENV = {"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_NO_DAEMONIZE": "1"}
+#: Spark's daemons and the driver, bound to loopback (a daemon's pid is its JVM's:
+#: ``spark-class`` execs it).
+SPARK_ENV = {"SPARK_LOCAL_IP": "127.0.0.1"}
 
 
 def spark_status(ui_port: int) -> dict[str, Any]:
@@ -135,9 +135,13 @@ def test_the_sink_runs_on_a_standalone_cluster_whose_executor_reads_kafka(
 
     # The application ran on the cluster, and its executor ran the tasks, the ones that
     # read the topic among them (off ``local[N]``, Spark runs no task in the driver).
-    apps = spark_status(ui)["completedapps"]
-    ours = [a for a in apps if a["name"] == f"tidemark-sink-{pipeline.processor.pipeline}"]
-    assert len(ours) == 1 and ours[0]["state"] == "FINISHED", apps
+    name = f"tidemark-sink-{pipeline.processor.pipeline}"
+
+    def finished() -> list[dict[str, Any]]:
+        return [a for a in spark_status(ui)["completedapps"] if a["name"] == name]
+
+    ours = wait_for("the application finished on the master", finished, timeout=30)
+    assert len(ours) == 1 and ours[0]["state"] == "FINISHED", ours
     logs = list(work.glob(f"{ours[0]['id']}/*/stderr"))
     assert logs, sorted(work.rglob("*"))
     executor = "".join(p.read_text(errors="replace") for p in logs)

@@ -108,6 +108,8 @@ def test_an_empty_list_of_a_table_unpartitions_it_under_a_partitioned_default() 
         (TableLayout(partition_by=["day(ts)", "hour(ts)"]), "one time transform"),
         (TableLayout(partition_by=["bucket(4, id)", "bucket(8, id)"]), "each transform once"),
         (TableLayout(properties={"location": "/elsewhere"}), "Tidemark's to set"),
+        (TableLayout(properties={"write.merge.mode": "merge_on_read"}), "not 'merge_on_read'"),
+        (TableLayout(properties={"write.distribution-mode": "any"}), "none, hash, range"),
         (TableLayout(sort_by=["id", "id desc"]), "named twice"),
         (TableLayout(partition_by=["bucket(x)"]), "sink.tables.public.t.partition_by"),
     ],
@@ -255,3 +257,41 @@ def test_a_write_mode_a_layout_stops_naming_goes_back_to_the_sink_s() -> None:
     change = layout_change(last, last, BUILT_IN, "t", modes)
     assert change.set_properties == {"write.merge.mode": "copy-on-write"}
     assert change.remove_properties == ("x",)
+
+
+class _JavaClass:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def getName(self) -> str:  # noqa: N802 - Java's name
+        return self.name
+
+
+class _JavaException:
+    def __init__(self, name: str, message: str) -> None:
+        self.name, self.message = name, message
+
+    def getClass(self) -> _JavaClass:  # noqa: N802
+        return _JavaClass(self.name)
+
+    def getMessage(self) -> str:  # noqa: N802
+        return self.message
+
+
+def test_only_spark_s_and_iceberg_s_own_refusals_stop_a_table() -> None:
+    from py4j.protocol import Py4JJavaError
+
+    from spark_sink.writer import _refusal
+
+    def java(name: str, message: str) -> Py4JJavaError:
+        error = Py4JJavaError.__new__(Py4JJavaError)
+        error.java_exception = _JavaException(name, message)
+        return error
+
+    refused = java("org.apache.iceberg.exceptions.ValidationException", "no column nope\nat")
+    assert _refusal(refused) == "no column nope"
+    assert _refusal(java("java.lang.IllegalArgumentException", "redundant")) == "redundant"
+    # a catalog that does not answer is no refusal, whatever it wraps
+    for name in ("java.io.UncheckedIOException", "org.apache.iceberg.jdbc.UncheckedSQLException"):
+        assert _refusal(java(name, "java.lang.IllegalArgumentException: host")) is None
+    assert _refusal(RuntimeError("java.lang.IllegalArgumentException")) is None
