@@ -50,25 +50,14 @@ from results_file import write_results
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+# The rows and the fill of bench/sink.py's tables: the same input as its merge-into runs.
+from sink import EPOCH_US, PREFILL, SPECS  # noqa: E402
+
 from spark_sink.layout import Layout, layout_change, parse_partition, parse_sort  # noqa: E402
-from spark_sink.schema import Spec  # noqa: E402
 from spark_sink.session import create_session, stop_session  # noqa: E402
 from spark_sink.writer import DELETED, OFFSET, TIME, Table  # noqa: E402
 from tidemark.core.config import Config, SinkConfig  # noqa: E402
 
-SPECS = [
-    Spec("id", "bigint"),
-    Spec("name", "string"),
-    Spec("qty", "int"),
-    Spec("amount", "double"),
-    Spec("updated_at", "timestamp_ntz"),
-]
-EPOCH_US = 1_700_000_000_000_000
-PREFILL = (
-    "INSERT INTO {table} SELECT id, concat('customer-', lpad(CAST(id % 99991 AS STRING), 5, "
-    "'0')), CAST(id % 1000 AS INT), id * 0.37, "
-    f"CAST(timestamp_micros({EPOCH_US} + id) AS TIMESTAMP_NTZ) FROM range({{rows}})"
-)
 #: Where a change's key comes from: an expression of ``h`` (a hash of the change) and
 #: ``n`` (the table's size).
 SPREADS = {
@@ -141,7 +130,7 @@ def run_layout(
     actual, properties = table.layout()
     table.lay_out(layout_change(actual, Layout(), layout, table.path), layout.record())
     started = time.monotonic()
-    spark.sql(PREFILL.format(table=table.name, rows=rows))
+    spark.sql(PREFILL.format(table=table.name, epoch=EPOCH_US, rows=rows))
     fill_s = time.monotonic() - started
     filled = summary_of(table)
     print(f"{name} {rows:,}: filled in {fill_s:.1f} s, {filled['data_files']} files", flush=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import orjson
 
@@ -170,16 +171,23 @@ def parse_sort(text: str) -> SortField:
     return SortField(found["column"], descending, first)
 
 
+_Part = TypeVar("_Part")
+
+
+def _chosen(own: _Part | None, shared: _Part | None, mine: str) -> tuple[_Part | None, str]:
+    """A part of a table's layout, and where it comes from: the table's own entry
+    (``mine``) unless it leaves the part out, else ``sink.layout``."""
+    return (own, mine) if own is not None else (shared, "sink.layout")
+
+
 def resolve(sink: SinkConfig, table: str) -> Layout:
     """The layout ``sink`` configures for ``table`` (``<schema>.<table>``); a
     :class:`ConfigError` naming the part that is wrong."""
     own = sink.tables.get(table, TableLayout())
     mine = f"sink.tables.{table}"
-    partitions, at = own.partition_by, mine
-    if partitions is None:
-        partitions, at = sink.layout.partition_by or [], "sink.layout"
+    partitions, at = _chosen(own.partition_by, sink.layout.partition_by, mine)
     try:
-        partition_by = tuple(parse_partition(p) for p in partitions)
+        partition_by = tuple(parse_partition(p) for p in partitions or [])
     except ConfigError as exc:
         raise ConfigError(f"{at}.partition_by: {exc}") from None
     kinds = [
@@ -190,18 +198,14 @@ def resolve(sink: SinkConfig, table: str) -> Layout:
             f"{at}.partition_by: a column takes each transform once, and one time transform "
             "at most (Iceberg refuses the others as redundant)"
         )
-    sorts, at = own.sort_by, mine
-    if sorts is None:
-        sorts, at = sink.layout.sort_by or [], "sink.layout"
+    sorts, at = _chosen(own.sort_by, sink.layout.sort_by, mine)
     try:
-        sort_by = tuple(parse_sort(s) for s in sorts)
+        sort_by = tuple(parse_sort(s) for s in sorts or [])
     except ConfigError as exc:
         raise ConfigError(f"{at}.sort_by: {exc}") from None
     if len({s.column for s in sort_by}) < len(sort_by):
         raise ConfigError(f"{at}.sort_by: a column is named twice")
-    version, at = own.format_version, mine
-    if version is None:
-        version, at = sink.layout.format_version, "sink.layout"
+    version, at = _chosen(own.format_version, sink.layout.format_version, mine)
     if version is None:
         version = BUILT_IN.format_version
     if version not in FORMAT_VERSIONS:
