@@ -129,6 +129,16 @@ def create_session(config: Config) -> SparkSession:
         )
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", "4")
+        # A merge-on-read MERGE joins the whole table to the batch, and Spark cannot
+        # broadcast the batch (the preserved side of the outer join): without these it
+        # shuffles every row of the table each batch. With them Spark filters the
+        # table's rows by a bloom filter of the batch's keys before the shuffle
+        # (writer.Table.merge); Spark does that only for a join it would not broadcast.
+        # A merge-on-read MERGE has no broadcast to lose; a copy-on-write one gets the
+        # same filter for the broadcast it loses (bench/merge_curve.py measures both).
+        .config("spark.sql.autoBroadcastJoinThreshold", "-1")
+        .config("spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold", "0")
+        .config("spark.sql.optimizer.runtime.bloomFilter.creationSideThreshold", "256MB")
         # tables merged side by side share the cores (spark_sink.scheduler)
         .config("spark.scheduler.mode", "FAIR")
         .config("spark.ui.enabled", "false")

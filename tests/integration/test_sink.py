@@ -490,6 +490,67 @@ def test_a_configured_layout_makes_the_table_rows_move_partitions_and_it_evolves
     assert "nope" in refused.stopped[topic]
 
 
+def sql_executions(spark: SparkSession) -> list[Any]:
+    """The SQL executions Spark's status store keeps (the newest 1,000, with the web UI
+    off too)."""
+    executions = spark._jsparkSession.sharedState().statusStore().executionsList()  # type: ignore[union-attr]
+    return [executions.apply(i) for i in range(executions.size())]
+
+
+def merge_plans(spark: SparkSession, after: int, timeout: float = 30) -> list[str]:
+    """The physical plans of the session's MERGEs on merge-on-read tables (``WriteDelta``)
+    of the SQL executions numbered above ``after``. The store's listener runs behind the
+    statements, so this waits for one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        plans = [
+            e.physicalPlanDescription() for e in sql_executions(spark) if e.executionId() > after
+        ]
+        found = [p for p in plans if "WriteDelta" in p]
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
+
+
+def test_a_merge_on_read_merge_shuffles_only_the_rows_the_batch_may_change(
+    pipeline: Config, spark: SparkSession
+) -> None:
+    """A merge-on-read MERGE, on the JDBC catalog, filters the table's rows by a bloom
+    filter of the batch's keys before it shuffles them, instead of shuffling every row
+    of the table: the plan holds the filter, and the merge's result is exact."""
+    from spark_sink.layout import Layout
+    from spark_sink.schema import Spec
+    from spark_sink.writer import DELETED, OFFSET, TIME, Table
+
+    source, owner = pipeline.source, pipeline.owner_conninfo()
+    execute(pipeline, "CREATE DATABASE iceberg_bloom")
+    config = sink_config(
+        pipeline,
+        "bloomcat",
+        [],
+        catalog_type="jdbc",
+        catalog_uri=f"jdbc:postgresql://{source.host}:{source.port}/iceberg_bloom",
+        catalog_user=owner["user"],
+        catalog_password=owner["password"],
+    )
+    create_session(config)  # adds the catalog to the session
+    table = Table(spark, "bloomcat", "public", "keyed", False)
+    table.create([Spec("id", "bigint"), Spec("v", "string")], ["id"], "merge-on-read", Layout())
+    spark.sql(f"INSERT INTO {table.name} SELECT id, 'old' FROM range(20000)")
+    # 30 changes: ids 0-9 deleted, 10-19 updated, 20000-20009 new
+    batch = spark.sql(
+        f"SELECT id AS {OFFSET}, id < 10 AS {DELETED}, 0L AS {TIME}, "
+        f"IF(id < 20, id, id + 19980) AS id, 'new' AS v FROM range(30)"
+    )
+    after = max((e.executionId() for e in sql_executions(spark)), default=-1)
+    assert table.merge(batch, ["id"], ["id", "v"], {0: 30}, {0: 0}) == 30
+    rows = dict(spark.sql(f"SELECT v, count(*) FROM {table.name} GROUP BY v").collect())
+    assert rows == {"old": 20000 - 20, "new": 20}
+    plans = merge_plans(spark, after)
+    assert plans, "the MERGE's plan was not recorded"
+    assert all("might_contain" in p for p in plans), plans[0]
+
+
 def test_maintenance_beside_a_continuous_sink_never_moves_its_offsets_back(
     pipeline: Config, spark: SparkSession, stack: DevStack
 ) -> None:
