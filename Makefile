@@ -54,7 +54,7 @@ sbom: setup
 	mkdir -p build
 	$(BIN)/tidemark sbom --lock requirements/test.lock > build/sbom.cdx.json
 
-# promtool, which checks the alert rules (k8s/monitoring/) in the tests: taken from
+# promtool, which checks the alert rules (k8s/base/monitoring/) in the tests: taken from
 # Debian's prometheus package into the virtual environment, since installing the package
 # would also start a Prometheus server.
 $(BIN)/promtool: | $(VENV)/.installed
@@ -83,7 +83,7 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/mypy docs/gen
 	$(BIN)/lint-imports
-	$(BIN)/python -m tests.network_policies k8s
+	$(BIN)/python -m tests.network_policies k8s k8s/spark-cluster
 	$(BIN)/mkdocs build --strict --quiet
 
 # The documentation site (docs/, mkdocs.yml), served on http://127.0.0.1:8000 and built

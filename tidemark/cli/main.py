@@ -73,6 +73,13 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the sink is not running (required on a hadoop catalog)",
     )
+    executor = sink_sub.add_parser(
+        "executor",
+        help="run a Spark executor (the command of the sink's executor pods on Kubernetes)",
+        description="Run a Spark executor from the variables Spark on Kubernetes sets on "
+        "the pods it makes: the command of k8s/spark-cluster's executor pod template.",
+    )
+    executor.set_defaults(handler=_sink_executor)
     demo = command("demo", _demo, "run the whole pipeline on embedded components and verify it")
     demo.add_argument("--run-dir", default=".tidemark/demo", help="folder for logs and data")
 
@@ -329,6 +336,13 @@ def _sink_maintain(args: argparse.Namespace) -> int:
             print(f"{done.table}: {step} failed: {reason}", file=sys.stderr)
         failed += bool(done.failed)
     return 1 if failed else 0
+
+
+def _sink_executor(args: argparse.Namespace) -> int:
+    from spark_sink.executor import run_executor
+
+    run_executor()
+    return 1  # not reached: the executor's JVM replaced this process
 
 
 def _demo(args: argparse.Namespace) -> int:
