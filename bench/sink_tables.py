@@ -39,6 +39,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -53,6 +54,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
+import yaml  # noqa: E402
 from confluent_kafka import Consumer, TopicPartition  # noqa: E402
 from psycopg import sql  # noqa: E402
 
@@ -67,8 +69,12 @@ from tidemark.devstack.procs import pid_alive  # noqa: E402
 from tidemark.devstack.stack import DevStack  # noqa: E402
 
 TICK_S = 0.05
-#: Settings this tree has and the ``--before-tree`` sink does not.
-NEWER = re.compile(r"^\s*(concurrent_tables|fetch_wait_max_ms):")
+#: Prints the settings a tree's configuration knows, by section (run in that tree).
+KNOWN_SETTINGS = (
+    "import dataclasses, json, typing; from tidemark.core.config import Config; "
+    "print(json.dumps({name: [f.name for f in dataclasses.fields(kind)] "
+    "for name, kind in typing.get_type_hints(Config).items()}))"
+)
 MERGED = re.compile(r"merged offsets .* \((\d+) rows\) in ([0-9.]+) s")
 
 
@@ -113,6 +119,30 @@ class Writer:
                     self._stop.wait(max(0.0, started + tick * TICK_S - time.monotonic()))
         except BaseException as exc:  # noqa: BLE001 - reported by the main thread
             self.error = exc
+
+
+def config_text(config: Config, tree: str) -> str:
+    """YAML of ``config``; for the sink of another ``tree``, only the settings it knows
+    (it refuses any other), at this tree's values."""
+    if not tree:
+        return dump_config(config)
+    known = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", KNOWN_SETTINGS],
+            env={**os.environ, "PYTHONPATH": tree},
+            cwd=tree,  # ``-c`` puts the working folder first on the path
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    data = dataclasses.asdict(config)
+    kept = {
+        section: {k: v for k, v in values.items() if k in known[section]}
+        for section, values in data.items()
+        if section in known
+    }
+    return yaml.safe_dump(kept, sort_keys=False)
 
 
 def table_offsets(warehouse: Path, table: str) -> dict[int, int]:
@@ -207,9 +237,7 @@ def run_variant(
             concurrent_tables=concurrency,
         ),
     )
-    text = dump_config(sink_config)
-    if tree:  # a sink from before the scheduler knows neither setting
-        text = "\n".join(line for line in text.splitlines() if not NEWER.search(line))
+    text = config_text(sink_config, tree)
     path = stack.run_dir / f"sink-{name}-{len(tables)}.yaml"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as out:
