@@ -247,15 +247,11 @@ class Table:
         ).persist()  # MERGE reads its source twice (the files to rewrite, then the rows)
         try:
             merged = latest.count()
-            latest.createOrReplaceTempView(view + "_newest")
             # The MERGE's source is the cached rows under a filter that keeps them all:
             # Spark builds a bloom filter of a join side's keys only when that side is
             # a filter over a scan, and it prunes the table's rows by it
             # (session.create_session's settings).
-            self.spark.sql(
-                f"CREATE OR REPLACE TEMP VIEW {view}_latest AS "
-                f"SELECT * FROM {view}_newest WHERE __rank = 1"
-            )
+            latest.where("__rank = 1").createOrReplaceTempView(view + "_latest")
             statement = self._statement(view + "_latest", keys, columns, whole)
             properties = {
                 OFFSETS_PROPERTY: format_offsets(offsets),
@@ -269,7 +265,6 @@ class Table:
             latest.unpersist()
             self.spark.catalog.dropTempView(view)
             self.spark.catalog.dropTempView(view + "_latest")
-            self.spark.catalog.dropTempView(view + "_newest")
         return merged
 
     def _statement(self, source: str, keys: list[str], columns: list[str], whole: bool) -> str:
