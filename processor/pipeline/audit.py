@@ -207,6 +207,14 @@ def audit_topic_config(config: Config) -> dict[str, str]:
     )
 
 
+def newest_first(documents: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Audit records read in the topic's order (oldest first), newest first by ``at_ms``;
+    records of the same millisecond, the later in the topic first."""
+    later_first = documents[::-1]
+    later_first.sort(key=lambda d: d["at_ms"], reverse=True)  # stable: ties keep that order
+    return later_first
+
+
 def read_audit(config: Config, limit: int, since_ms: int = 0) -> dict[str, Any]:
     """The newest audit records, newest first, at or after ``since_ms``; records that are
     not audit records, or not signed with the record key when there is one, are counted
@@ -235,5 +243,4 @@ def read_audit(config: Config, limit: int, since_ms: int = 0) -> dict[str, Any]:
                     found.append(document)
         finally:
             consumer.close()
-    found.sort(key=lambda d: d["at_ms"], reverse=True)
-    return {"entries": found[:limit], "complete": complete, "unreadable": unreadable}
+    return {"entries": newest_first(found)[:limit], "complete": complete, "unreadable": unreadable}

@@ -11,7 +11,14 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from processor.pipeline.audit import AuditWriter, detail_of, entry, entry_of, fingerprint
+from processor.pipeline.audit import (
+    AuditWriter,
+    detail_of,
+    entry,
+    entry_of,
+    fingerprint,
+    newest_first,
+)
 from processor.web.audit_trail import audited
 from processor.web.guard import FailureLimit, Tokens, guard
 from processor.web.sessions import SESSION_PATH, Sessions
@@ -56,6 +63,26 @@ def test_a_record_names_the_secret_by_its_fingerprint_and_the_body_as_it_was() -
 )
 def test_what_is_not_an_audit_record_is_not_read_as_one(forged: Any) -> None:
     assert entry_of(forged) is None
+
+
+def test_records_of_one_millisecond_read_back_newest_first() -> None:
+    """Two actions in the same millisecond (a refused request, then a login) come back in
+    the order the topic holds them, the later one first, as with any other two."""
+    who: dict[str, str | None] = {"role": "operator", "credential": None, "address": None}
+    written = [  # in the topic's order, oldest first
+        entry("api", who, "POST /api/v1/snapshots/pause", 202, at_ms=1_000),
+        entry("api", who, "POST /api/v1/snapshots", 400, at_ms=1_007),
+        entry("console", who, "POST /console/session", 200, at_ms=1_007),
+        entry("cli", who, "pipeline pause", 0, at_ms=1_005),  # another host's clock
+        entry("api", who, "POST /api/v1/snapshots/resume", 202, at_ms=1_007),
+    ]
+    assert [d["action"] for d in newest_first(written)] == [
+        "POST /api/v1/snapshots/resume",
+        "POST /console/session",
+        "POST /api/v1/snapshots",
+        "pipeline pause",
+        "POST /api/v1/snapshots/pause",
+    ]
 
 
 def test_a_record_reads_back_as_written() -> None:
