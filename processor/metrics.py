@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from prometheus_client import Counter, Gauge, Histogram
 
 EVENTS_IN = Counter("tidemark_events_in_total", "Input messages consumed", ["topic"])
@@ -161,3 +163,28 @@ API_AUTH_FAILURES = Counter(
     "Requests to the web port refused for their token (missing, wrong) or for too many failures",
     ["reason"],
 )
+
+#: The families labelled by topic: an input topic, its backfill topic or its output.
+BY_TOPIC = (
+    EVENTS_IN,
+    EVENTS_OUT,
+    EVENTS_DROPPED,
+    ROWS_ASKED_AGAIN,
+    TRUNCATES,
+    TRUNCATED_ROWS,
+    DEAD_LETTERS,
+    SOURCE_REFUSED,
+    PARTITION_REFUSED,
+    RESTORE_RECORDS,
+    CONSUMER_LAG,
+    PARTITIONER_MISMATCHES,
+    WINDOW_BUFFERED_ROWS,
+)
+
+
+def forget_topics(topics: Iterable[str]) -> None:
+    """Take the series of ``topics`` out of ``/metrics``: a removed table's, which would
+    otherwise stay until a restart."""
+    for topic in topics:
+        for family in BY_TOPIC:
+            family.remove_by_labels({"topic": topic})

@@ -35,7 +35,7 @@ from tidemark.core.kafka import (
     record_topic_config,
     topic_ids,
 )
-from tidemark.core.topics import backfill_topic, backfilled_topic, reader_group
+from tidemark.core.topics import backfill_topic, backfilled_topic, output_topic, reader_group
 
 log = logging.getLogger(__name__)
 
@@ -174,8 +174,9 @@ class Partitions:
         """Delete the state this instance keeps of ``marked`` topics (of tables being
         removed), and of topics the broker says it no longer has (a table removed while
         this instance was away): nothing will read it again, and the topics, made again,
-        are others. A topic whose partitions are open here keeps its state. Whether a marked topic's
-        state waits for its partitions to close (run again later).
+        are others. Their series leave ``/metrics`` too. A topic whose partitions are open
+        here keeps its state. Whether a marked topic's state waits for its partitions to
+        close (run again later).
 
         Not in a rebalance callback: the database may be closed then, and the group
         waits on them."""
@@ -199,7 +200,17 @@ class Partitions:
         for topic in sorted(doomed):
             self._backend.drop(topic)
             log.info("deleted the state of %s: its table was removed", topic)
+        let_go = (marked - open_here) | doomed
+        metrics.forget_topics(
+            name
+            for topic in let_go
+            for name in (topic, backfill_topic(self._pipeline, topic), self._output_of(topic))
+        )
         return bool(held & open_here & marked)
+
+    def _output_of(self, topic: str) -> str:
+        """Input ``topic``'s output topic (without making its :class:`InputTopic`)."""
+        return output_topic(self._config.source.topic_prefix, topic)
 
     def _refuse_grown(self, topics: set[str]) -> None:
         """Stop each of ``topics`` that has more partitions than the topics made for it

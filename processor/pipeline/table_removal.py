@@ -22,8 +22,10 @@ The change topic is Debezium's: a consumer other than this pipeline that reads i
 loses it too. It refuses a table the source still has and Debezium still captures:
 Debezium would make its change topic again at the next change, and the data plane
 would take it up. ``--force`` removes it anyway (the table's next change starts it
-again from nothing). The output topic is kept unless asked for: the sink's Iceberg
-table and other readers depend on it (stop them first: they hold its partitions).
+again from nothing). It refuses too, ``--force`` or not, while a backfill of the table
+is unfinished (:func:`backfill_reason`). The output topic is kept unless asked for:
+the sink's Iceberg table and other readers depend on it (stop them first: they hold
+its partitions).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from processor.pipeline.control_records import REMOVING_PREFIX
 from processor.pipeline.control_topic import read_control, write_control
 from processor.pipeline.instances import REPORT_EVERY_S, read_instances
 from processor.pipeline.offsets import write_positions
+from processor.snapshot.client import read_state
+from processor.snapshot.progress import UNFINISHED, SnapshotState
 from processor.snapshot.signals import TABLE_PATTERN
 from tidemark.core.config import Config
 from tidemark.core.errors import TidemarkError
@@ -128,6 +132,18 @@ def captured_reason(config: Config, table: str) -> str | None:
     )
 
 
+def backfill_reason(state: SnapshotState | None, table: str) -> str | None:
+    """Why ``table`` cannot be removed now (a backfill of it is not done: deleting its
+    backfill topic would leave it unfinished for good), or ``None``."""
+    for t in state.tables if state is not None else ():
+        if t.table == table and t.status in UNFINISHED:
+            return (
+                f"a backfill of {table} is {t.status} (request {t.request_id}): let it "
+                f"finish, or stop it (tidemark snapshot stop {table}), first"
+            )
+    return None
+
+
 def remove_table(
     config: Config,
     table: str,
@@ -141,12 +157,19 @@ def remove_table(
     source = input_of(config, table)
     if not force and (reason := captured_reason(config, table)) is not None:
         raise TidemarkError(reason)
+    if (reason := backfill_reason(read_state(config), table)) is not None:
+        raise TidemarkError(reason)
     mark = REMOVING_PREFIX + source.encode()
     write_control(config, mark, {"topic": source, "by": "cli"})
     _wait_released(config, source, wait_s)
     if source not in read_control(config).removing:
         raise TidemarkError(
             f"the removal of {table} was taken back meanwhile (--cancel): nothing was deleted"
+        )
+    if (reason := backfill_reason(read_state(config), table)) is not None:
+        raise TidemarkError(  # requested while the instances let go
+            f"{reason}; nothing was deleted, and the instances keep leaving the table out: "
+            "run the command again then, or take the removal back with --cancel"
         )
     admin = AdminClient(client_config(config.kafka))
     read, made = table_topics(config, table)

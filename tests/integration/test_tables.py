@@ -4,6 +4,7 @@ position and no state behind, and, made again, starts from nothing."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import orjson
@@ -13,6 +14,8 @@ from confluent_kafka.admin import AdminClient
 from psycopg import sql
 
 from processor.pipeline.control_topic import read_control
+from processor.snapshot.client import read_state
+from processor.snapshot.progress import UNFINISHED
 from tests.integration.processes import (
     Processor,
     pipeline_config,
@@ -49,6 +52,24 @@ def names_of(config: Config, topic: str, key: int) -> list[str]:
         for r in read_topic(config, topic)
         if r.value is not None and orjson.loads(r.key)["id"] == key
     ]
+
+
+def cli(processor: Processor, *args: str) -> None:
+    done = run_cli(processor, *args)
+    assert done.returncode == 0, done.stderr
+
+
+def unfinished(config: Config, request: str) -> bool:
+    """Whether snapshot request ``request`` has a table not yet done."""
+    state = read_state(config)
+    return state is not None and any(
+        t.request_id == request and t.status in UNFINISHED for t in state.tables
+    )
+
+
+def series_of(processor: Processor) -> set[str]:
+    """The ``topic`` labels of the processor's series (``topic="..."``)."""
+    return set(re.findall(r'topic="[^"]*"', processor.metrics()))
 
 
 def test_a_removed_table_made_again_starts_from_nothing(stack: DevStack) -> None:
@@ -106,11 +127,12 @@ def test_a_table_added_at_run_time_is_taken_up_and_removed_while_running(
 ) -> None:
     """A running instance takes up a table created in the source after it started
     (Debezium captures it, its topic appears, the subscription finds it) without a
-    restart. Its removal is refused while the source has it; once the table is
-    dropped, it is removed with the pipeline running: the instance gives up its
-    partitions before their topics are deleted (librdkafka crashes a consumer that
-    holds one then), deletes their state, and goes on with the other table. Made
-    again, the table is taken up again by the same instance, its topics made anew."""
+    restart. Its removal is refused while the source has it, and while a backfill of it
+    is unfinished; once the table is dropped, it is removed with the pipeline running:
+    the instance gives up its partitions before their topics are deleted (librdkafka
+    crashes a consumer that holds one then), deletes their state and their series, and
+    goes on with the other table. Made again, the table is taken up again by the same
+    instance, its topics made anew."""
     config = pipeline_config(stack, "added")
     prefix = config.source.topic_prefix
     topic = f"{prefix}.public.iso_added_t"
@@ -135,6 +157,19 @@ def test_a_table_added_at_run_time_is_taken_up_and_removed_while_running(
         assert refused.returncode == 2, refused.stderr
         assert "still exists in the source" in refused.stderr
         assert topic in partition_counts(admin, [topic])
+        assert f'topic="{topic}"' in processor.metrics()
+
+        # Nor while a backfill of it is unfinished, --force or not: it is kept queued
+        cli(processor, "snapshot", "pause")
+        cli(processor, "snapshot", "start", "public.iso_added_t", "--id", "rm-1")
+        wait_for("the backfill queued", lambda: unfinished(config, "rm-1"), timeout=60)
+        refused = run_cli(processor, "tables", "remove", "public.iso_added_t", "--force")
+        assert refused.returncode == 2, refused.stderr
+        assert "a backfill of public.iso_added_t is " in refused.stderr
+        cli(processor, "snapshot", "stop", "public.iso_added_t")
+        wait_for("the backfill stopped", lambda: not unfinished(config, "rm-1"), timeout=60)
+        cli(processor, "snapshot", "resume")
+        assert not read_control(config).removing  # refused before the mark
 
         with psycopg.connect(**config.owner_conninfo(), autocommit=True) as conn:
             conn.execute(sql.SQL("DROP TABLE {}").format(table))
@@ -148,6 +183,11 @@ def test_a_table_added_at_run_time_is_taken_up_and_removed_while_running(
             timeout=30,
         )
         assert not read_control(config).removing  # the mark taken back
+        wait_for(
+            "its series gone from /metrics",
+            lambda: not {f'topic="{t}"' for t in (topic, output)} & series_of(processor),
+            timeout=30,
+        )
         send(config, other, [(1, "after", 1)])
         wait_for(
             "the other table's output", lambda: names_of(config, output_topic(prefix, other), 1)

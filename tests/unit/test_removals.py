@@ -1,9 +1,20 @@
 """When a data plane has let go of a table being removed: its report tells
-``tidemark tables remove`` that the table's topics can be deleted under no consumer."""
+``tidemark tables remove`` that the table's topics can be deleted under no consumer; and
+when a backfill of the table keeps the command from starting."""
 
 from __future__ import annotations
 
 from processor.dataplane.removals import Removals
+from processor.pipeline.table_removal import backfill_reason
+from processor.snapshot.progress import (
+    ABORTED,
+    COMPLETED,
+    DELIVERING,
+    QUEUED,
+    RUNNING,
+    SnapshotState,
+    TableProgress,
+)
 
 X, Y = "p.public.x", "p.public.y"
 
@@ -57,3 +68,23 @@ def test_outside_the_group_everything_is_let_go_and_a_mark_taken_back_is_forgott
     removals.read({Y})
     removals.update(member=False, held=set())
     assert removals.released == {Y}
+
+
+def test_a_table_is_not_removed_while_a_backfill_of_it_is_unfinished() -> None:
+    """Its backfill topic is deleted with it: a backfill still reading, or whose rows the
+    data plane has not passed yet, would never finish. Its other tables' do not count."""
+    state = SnapshotState(
+        tables=[
+            TableProgress("public.x", "r-1", status=COMPLETED),
+            TableProgress("public.y", "r-2", status=RUNNING),
+            TableProgress("public.x", "r-3", status=ABORTED),
+        ]
+    )
+    assert backfill_reason(None, "public.x") is None
+    assert backfill_reason(state, "public.x") is None
+    for status in (QUEUED, RUNNING, DELIVERING):
+        state.tables.append(TableProgress("public.x", "r-4", status=status))
+        reason = backfill_reason(state, "public.x")
+        assert reason is not None and f"is {status} (request r-4)" in reason
+        assert "tidemark snapshot stop public.x" in reason
+        state.tables.pop()

@@ -172,7 +172,7 @@ def _parser() -> argparse.ArgumentParser:
         "remove",
         _tables_remove,
         "delete a table's topics, positions and state, once the source no longer has "
-        "it; the pipeline runs on",
+        "it and no backfill of it is unfinished; the pipeline runs on",
         tables_sub,
     )
     remove.add_argument("table", metavar="TABLE", help="the table (schema.table)")
