@@ -12,12 +12,14 @@ export DISABLE_MKDOCS_2_WARNING := true
 setup: system-deps $(VENV)/.installed $(VENV)/.compiled $(BIN)/promtool
 
 # What a plain Debian machine lacks, installed from Debian only when missing: Java 17
-# (Spark, Debezium), PostgreSQL 15's server binaries, venv for $(PYTHON), a C compiler
+# (Spark, Debezium) with its compiler (the tests' Hive metastore starts from a Java
+# source file, tests/integration/hive/Metastore.java), PostgreSQL 15's server binaries, venv for $(PYTHON), a C compiler
 # with the Python headers (for packages, and code of ours, that compile), and headless
 # Chromium with its driver for the console's browser tests (never in the image).
 system-deps:
 	@missing=""; \
-	java -version 2>&1 | grep -Eq 'version "(1[7-9]|[2-9][0-9])' || missing="$$missing openjdk-17-jre-headless"; \
+	java -version 2>&1 | grep -Eq 'version "(1[7-9]|[2-9][0-9])' || missing="$$missing openjdk-17-jdk-headless"; \
+	java --list-modules 2>/dev/null | grep -q '^jdk.compiler@' || missing="$$missing openjdk-17-jdk-headless"; \
 	{ command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; } || missing="$$missing postgresql"; \
 	$(PYTHON) -c 'import ensurepip, venv' 2>/dev/null || missing="$$missing python3-venv"; \
 	command -v cc >/dev/null || missing="$$missing gcc"; \

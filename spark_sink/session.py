@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 from tidemark.core.binaries import java_home
+from tidemark.core.catalogs import CUSTOM
 from tidemark.core.config import Config, SinkConfig
 from tidemark.core.errors import ConfigError
 
@@ -50,19 +51,23 @@ def warehouse_location(warehouse: str) -> str:
 
 
 def catalog_settings(sink: SinkConfig) -> dict[str, str]:
-    """The Spark settings that define the sink's Iceberg catalog, but its secrets."""
+    """The Spark settings that define the sink's Iceberg catalog, but its secrets
+    (:mod:`tidemark.core.catalogs` says what each catalog type takes)."""
     prefix = f"spark.sql.catalog.{sink.catalog_name}"
-    settings = {
-        prefix: "org.apache.iceberg.spark.SparkCatalog",
-        f"{prefix}.type": sink.catalog_type,
-        f"{prefix}.warehouse": warehouse_location(sink.warehouse),
-    }
+    settings = {prefix: "org.apache.iceberg.spark.SparkCatalog"}
+    if sink.catalog_type != CUSTOM:  # a custom catalog's class is its catalog-impl
+        settings[f"{prefix}.type"] = sink.catalog_type
+    settings[f"{prefix}.warehouse"] = warehouse_location(sink.warehouse)
     if sink.catalog_uri:
         settings[f"{prefix}.uri"] = sink.catalog_uri
     if sink.catalog_type == "jdbc":
         settings[f"{prefix}.jdbc.user"] = sink.catalog_user
         # Iceberg's schema version V1 also keeps views; it creates its tables itself.
         settings[f"{prefix}.jdbc.schema-version"] = "V1"
+    if sink.catalog_type == "nessie":
+        settings[f"{prefix}.ref"] = "main"  # the branch written; catalog_properties: ref
+        if sink.catalog_password:
+            settings[f"{prefix}.authentication.type"] = "BEARER"
     for key, value in sink.catalog_properties.items():
         settings[f"{prefix}.{key}"] = value
     return settings
@@ -73,10 +78,14 @@ def catalog_secrets(sink: SinkConfig) -> dict[str, str]:
     the builder: PySpark starts the JVM with the builder's settings as ``--conf``
     arguments, which ``ps`` shows to every user of the machine."""
     prefix = f"spark.sql.catalog.{sink.catalog_name}"
-    if sink.catalog_type == "jdbc" and sink.catalog_password:
+    if not sink.catalog_password:
+        return {}
+    if sink.catalog_type == "jdbc":
         return {f"{prefix}.jdbc.password": sink.catalog_password}
-    if sink.catalog_type == "rest" and sink.catalog_password:
+    if sink.catalog_type == "rest":
         return {f"{prefix}.credential": f"{sink.catalog_user}:{sink.catalog_password}"}
+    if sink.catalog_type == "nessie":
+        return {f"{prefix}.authentication.token": sink.catalog_password}
     return {}
 
 

@@ -1,5 +1,6 @@
 """The Spark sink against real Debezium output: schema evolution, soft deletes, the JDBC
-catalog on PostgreSQL, maintenance that keeps the committed offsets (between batches and
+catalog on PostgreSQL, the Hive catalog on a real metastore, every catalog type as
+Iceberg builds it, maintenance that keeps the committed offsets (between batches and
 beside a running sink), a value that does not fit its column, a stalled read, and gaps
 (a topic made again, a sink behind its topic's delete retention).
 
@@ -36,8 +37,9 @@ from processor.pipeline.sink_status import read_sink_status
 from spark_sink.job import Sink
 from spark_sink.maintain import maintain
 from spark_sink.maintenance import maintained_at
-from spark_sink.session import create_session
+from spark_sink.session import catalog_settings, create_session
 from spark_sink.writer import FRESH_UNTIL_PROPERTY, OFFSETS_PROPERTY, parse_offsets
+from tests.integration.metastore import Metastore
 from tests.integration.processes import (
     Processor,
     SinkProcess,
@@ -47,7 +49,8 @@ from tests.integration.processes import (
     wait_for,
 )
 from tidemark.cli.verify import compare_table, wait_caught_up
-from tidemark.core.config import Config, TableLayout, dump_config
+from tidemark.core.catalogs import KINDS, catalog_problem
+from tidemark.core.config import Config, SinkConfig, TableLayout, dump_config
 from tidemark.core.kafka import (
     TRANSACTION_TIMEOUT,
     client_config,
@@ -75,6 +78,7 @@ TABLES = {
     "iso_sink_mark": "id int PRIMARY KEY, v text",
     "iso_sink_auto": "id int PRIMARY KEY, n int",
     "iso_sink_layout": "id int PRIMARY KEY, region text, at timestamptz, v text",
+    "iso_sink_hive": "id int PRIMARY KEY, v text",
 }
 
 #: In-process compactions beside the continuous sink, after the CLI's.
@@ -1058,3 +1062,98 @@ def test_a_transaction_the_broker_never_closes_does_not_hold_a_table_back_for_go
         assert_equal(config, spark, table)
     finally:
         dead.abort_transaction(TRANSACTION_TIMEOUT)
+
+
+def test_a_hive_catalog_on_a_real_hive_metastore(
+    pipeline: Config, spark: SparkSession, stack: DevStack
+) -> None:
+    """The sink makes, merges into and reads back a table whose catalog is a Hive
+    metastore (each commit takes the metastore's table lock)."""
+    metastore = Metastore(stack.run_dir / "hive-metastore").start()
+    try:
+        config = sink_config(
+            pipeline, "hms", ["iso_sink_hive"], catalog_type="hive", catalog_uri=metastore.uri
+        )
+        execute(
+            config, "INSERT INTO iso_sink_hive SELECT n, 'v' || n FROM generate_series(1, 50) n"
+        )
+        wait_caught_up(config)
+        sink = Sink(config, create_session(config))
+        drain(sink)
+        assert_equal(config, spark, "iso_sink_hive")
+        execute(
+            config,
+            "UPDATE iso_sink_hive SET v = 'w' WHERE id % 3 = 0",
+            "DELETE FROM iso_sink_hive WHERE id % 5 = 0",
+        )
+        wait_caught_up(config)
+        drain(sink)
+        assert_equal(config, spark, "iso_sink_hive")
+        assert sink.stopped == {}
+        assert snapshots(spark, "hms.public.iso_sink_hive") >= 2
+        offsets = sink.table("tidemark.reconciled.public.iso_sink_hive").committed()[0]
+        assert sum(offsets.values()) > 0
+        located = spark.sql("DESCRIBE TABLE EXTENDED hms.public.iso_sink_hive").collect()
+        location = next(r["data_type"] for r in located if r["col_name"] == "Location")
+        assert location.removeprefix("file:").startswith(config.sink.warehouse), location
+    finally:
+        metastore.stop()
+
+
+#: What Iceberg makes of each catalog type's settings with no service behind them: the
+#: catalog's class, or the error of the class that tried to reach its service.
+BUILT = {
+    "hadoop": "org.apache.iceberg.hadoop.HadoopCatalog",
+    "jdbc": "org.apache.iceberg.jdbc.UncheckedSQLException: Failed to connect",
+    "rest": "org.apache.iceberg.exceptions.RESTException",
+    "hive": "org.apache.iceberg.hive.HiveCatalog",
+    "nessie": "org.apache.iceberg.nessie.NessieCatalog",
+    # the image ships no AWS SDK: Glue gets as far as its class
+    "glue": "Missing org.apache.iceberg.aws.glue.GlueCatalog",
+    "custom": "org.apache.iceberg.inmemory.InMemoryCatalog",
+}
+SERVICES = {
+    "jdbc": "jdbc:postgresql://127.0.0.1:9/none",
+    "rest": "http://127.0.0.1:9/",
+    "hive": "thrift://127.0.0.1:9",
+    "nessie": "http://127.0.0.1:9/api/v2",
+}
+
+
+def built(spark: SparkSession, settings: dict[str, str], name: str) -> str:
+    """The class of the Iceberg catalog that ``settings`` make in Spark, or the error."""
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        catalog = spark._jsparkSession.sessionState().catalogManager().catalog(name)  # noqa: SLF001
+    except Exception as exc:  # noqa: BLE001 - py4j's error, whose text is the answer
+        return str(exc)
+    return str(catalog.icebergCatalog().getClass().getName())
+
+
+def test_every_catalog_type_is_built_by_iceberg_as_configured(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Each ``sink.catalog_type``'s settings, as the sink derives them, are ones Iceberg
+    builds the intended catalog from; the one combination the configuration refuses
+    (a type with a catalog-impl) Iceberg refuses too."""
+    assert set(BUILT) == set(KINDS)
+    for kind, expected in BUILT.items():
+        properties = {"cache-enabled": "false"}  # the catalog itself, not its cache
+        if kind == "custom":
+            properties["catalog-impl"] = "org.apache.iceberg.inmemory.InMemoryCatalog"
+        sink = SinkConfig(
+            catalog_type=kind,  # type: ignore[arg-type] - every one of the Literal's
+            catalog_name=f"kind_{kind}",
+            catalog_uri=SERVICES.get(kind, ""),
+            catalog_properties=properties,
+            warehouse=str(tmp_path / "warehouse"),
+        )
+        assert catalog_problem(kind, sink.catalog_uri, properties) is None
+        answer = built(spark, catalog_settings(sink), f"kind_{kind}")
+        assert expected in answer, (kind, answer[:500])
+        assert "Unknown catalog type" not in answer
+    both = catalog_settings(SinkConfig(catalog_name="kind_both"))
+    both["spark.sql.catalog.kind_both.catalog-impl"] = "org.apache.iceberg.inmemory.InMemoryCatalog"
+    assert "both type and catalog-impl are set" in built(spark, both, "kind_both")
+    assert catalog_problem("hadoop", "", {"catalog-impl": "x.Y"}) is not None

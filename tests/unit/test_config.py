@@ -75,7 +75,31 @@ def test_the_catalog_password_comes_from_the_environment_and_stays_out_of_repr(
         ("sink:\n  topic_pattern: '('\n", "sink.topic_pattern: not a valid regular expression"),
         ("source:\n  topic_prefix: 'a.b'\n", "source.topic_prefix: use letters"),
         ("sink:\n  catalog_type: jdbc\n", "sink.catalog_uri: a jdbc catalog needs its URI"),
-        ("sink:\n  catalog_type: glue\n", "sink.catalog_type: 'glue' is not one of"),
+        ("sink:\n  catalog_type: unity\n", "sink.catalog_type: 'unity' is not one of"),
+        (
+            "sink:\n  catalog_type: hive\n  catalog_uri: http://hms:9083\n",
+            "sink.catalog_uri: a hive catalog's URI names the Hive metastore",
+        ),
+        (
+            "sink:\n  catalog_type: glue\n  catalog_uri: https://glue.example\n",
+            "sink.catalog_uri: a glue catalog takes no URI (glue.endpoint",
+        ),
+        ("sink:\n  catalog_type: custom\n", "sink.catalog_properties: a custom catalog needs"),
+        (
+            "sink:\n  catalog_type: jdbc\n  catalog_uri: jdbc:postgresql://db/x\n"
+            "  catalog_properties:\n    catalog-impl: com.example.C\n",
+            "sink.catalog_properties.catalog-impl: only with catalog_type: custom (Iceberg "
+            "refuses a jdbc catalog with a catalog-impl too",
+        ),
+        (
+            "sink:\n  catalog_type: nessie\n  catalog_uri: https://nessie/api/v2\n"
+            "  catalog_properties:\n    authentication.token: t\n",
+            "sink.catalog_properties.authentication.token: set it with sink.catalog_password",
+        ),
+        (
+            "sink:\n  catalog_properties:\n    warehouse: /elsewhere\n",
+            "sink.catalog_properties.warehouse: set it with sink.warehouse",
+        ),
         ("sink:\n  catalog_name: 'lake; DROP'\n", "sink.catalog_name: use letters"),
         (
             "source:\n  debezium:\n    decimal.handling.mode: exact\n",

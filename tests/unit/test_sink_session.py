@@ -36,6 +36,35 @@ def test_a_jdbc_catalog_carries_its_uri_and_credentials_and_keeps_a_uri_warehous
     assert settings["spark.sql.catalog.pg.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
 
 
+def test_a_nessie_catalog_writes_main_unless_told_and_its_token_is_a_secret() -> None:
+    uri = "https://nessie.example/api/v2"
+    sink = SinkConfig(catalog_type="nessie", catalog_uri=uri, catalog_password="tok")
+    settings = catalog_settings(sink)
+    assert settings["spark.sql.catalog.lake.type"] == "nessie"
+    assert settings["spark.sql.catalog.lake.uri"] == uri
+    assert settings["spark.sql.catalog.lake.ref"] == "main"
+    assert settings["spark.sql.catalog.lake.authentication.type"] == "BEARER"
+    assert "tok" not in str(settings)
+    assert catalog_secrets(sink) == {"spark.sql.catalog.lake.authentication.token": "tok"}
+    branch = SinkConfig(catalog_type="nessie", catalog_uri=uri, catalog_properties={"ref": "etl"})
+    assert catalog_settings(branch)["spark.sql.catalog.lake.ref"] == "etl"
+    assert "spark.sql.catalog.lake.authentication.type" not in catalog_settings(branch)
+
+
+def test_a_custom_catalog_is_its_class_without_a_type_and_glue_needs_no_uri() -> None:
+    impl = "org.example.OurCatalog"
+    settings = catalog_settings(
+        SinkConfig(catalog_type="custom", catalog_properties={"catalog-impl": impl})
+    )
+    assert settings["spark.sql.catalog.lake.catalog-impl"] == impl
+    assert "spark.sql.catalog.lake.type" not in settings  # Iceberg refuses both
+    glue = catalog_settings(SinkConfig(catalog_type="glue", warehouse="s3://lake/wh"))
+    assert glue["spark.sql.catalog.lake.type"] == "glue"
+    assert glue["spark.sql.catalog.lake.warehouse"] == "s3://lake/wh"
+    assert "spark.sql.catalog.lake.uri" not in glue
+    assert catalog_secrets(SinkConfig(catalog_type="glue", catalog_password="x")) == {}
+
+
 def test_the_postgresql_driver_ships_with_the_debezium_wheel() -> None:
     jar = postgres_jar()
     assert jar is not None and jar.is_file()

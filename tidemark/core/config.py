@@ -22,6 +22,7 @@ from typing import Any, Literal
 import yaml
 
 from tidemark.core import topics
+from tidemark.core.catalogs import catalog_problem
 from tidemark.core.debezium_settings import ValueSettings
 from tidemark.core.errors import ConfigError
 from tidemark.core.kafka_aio import check_translatable
@@ -328,20 +329,25 @@ class SinkConfig:
     """The Spark job that merges reconciled topics into Iceberg (``tidemark sink``)."""
 
     #: The Iceberg catalog: ``hadoop`` (a warehouse folder; local disks only, it has no
-    #: atomic commits on object stores), ``jdbc`` (tables listed in a database), ``rest``
-    #: or ``hive`` (``catalog_uri`` names the service).
-    catalog_type: Literal["hadoop", "jdbc", "rest", "hive"] = "hadoop"
+    #: atomic commits on object stores), ``jdbc`` (tables listed in a database), ``rest``,
+    #: ``hive`` or ``nessie`` (``catalog_uri`` names the service), ``glue`` (AWS's, from
+    #: the environment's credentials), or ``custom`` (the class in ``catalog_properties``'
+    #: ``catalog-impl``). :mod:`tidemark.core.catalogs` says what each takes.
+    catalog_type: Literal["hadoop", "jdbc", "rest", "hive", "nessie", "glue", "custom"] = "hadoop"
     #: The catalog's name in Spark (``spark.sql.catalog.<name>``): the first part of every
     #: table's name (``<name>.<schema>.<table>``).
     catalog_name: str = "lake"
-    #: ``jdbc:postgresql://host:port/db`` for ``jdbc``, ``http(s)://`` for ``rest``,
-    #: ``thrift://`` for ``hive``.
+    #: ``jdbc:postgresql://host:port/db`` for ``jdbc``, ``http(s)://`` for ``rest`` and
+    #: ``nessie``, ``thrift://`` for ``hive``; none for ``hadoop`` and ``glue``.
     catalog_uri: str = ""
     #: User of a ``jdbc`` catalog's database, or of a ``rest`` catalog's credential.
     catalog_user: str = ""
-    #: Pass it as ``TIDEMARK_SINK__CATALOG_PASSWORD``; never logged.
+    #: The password of a ``jdbc`` catalog's user or a ``rest`` credential, or a ``nessie``
+    #: bearer token. Pass it as ``TIDEMARK_SINK__CATALOG_PASSWORD``; never logged.
     catalog_password: str = field(default="", repr=False)
-    #: Extra catalog properties (``spark.sql.catalog.<name>.<key>``), e.g. an ``io-impl``.
+    #: Extra catalog properties (``spark.sql.catalog.<name>.<key>``), e.g. an ``io-impl``,
+    #: a Nessie ``ref``, a ``custom`` catalog's ``catalog-impl``; not those the fields
+    #: above set.
     catalog_properties: dict[str, str] = field(default_factory=dict)
     #: A folder or a URI (``s3://...``: use a catalog with atomic commits, not ``hadoop``).
     warehouse: str = ".tidemark/warehouse"
@@ -723,8 +729,9 @@ def _check_ranges(config: Config) -> None:
     if not re.fullmatch(r"[A-Za-z0-9_-]+", config.source.topic_prefix):
         raise ConfigError("source.topic_prefix: use letters, digits, '_' and '-' only")
     sink = config.sink
-    if sink.catalog_type != "hadoop" and not sink.catalog_uri:
-        raise ConfigError(f"sink.catalog_uri: a {sink.catalog_type} catalog needs its URI")
+    problem = catalog_problem(sink.catalog_type, sink.catalog_uri, sink.catalog_properties)
+    if problem is not None:
+        raise ConfigError(f"sink.{problem[0]}: {problem[1]}")
     if config.processor.offsets_write_abandoned_s < 6:
         # A claim waits 2 s for other claims and renews every sixth of this time.
         raise ConfigError("processor.offsets_write_abandoned_s: at least 6 (seconds)")
