@@ -82,8 +82,10 @@ def catalog_secrets(sink: SinkConfig) -> dict[str, str]:
         return {}
     if sink.catalog_type == "jdbc":
         return {f"{prefix}.jdbc.password": sink.catalog_password}
-    if sink.catalog_type == "rest":
+    if sink.catalog_type == "rest" and sink.catalog_user:  # an OAuth2 client's secret
         return {f"{prefix}.credential": f"{sink.catalog_user}:{sink.catalog_password}"}
+    if sink.catalog_type == "rest":
+        return {f"{prefix}.token": sink.catalog_password}  # a bearer token
     if sink.catalog_type == "nessie":
         return {f"{prefix}.authentication.token": sink.catalog_password}
     return {}

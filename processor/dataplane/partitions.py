@@ -174,9 +174,9 @@ class Partitions:
         """Delete the state this instance keeps of ``marked`` topics (of tables being
         removed), and of topics the broker says it no longer has (a table removed while
         this instance was away): nothing will read it again, and the topics, made again,
-        are others. Their series leave ``/metrics`` too. A topic whose partitions are open
-        here keeps its state. Whether a marked topic's state waits for its partitions to
-        close (run again later).
+        are others. Their series leave ``/metrics`` too, and their refusals: a table made
+        again starts afresh. A topic whose partitions are open here keeps its state.
+        Whether a marked topic's partitions are still open here (run again later).
 
         Not in a rebalance callback: the database may be closed then, and the group
         waits on them."""
@@ -201,12 +201,15 @@ class Partitions:
             self._backend.drop(topic)
             log.info("deleted the state of %s: its table was removed", topic)
         let_go = (marked - open_here) | doomed
+        for topic in let_go:
+            self._reconciler.forget_topic(topic)
+            self._grown.discard(topic)
         metrics.forget_topics(
             name
             for topic in let_go
             for name in (topic, backfill_topic(self._pipeline, topic), self._output_of(topic))
         )
-        return bool(held & open_here & marked)
+        return bool(open_here & marked)
 
     def _output_of(self, topic: str) -> str:
         """Input ``topic``'s output topic (without making its :class:`InputTopic`)."""

@@ -45,7 +45,7 @@ from processor.pipeline.control_topic import read_control, write_control
 from processor.pipeline.instances import REPORT_EVERY_S, read_instances
 from processor.pipeline.offsets import write_positions
 from processor.snapshot.client import read_state
-from processor.snapshot.progress import UNFINISHED, SnapshotState
+from processor.snapshot.progress import DELIVERING, UNFINISHED, SnapshotState
 from processor.snapshot.signals import TABLE_PATTERN
 from tidemark.core.config import Config
 from tidemark.core.errors import TidemarkError
@@ -134,13 +134,16 @@ def captured_reason(config: Config, table: str) -> str | None:
 
 def backfill_reason(state: SnapshotState | None, table: str) -> str | None:
     """Why ``table`` cannot be removed now (a backfill of it is not done: deleting its
-    backfill topic would leave it unfinished for good), or ``None``."""
+    backfill topic would leave it unfinished for good), with what to do, or ``None``."""
     for t in state.tables if state is not None else ():
-        if t.table == table and t.status in UNFINISHED:
-            return (
-                f"a backfill of {table} is {t.status} (request {t.request_id}): let it "
-                f"finish, or stop it (tidemark snapshot stop {table}), first"
-            )
+        if t.table != table or t.status not in UNFINISHED:
+            continue
+        doing = f"a backfill of {table} is {t.status} (request {t.request_id})"
+        if t.status == DELIVERING:
+            return f"{doing}: it is read, and completes once the data plane has passed its rows"
+        if t.keys is not None:  # a stop signal does not stop these
+            return f"{doing}: the data plane's own read of keys again; let it finish"
+        return f"{doing}: let it finish, or stop it (tidemark snapshot stop {table}), first"
     return None
 
 
@@ -168,8 +171,9 @@ def remove_table(
         )
     if (reason := backfill_reason(read_state(config), table)) is not None:
         raise TidemarkError(  # requested while the instances let go
-            f"{reason}; nothing was deleted, and the instances keep leaving the table out: "
-            "run the command again then, or take the removal back with --cancel"
+            f"{reason}. Nothing was deleted, and the instances keep leaving the table out, "
+            "so its rows are not read meanwhile: take the removal back with --cancel until "
+            "it is done (a backfill stopped instead lets you run the command again now)"
         )
     admin = AdminClient(client_config(config.kafka))
     read, made = table_topics(config, table)

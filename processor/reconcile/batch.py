@@ -877,6 +877,14 @@ class Reconciler:
         self.refused[topic] = reason
         metrics.SOURCE_REFUSED.labels(topic).set(1)
 
+    def forget_topic(self, topic: str) -> None:
+        """Input ``topic``'s table was removed: what was decided of it goes, so that a
+        table made again under its name starts afresh (its refusals too)."""
+        self.refused.pop(topic, None)
+        for tp in [tp for tp in self.refused_partitions if tp[0] == topic]:
+            del self.refused_partitions[tp]
+        self.topics.pop(topic, None)
+
 
 @contextmanager
 def _refusals_of(topic: str) -> Iterator[None]:

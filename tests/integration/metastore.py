@@ -5,6 +5,7 @@ free loopback port (``hive/Metastore.java`` starts it)."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -32,7 +33,8 @@ class Metastore:
         import pyspark
 
         jars = Path(pyspark.__file__).parent / "jars"
-        self.folder.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(self.folder, ignore_errors=True)  # its transaction tables made anew
+        self.folder.mkdir(parents=True)
         settings = {
             "javax.jdo.option.ConnectionURL": f"jdbc:derby:;databaseName={self.folder / 'db'}"
             ";create=true",

@@ -86,5 +86,9 @@ def test_a_table_is_not_removed_while_a_backfill_of_it_is_unfinished() -> None:
         state.tables.append(TableProgress("public.x", "r-4", status=status))
         reason = backfill_reason(state, "public.x")
         assert reason is not None and f"is {status} (request r-4)" in reason
-        assert "tidemark snapshot stop public.x" in reason
+        # the advice to stop it only where a stop signal stops it
+        assert ("tidemark snapshot stop public.x" in reason) == (status != DELIVERING)
         state.tables.pop()
+    state.tables.append(TableProgress("public.x", "again-1", keys=[{"id": 1}], status=RUNNING))
+    reason = backfill_reason(state, "public.x")
+    assert reason is not None and "read of keys again" in reason and "stop" not in reason

@@ -7,6 +7,8 @@ from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.metrics import MetricWrapperBase
 
 import processor.metrics as metrics
+from processor.reconcile.batch import Reconciler
+from tidemark.core.config import Config
 
 
 def test_every_family_labelled_by_topic_is_forgotten_with_its_table() -> None:
@@ -32,3 +34,16 @@ def test_a_forgotten_topics_series_are_gone_and_the_others_stay() -> None:
     assert text.count(f'topic="{kept}"') >= 5
     metrics.forget_topics([kept])
     assert f'topic="{kept}"' not in generate_latest(REGISTRY).decode()
+
+
+def test_a_removed_topic_is_no_longer_refused_so_a_table_made_again_starts_afresh() -> None:
+    """The refusal goes with the series that say it: a table made again under the name
+    of one whose topic was stopped must not stay stopped, its alert silent."""
+    reconciler = Reconciler(Config())
+    gone, kept = "rm.public.gone_t", "rm.public.kept_t"
+    for topic in (gone, kept):
+        reconciler.refuse_topic(topic, "broke its envelope")
+        reconciler.refused_partitions[(topic, 1)] = "positions went back"
+    reconciler.forget_topic(gone)
+    assert not reconciler.stopped((gone, 0)) and not reconciler.stopped((gone, 1))
+    assert reconciler.stopped((kept, 0)) and reconciler.stopped((kept, 1))

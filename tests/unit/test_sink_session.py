@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from spark_sink.session import catalog_secrets, catalog_settings, jvm_options, postgres_jar
+from tidemark.core.catalogs import catalog_problem
 from tidemark.core.config import SinkConfig
 
 
@@ -63,6 +64,24 @@ def test_a_custom_catalog_is_its_class_without_a_type_and_glue_needs_no_uri() ->
     assert glue["spark.sql.catalog.lake.warehouse"] == "s3://lake/wh"
     assert "spark.sql.catalog.lake.uri" not in glue
     assert catalog_secrets(SinkConfig(catalog_type="glue", catalog_password="x")) == {}
+
+
+def test_a_rest_catalog_takes_a_client_credential_or_a_bearer_token_and_a_named_warehouse() -> None:
+    uri = "https://catalog.example.org/api/catalog"
+    client = SinkConfig(
+        catalog_type="rest", catalog_uri=uri, catalog_user="c", catalog_password="s"
+    )
+    assert catalog_secrets(client) == {"spark.sql.catalog.lake.credential": "c:s"}
+    bearer = SinkConfig(catalog_type="rest", catalog_uri=uri, catalog_password="tok")
+    assert catalog_secrets(bearer) == {"spark.sql.catalog.lake.token": "tok"}
+    # a REST catalog's warehouse may be a name the service knows, said as it is
+    assert catalog_problem("rest", uri, {"warehouse": "analytics"}) is None
+    named = SinkConfig(catalog_type="rest", catalog_uri=uri, catalog_properties={"warehouse": "a"})
+    assert catalog_settings(named)["spark.sql.catalog.lake.warehouse"] == "a"
+    for key in ("token", "credential", "uri", "type"):
+        assert catalog_problem("rest", uri, {key: "x"}) is not None
+    assert catalog_problem("jdbc", "jdbc:x", {"warehouse": "/w"}) is not None
+    assert catalog_problem("hive", "THRIFT://hms:9083", {}) is None  # schemes in any case
 
 
 def test_the_postgresql_driver_ships_with_the_debezium_wheel() -> None:

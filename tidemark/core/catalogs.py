@@ -5,14 +5,14 @@ jdbc, rest, hive, nessie, glue) or a ``catalog-impl`` class, never both: it refu
 catalog with both ("both type and catalog-impl are set"). ``custom`` is Tidemark's name
 for the second: the class comes from ``sink.catalog_properties["catalog-impl"]`` and no
 ``type`` is set. The settings Tidemark derives from ``sink.*`` fields (the URI, the
-warehouse, the credentials) are not taken from ``catalog_properties`` too, so that one
-place says each, and secrets come only from ``sink.catalog_password`` (the
-environment).
+warehouse, the credentials it knows of) are not taken from ``catalog_properties`` too,
+so that one place says each, and those credentials come only from
+``sink.catalog_password`` (the environment).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 CUSTOM = "custom"
 
@@ -22,33 +22,45 @@ class CatalogKind:
     """What one ``catalog_type`` takes."""
 
     #: The schemes ``catalog_uri`` may have; empty: the catalog takes no URI.
-    uri_schemes: tuple[str, ...]
+    uri_schemes: tuple[str, ...] = ()
     #: What the URI names, for messages.
     uri_names: str = ""
+    #: ``catalog_properties`` keys its ``sink.*`` fields set, and the field that does.
+    derived: dict[str, str] = field(default_factory=dict)
+    #: Whether its warehouse is a location (``sink.warehouse``). A REST catalog's may be
+    #: a name the service knows, and a custom catalog's anything: there
+    #: ``catalog_properties.warehouse`` may say it as it is.
+    warehouse_is_location: bool = True
 
 
 KINDS: dict[str, CatalogKind] = {
-    "hadoop": CatalogKind(()),
-    "jdbc": CatalogKind(("jdbc:",), "the catalog's database (jdbc:postgresql://host:5432/db)"),
-    "rest": CatalogKind(("http://", "https://"), "the REST catalog's endpoint"),
+    "hadoop": CatalogKind(),
+    "jdbc": CatalogKind(
+        ("jdbc:",),
+        "the catalog's database (jdbc:postgresql://host:5432/db)",
+        {"jdbc.user": "catalog_user", "jdbc.password": "catalog_password"},
+    ),
+    "rest": CatalogKind(
+        ("http://", "https://"),
+        "the REST catalog's endpoint",
+        {
+            "credential": "catalog_user and catalog_password",
+            "token": "catalog_password (and no catalog_user)",
+        },
+        warehouse_is_location=False,
+    ),
     "hive": CatalogKind(("thrift://",), "the Hive metastore (thrift://host:9083)"),
-    "nessie": CatalogKind(("http://", "https://"), "Nessie's API (https://host/api/v2)"),
-    "glue": CatalogKind(()),
-    CUSTOM: CatalogKind(()),
+    "nessie": CatalogKind(
+        ("http://", "https://"),
+        "Nessie's API (https://host/api/v2)",
+        {"authentication.token": "catalog_password"},
+    ),
+    "glue": CatalogKind(),
+    CUSTOM: CatalogKind(warehouse_is_location=False),
 }
 
-#: ``catalog_properties`` keys that ``sink.*`` fields set, and the field that does.
-DERIVED = {
-    "type": "catalog_type",
-    "catalog-impl": "catalog_type (custom) with this property",
-    "uri": "catalog_uri",
-    "warehouse": "warehouse",
-    "jdbc.user": "catalog_user",
-    "jdbc.password": "catalog_password",
-    "credential": "catalog_user and catalog_password",
-    "token": "catalog_password",
-    "authentication.token": "catalog_password",
-}
+#: ``catalog_properties`` keys the sink sets for every type.
+COMMON = {"type": "catalog_type", "uri": "catalog_uri"}
 
 
 def catalog_problem(
@@ -69,12 +81,16 @@ def catalog_problem(
             f"only with catalog_type: custom (Iceberg refuses a {catalog_type} catalog "
             "with a catalog-impl too: both type and catalog-impl are set)",
         )
-    for key, field in DERIVED.items():
-        if key in properties and not (key == "catalog-impl" and catalog_type == CUSTOM):
-            return (f"catalog_properties.{key}", f"set it with sink.{field}")
+    derived = {**COMMON, **kind.derived}
+    if kind.warehouse_is_location:
+        derived["warehouse"] = "warehouse"
+    for key, setting in derived.items():
+        if key in properties:
+            return (f"catalog_properties.{key}", f"set it with sink.{setting}")
+    scheme_ok = uri.lower().startswith(kind.uri_schemes) if kind.uri_schemes else True
     if kind.uri_schemes and not uri:
         return ("catalog_uri", f"a {catalog_type} catalog needs its URI: {kind.uri_names}")
-    if kind.uri_schemes and not uri.startswith(kind.uri_schemes):
+    if not scheme_ok:
         return ("catalog_uri", f"a {catalog_type} catalog's URI names {kind.uri_names}")
     if uri and not kind.uri_schemes and catalog_type != CUSTOM:
         hint = " (glue.endpoint names another Glue endpoint)" if catalog_type == "glue" else ""
