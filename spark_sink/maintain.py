@@ -16,6 +16,7 @@ from spark_sink.job import Sink
 from spark_sink.maintenance import Maintained, maintain_table
 from spark_sink.reader import sink_topics
 from spark_sink.session import create_session, stop_session
+from tidemark.core.catalogs import commits_can_overwrite
 from tidemark.core.config import Config
 from tidemark.core.errors import TidemarkError
 
@@ -28,7 +29,11 @@ def maintain(
 ) -> list[Maintained]:
     """Maintain every existing table of the sink's topics; refused on a ``hadoop``
     catalog unless ``sink_stopped``."""
-    if config.sink.catalog_type == "hadoop" and not sink_stopped:
+    settings = config.sink
+    if (
+        commits_can_overwrite(settings.catalog_type, settings.catalog_properties)
+        and not sink_stopped
+    ):
         raise TidemarkError(
             "a hadoop catalog's commits from two processes can overwrite each other: "
             "maintenance beside a running sink could drop its commits. Stop the sink, "

@@ -86,6 +86,10 @@ def test_the_catalog_password_comes_from_the_environment_and_stays_out_of_repr(
         ),
         ("sink:\n  catalog_type: custom\n", "sink.catalog_properties: a custom catalog needs"),
         (
+            "sink:\n  catalog_type: hive\n  catalog_uri: thrift://hms:9083\n  catalog_user: u\n",
+            "sink.catalog_user: a hive catalog takes no user (jdbc and rest do)",
+        ),
+        (
             "sink:\n  catalog_type: jdbc\n  catalog_uri: jdbc:postgresql://db/x\n"
             "  catalog_properties:\n    catalog-impl: com.example.C\n",
             "sink.catalog_properties.catalog-impl: only with catalog_type: custom (Iceberg "

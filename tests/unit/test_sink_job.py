@@ -196,6 +196,12 @@ def test_maintenance_of_a_hadoop_catalog_is_refused_unless_the_sink_is_stopped(
     with pytest.raises(RuntimeError, match="no Spark"):
         maintain_module.maintain(jdbc)
     assert len(sessions) == 2
+    # the same catalog class under another name
+    impl = {"catalog-impl": "org.apache.iceberg.hadoop.HadoopCatalog"}
+    custom = Config(sink=SinkConfig(catalog_type="custom", catalog_properties=impl))
+    with pytest.raises(TidemarkError, match="--sink-stopped"):
+        maintain_module.maintain(custom)
+    assert len(sessions) == 2
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,8 @@ class CatalogKind:
     uri_names: str = ""
     #: ``catalog_properties`` keys its ``sink.*`` fields set, and the field that does.
     derived: dict[str, str] = field(default_factory=dict)
+    #: Whether it takes ``catalog_user`` (a database user, an OAuth2 client).
+    takes_user: bool = False
     #: Whether its warehouse is a location (``sink.warehouse``). A REST catalog's may be
     #: a name the service knows, and a custom catalog's anything: there
     #: ``catalog_properties.warehouse`` may say it as it is.
@@ -39,6 +41,7 @@ KINDS: dict[str, CatalogKind] = {
         ("jdbc:",),
         "the catalog's database (jdbc:postgresql://host:5432/db)",
         {"jdbc.user": "catalog_user", "jdbc.password": "catalog_password"},
+        takes_user=True,
     ),
     "rest": CatalogKind(
         ("http://", "https://"),
@@ -47,6 +50,7 @@ KINDS: dict[str, CatalogKind] = {
             "credential": "catalog_user and catalog_password",
             "token": "catalog_password (and no catalog_user)",
         },
+        takes_user=True,
         warehouse_is_location=False,
     ),
     "hive": CatalogKind(("thrift://",), "the Hive metastore (thrift://host:9083)"),
@@ -59,15 +63,21 @@ KINDS: dict[str, CatalogKind] = {
     CUSTOM: CatalogKind(warehouse_is_location=False),
 }
 
+#: Iceberg's catalog on a bare filesystem: a commit is a rename, and two processes'
+#: commits can overwrite each other.
+HADOOP_CATALOG = "org.apache.iceberg.hadoop.HadoopCatalog"
+
 #: ``catalog_properties`` keys the sink sets for every type.
 COMMON = {"type": "catalog_type", "uri": "catalog_uri"}
 
 
 def catalog_problem(
-    catalog_type: str, uri: str, properties: dict[str, str]
+    catalog_type: str, uri: str, properties: dict[str, str], user: str = ""
 ) -> tuple[str, str] | None:
     """What is wrong with a catalog's settings, as (the field, why), or ``None``."""
     kind = KINDS[catalog_type]
+    if user and not kind.takes_user:
+        return ("catalog_user", f"a {catalog_type} catalog takes no user (jdbc and rest do)")
     impl = properties.get("catalog-impl", "")
     if catalog_type == CUSTOM:
         if not impl:
@@ -96,3 +106,11 @@ def catalog_problem(
         hint = " (glue.endpoint names another Glue endpoint)" if catalog_type == "glue" else ""
         return ("catalog_uri", f"a {catalog_type} catalog takes no URI{hint}")
     return None
+
+
+def commits_can_overwrite(catalog_type: str, properties: dict[str, str]) -> bool:
+    """Whether two processes' commits to this catalog can overwrite each other: a
+    ``hadoop`` catalog, under its type or as a ``custom`` catalog's class."""
+    return catalog_type == "hadoop" or (
+        catalog_type == CUSTOM and properties.get("catalog-impl") == HADOOP_CATALOG
+    )

@@ -729,7 +729,9 @@ def _check_ranges(config: Config) -> None:
     if not re.fullmatch(r"[A-Za-z0-9_-]+", config.source.topic_prefix):
         raise ConfigError("source.topic_prefix: use letters, digits, '_' and '-' only")
     sink = config.sink
-    problem = catalog_problem(sink.catalog_type, sink.catalog_uri, sink.catalog_properties)
+    problem = catalog_problem(
+        sink.catalog_type, sink.catalog_uri, sink.catalog_properties, sink.catalog_user
+    )
     if problem is not None:
         raise ConfigError(f"sink.{problem[0]}: {problem[1]}")
     if config.processor.offsets_write_abandoned_s < 6:
