@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from pathlib import Path
 
 from spark_sink.session import catalog_secrets, catalog_settings, jvm_options, postgres_jar
-from tidemark.core.catalogs import catalog_problem
+from tidemark.core.catalogs import KINDS, catalog_problem
 from tidemark.core.config import SinkConfig
 
 
@@ -99,3 +101,9 @@ def test_the_jvms_temporary_files_go_under_sparks_local_dir_when_one_is_set(
     assert options.split() == ["-Duser.timezone=UTC", f"-Djava.io.tmpdir={scratch}"]
     assert scratch.is_dir()
     assert jvm_options({}) == "-Duser.timezone=UTC"
+
+
+def test_every_catalog_type_the_configuration_takes_has_its_rules() -> None:
+    field = {f.name: f for f in dataclasses.fields(SinkConfig)}["catalog_type"]
+    assert set(typing.get_args(typing.get_type_hints(SinkConfig)["catalog_type"])) == set(KINDS)
+    assert field.default in KINDS

@@ -97,10 +97,9 @@ def catalog_problem(
     for key, setting in derived.items():
         if key in properties:
             return (f"catalog_properties.{key}", f"set it with sink.{setting}")
-    scheme_ok = uri.lower().startswith(kind.uri_schemes) if kind.uri_schemes else True
     if kind.uri_schemes and not uri:
         return ("catalog_uri", f"a {catalog_type} catalog needs its URI: {kind.uri_names}")
-    if not scheme_ok:
+    if kind.uri_schemes and not uri.lower().startswith(kind.uri_schemes):
         return ("catalog_uri", f"a {catalog_type} catalog's URI names {kind.uri_names}")
     if uri and not kind.uri_schemes and catalog_type != CUSTOM:
         hint = " (glue.endpoint names another Glue endpoint)" if catalog_type == "glue" else ""

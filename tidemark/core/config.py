@@ -342,8 +342,9 @@ class SinkConfig:
     catalog_uri: str = ""
     #: User of a ``jdbc`` catalog's database, or of a ``rest`` catalog's credential.
     catalog_user: str = ""
-    #: The password of a ``jdbc`` catalog's user or a ``rest`` credential, or a ``nessie``
-    #: bearer token. Pass it as ``TIDEMARK_SINK__CATALOG_PASSWORD``; never logged.
+    #: A ``jdbc`` catalog's user's password, a ``rest`` client's secret (with
+    #: ``catalog_user``) or bearer token (without), or a ``nessie`` bearer token. Pass it
+    #: as ``TIDEMARK_SINK__CATALOG_PASSWORD``; never logged.
     catalog_password: str = field(default="", repr=False)
     #: Extra catalog properties (``spark.sql.catalog.<name>.<key>``), e.g. an ``io-impl``,
     #: a Nessie ``ref``, a ``custom`` catalog's ``catalog-impl``; not those the fields
