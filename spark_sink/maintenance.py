@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from spark_sink.writer import Table, commit_conflict
+from tidemark.core.catalogs import on_object_storage
 from tidemark.core.config import SinkConfig
 
 if TYPE_CHECKING:
@@ -170,7 +171,15 @@ def maintain_table(
         if not sink.orphan_file_age_hours:
             return {}
         older_than = int((time.time() - sink.orphan_file_age_hours * 3600) * 1000)
-        result = actions.deleteOrphanFiles(table.iceberg()).olderThan(older_than).execute()
+        current = table.iceberg()
+        # Spark lists a table's files through Hadoop's file systems, which know no s3://
+        # here: on object storage the table's FileIO lists them by prefix.
+        result = (
+            actions.deleteOrphanFiles(current)
+            .olderThan(older_than)
+            .usePrefixListing(on_object_storage(current.location()))
+            .execute()
+        )
         return {"orphan_files": _count(jvm, result.orphanFileLocations())}
 
     step("compaction", compact)

@@ -10,8 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
+from spark_sink.aws_sdk import aws_sdk_jars
 from tidemark.core.binaries import java_home
-from tidemark.core.catalogs import CUSTOM
+from tidemark.core.catalogs import CUSTOM, S3_SCHEMES, scheme, storage_properties
 from tidemark.core.config import Config, SinkConfig
 from tidemark.core.errors import ConfigError
 
@@ -68,6 +69,8 @@ def catalog_settings(sink: SinkConfig) -> dict[str, str]:
         settings[f"{prefix}.ref"] = "main"  # the branch written; catalog_properties: ref
         if sink.catalog_password:
             settings[f"{prefix}.authentication.type"] = "BEARER"
+    for key, value in storage_properties(sink.warehouse, sink.catalog_properties).items():
+        settings[f"{prefix}.{key}"] = value
     for key, value in sink.catalog_properties.items():
         settings[f"{prefix}.{key}"] = value
     return settings
@@ -108,7 +111,8 @@ def create_session(config: Config) -> SparkSession:
     """A SparkSession for ``config.sink`` (``spark_conf`` entries are applied last).
 
     When the process already has a session, its catalog settings are added to it
-    (the jars are loaded once per JVM, so both are always on the class path).
+    (the jars are loaded once per JVM, so PostgreSQL's driver and the AWS SDK's S3 client
+    are on the class path wherever they are installed).
     """
     from pyspark.sql import SparkSession
 
@@ -120,15 +124,22 @@ def create_session(config: Config) -> SparkSession:
     time.tzset()
     sink = config.sink
     jars = [iceberg_jar()]
+    names_jars = any(k.startswith("spark.jars") for k in sink.spark_conf)
     driver = postgres_jar()
     if driver is not None:
         jars.append(driver)
-    elif sink.catalog_type == "jdbc" and not any(
-        k.startswith("spark.jars") for k in sink.spark_conf
-    ):
+    elif sink.catalog_type == "jdbc" and not names_jars:
         raise ConfigError(
             "sink.catalog_type jdbc needs PostgreSQL's JDBC driver: install Debian's "
             "libpostgresql-jdbc-java, or name the jar in sink.spark_conf (spark.jars)"
+        )
+    aws = aws_sdk_jars()
+    jars.extend(aws)
+    if not aws and scheme(sink.warehouse) in S3_SCHEMES and not names_jars:
+        raise ConfigError(
+            "sink.warehouse on S3 needs the AWS SDK's S3 client: the image carries it, and "
+            "pip install 'tidemark-cdc[dev]' installs it; or name its jars in "
+            "sink.spark_conf (spark.jars)"
         )
     builder = (
         SparkSession.builder.master(sink.spark_master)

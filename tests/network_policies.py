@@ -1,8 +1,8 @@
-"""The NetworkPolicies of a kustomization (``k8s/``, ``k8s/spark-cluster/``), checked
+"""The NetworkPolicies of a kustomization (``k8s/`` and its variants), checked
 offline on what ``kubectl kustomize`` makes of it: every pod is fenced, and no peer is
 admitted by a label it can give itself.
 
-``make lint`` runs it (``python -m tests.network_policies k8s k8s/spark-cluster``); the
+``make lint`` runs it (``python -m tests.network_policies k8s k8s/spark-cluster ...``); the
 unit tests hold each rule to a manifest that breaks it. The rules:
 
 - every workload's pods are selected by a policy of their namespace that restricts

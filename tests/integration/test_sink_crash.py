@@ -1,6 +1,8 @@
 """The sink killed (SIGKILL) while it reads, during a MERGE, and between a commit and the next
-batch; restarted each time, it loses and duplicates nothing. Then a continuous sink serves
-its metrics and stops cleanly on SIGTERM.
+batch; restarted each time, it loses and duplicates nothing. The same with the warehouse on
+an S3-compatible server and the tables in a JDBC catalog, where maintenance then removes
+the files the killed MERGE left. Then a continuous sink serves its metrics and stops
+cleanly on SIGTERM.
 
 Effectively once is checked on the table's history, not only on its final rows: every
 snapshot that carries offsets advances them, so no batch was merged twice, and a crash
@@ -21,8 +23,11 @@ import psycopg
 import pytest
 from pyspark.sql import SparkSession
 
+from spark_sink.job import Sink
+from spark_sink.maintenance import maintain_table
 from spark_sink.session import create_session
 from spark_sink.writer import OFFSETS_PROPERTY, parse_offsets
+from tests.integration.object_store import CREDENTIALS, ObjectStore
 from tests.integration.processes import Processor, SinkProcess, metric, pipeline_config, wait_for
 from tidemark.cli.verify import compare_table, wait_caught_up
 from tidemark.core.config import Config
@@ -31,6 +36,8 @@ from tidemark.devstack.stack import DevStack
 
 TABLE = "iso_sinkcrash_items"
 TOPIC = f"tidemark.reconciled.public.{TABLE}"
+#: The table of the warehouse on object storage.
+LAKE_TABLE = "iso_sinkcrash_lake"
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +50,11 @@ def config(stack: DevStack) -> Iterator[Config]:
         )
         conn.execute(f"UPDATE {TABLE} SET qty = qty + 100 WHERE id % 5 = 0")  # noqa: S608
         conn.execute(f"DELETE FROM {TABLE} WHERE id % 11 = 0")  # noqa: S608
+        conn.execute(f"CREATE TABLE {LAKE_TABLE} (id int PRIMARY KEY, qty int, note text)")
+        conn.execute(
+            f"INSERT INTO {LAKE_TABLE} SELECT i, i % 13, 'lake ' || i "  # noqa: S608
+            "FROM generate_series(1, 9000) i"
+        )
     processor = Processor(stack, pipeline, "sinkcrash-processor").start()
     try:
         wait_caught_up(pipeline)
@@ -126,6 +138,136 @@ def test_killed_anywhere_the_sink_resumes_without_loss_or_duplicates(
     # and a run with nothing new commits nothing
     assert sink.start("--once").wait() == 0
     assert history(spark) == offsets
+
+
+def test_on_object_storage_a_killed_sink_resumes_and_maintenance_removes_its_leftovers(
+    stack: DevStack, config: Config, spark: SparkSession
+) -> None:
+    """The warehouse on ``s3://`` through Iceberg's S3FileIO, the credentials only in the
+    sink's environment: killed after a commit and during a MERGE, with a column added in
+    between, it resumes without loss or duplicates; maintenance lists the table's objects
+    by prefix and deletes those the killed MERGE left."""
+    store = ObjectStore(stack.run_dir / "object-store").start()
+    try:
+        store.client().create_bucket(Bucket="lake")
+        owner = config.owner_conninfo()
+        with psycopg.connect(**owner, autocommit=True) as conn:
+            conn.execute("CREATE DATABASE iceberg_lake")
+        sink_config = dataclasses.replace(
+            config,
+            sink=dataclasses.replace(
+                config.sink,
+                catalog_name="s3lake",
+                catalog_type="jdbc",
+                catalog_uri=f"jdbc:postgresql://{owner['host']}:{owner['port']}/iceberg_lake",
+                catalog_user=owner["user"],
+                warehouse="s3://lake/warehouse",
+                catalog_properties=store.properties(),
+                topics=[f"tidemark.reconciled.public.{LAKE_TABLE}"],
+                max_records_per_partition=1000,
+            ),
+        )
+        # The test's own Spark started long before this server: its reader gets keys as
+        # catalog properties (placeholders; the server checks none).
+        reader = dataclasses.replace(
+            sink_config,
+            sink=dataclasses.replace(
+                sink_config.sink,
+                catalog_password=owner["password"],
+                catalog_properties={
+                    **store.properties(),
+                    "s3.access-key-id": CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                    "s3.secret-access-key": CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+                    "client.region": CREDENTIALS["AWS_REGION"],
+                },
+            ),
+        )
+        env = {**CREDENTIALS, "TIDEMARK_SINK__CATALOG_PASSWORD": owner["password"]}
+        name = f"s3lake.public.{LAKE_TABLE}"
+        prefix = f"warehouse/public/{LAKE_TABLE}/"
+
+        def lake_history() -> list[dict[int, int]]:
+            spark.sql(f"REFRESH TABLE {name}")
+            rows = spark.sql(
+                f"SELECT summary['{OFFSETS_PROPERTY}'] AS o FROM {name}.snapshots "
+                "ORDER BY committed_at"
+            ).collect()
+            return [parse_offsets(r["o"]) for r in rows if r["o"] is not None]
+
+        def objects(kind: str) -> set[str]:
+            return store.keys("lake", prefix + kind + "/")
+
+        sink = SinkProcess(stack, sink_config, "s3-sink")
+        # 1. killed right after its first commit
+        assert sink.start("--once", failpoint="sink-committed:1", env=env).wait() == -signal.SIGKILL
+        create_session(reader)  # the test's session learns the catalog
+        committed = lake_history()
+        assert len(committed) == 1
+        assert objects("data") and objects("metadata")
+
+        # 2. a column added at the source; then killed during a MERGE whose commit waits
+        # on the catalog's row, held by the test: data, manifests and the new metadata
+        # written, the catalog not yet pointed at them
+        with psycopg.connect(**owner, autocommit=True) as conn:
+            conn.execute(f"ALTER TABLE {LAKE_TABLE} ADD COLUMN grade text")
+            conn.execute(f"UPDATE {LAKE_TABLE} SET grade = 'g' || qty WHERE id % 4 = 0")  # noqa: S608
+        wait_caught_up(config)
+        before = objects("metadata") | objects("data")
+        catalog_db = dict(owner, dbname="iceberg_lake")
+        waiting = (
+            "SELECT pid FROM pg_stat_activity WHERE datname = 'iceberg_lake' "
+            "AND wait_event_type = 'Lock' AND query LIKE 'UPDATE%%'"
+        )
+        with (
+            psycopg.connect(**catalog_db) as catalog,
+            psycopg.connect(**catalog_db, autocommit=True) as watch,
+        ):
+            held = catalog.execute(
+                "SELECT table_namespace FROM iceberg_tables WHERE table_name = %s FOR UPDATE",
+                (LAKE_TABLE,),
+            ).fetchall()
+            assert held == [("public",)], held
+            sink.start("--once", env=env)
+            pids = wait_for(
+                "the MERGE's commit, held",
+                lambda: watch.execute(waiting).fetchall(),
+                timeout=180,
+            )
+            sink.kill()
+            # PostgreSQL notices a dead client only when it next writes to it: a commit
+            # left waiting would still be made once the row is free (with its offsets, so
+            # no batch twice). End it, as the server does when it notices.
+            watch.execute("SELECT pg_terminate_backend(%s)", pids[0])
+            catalog.rollback()
+        left = (objects("metadata") | objects("data")) - before
+        assert {k.rsplit(".", 1)[-1] for k in left} >= {"json", "parquet", "avro"}, left
+        assert lake_history() == committed
+
+        # 3. a clean run drains the rest, the new column with it
+        assert sink.start("--once", env=env).wait() == 0
+        offsets = lake_history()
+        assert_advancing(offsets)
+        assert offsets[:1] == committed
+        result = compare_table(reader, spark, "public", LAKE_TABLE)
+        assert result.equal, result
+        log = sink.output()
+        assert CREDENTIALS["AWS_SECRET_ACCESS_KEY"] not in log and owner["password"] not in log
+
+        # 4. maintenance on object storage: compaction, expiry, and the killed MERGE's
+        # objects found by prefix and deleted (any file a second old counts here)
+        table = Sink(reader, spark).table(reader.sink.topics[0])
+        done = maintain_table(
+            dataclasses.replace(reader.sink, orphan_file_age_hours=1 / 3600, min_input_files=2),
+            spark,
+            table,
+        )
+        assert done.failed == {} and done.conflicted == {}, done
+        assert done.orphan_files >= len(left) > 0
+        assert not left & objects("data")
+        result = compare_table(reader, spark, "public", LAKE_TABLE)
+        assert result.equal, result
+    finally:
+        store.stop()
 
 
 def scrape(port: int) -> str:

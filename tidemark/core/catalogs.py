@@ -8,6 +8,10 @@ for the second: the class comes from ``sink.catalog_properties["catalog-impl"]``
 warehouse, the credentials it knows of) are not taken from ``catalog_properties`` too,
 so that one place says each, and those credentials come only from
 ``sink.catalog_password`` (the environment).
+
+A warehouse on object storage (``s3://bucket/path``) is written through Iceberg's
+``S3FileIO``, with the AWS SDK's own credential chain (``AWS_*`` variables of the
+environment, a container's role): :func:`storage_properties` says the settings it takes.
 """
 
 from __future__ import annotations
@@ -67,15 +71,59 @@ KINDS: dict[str, CatalogKind] = {
 #: commits can overwrite each other.
 HADOOP_CATALOG = "org.apache.iceberg.hadoop.HadoopCatalog"
 
+#: Warehouse schemes of object stores: no atomic rename, so no ``hadoop`` catalog there.
+OBJECT_STORE_SCHEMES = ("s3", "s3a", "s3n", "gs", "abfs", "abfss", "wasb", "wasbs")
+#: The schemes Iceberg's ``S3FileIO`` reads and writes.
+S3_SCHEMES = ("s3", "s3a", "s3n")
+S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"
+#: ``S3FileIO``'s own client factory. Without it ``S3FileIO`` goes through Iceberg's
+#: general ``AwsClientFactories``, which loads the AWS SDK's KMS, STS and Glue clients
+#: too; the image carries only the SDK's S3 client and what it needs.
+S3_CLIENT_FACTORY = "org.apache.iceberg.aws.s3.DefaultS3FileIOAwsClientFactory"
+
+
+def scheme(location: str) -> str:
+    """A location's URI scheme, in lower case; ``""`` for a local path."""
+    head, sep, _rest = location.partition("://")
+    return head.lower() if sep and "/" not in head else ""
+
+
+def on_object_storage(location: str) -> bool:
+    """Whether ``location`` (a warehouse, a table's location) lies on an object store."""
+    return scheme(location) in OBJECT_STORE_SCHEMES
+
+
+def storage_properties(warehouse: str, properties: dict[str, str]) -> dict[str, str]:
+    """The catalog settings a warehouse on S3 takes besides ``catalog_properties``:
+    ``S3FileIO`` and its own client factory, each unless the properties say otherwise
+    (an ``io-impl``; a ``client.factory`` such as Iceberg's role-assuming one, which the
+    S3 factory would override)."""
+    if scheme(warehouse) not in S3_SCHEMES:
+        return {}
+    settings = {}
+    if "io-impl" not in properties:
+        settings["io-impl"] = S3_FILE_IO
+    if not {"s3.client-factory-impl", "client.factory"} & set(properties):
+        settings["s3.client-factory-impl"] = S3_CLIENT_FACTORY
+    return settings
+
+
 #: ``catalog_properties`` keys the sink sets for every type.
 COMMON = {"type": "catalog_type", "uri": "catalog_uri"}
 
 
 def catalog_problem(
-    catalog_type: str, uri: str, properties: dict[str, str], user: str = ""
+    catalog_type: str, uri: str, properties: dict[str, str], user: str = "", warehouse: str = ""
 ) -> tuple[str, str] | None:
     """What is wrong with a catalog's settings, as (the field, why), or ``None``."""
     kind = KINDS[catalog_type]
+    if on_object_storage(warehouse) and commits_can_overwrite(catalog_type, properties):
+        return (
+            "warehouse",
+            f"a hadoop catalog commits by renaming a file, which {scheme(warehouse)}:// "
+            "does not do atomically: keep its tables in a catalog service (catalog_type "
+            "jdbc, rest, hive, nessie or glue) with the warehouse on object storage",
+        )
     if user and not kind.takes_user:
         return ("catalog_user", f"a {catalog_type} catalog takes no user (jdbc and rest do)")
     impl = properties.get("catalog-impl", "")

@@ -350,7 +350,10 @@ class SinkConfig:
     #: a Nessie ``ref``, a ``custom`` catalog's ``catalog-impl``; not those the fields
     #: above set.
     catalog_properties: dict[str, str] = field(default_factory=dict)
-    #: A folder or a URI (``s3://...``: use a catalog with atomic commits, not ``hadoop``).
+    #: A folder or a URI. ``s3://bucket/path`` is written through Iceberg's ``S3FileIO``
+    #: with the AWS SDK's credentials (``AWS_*`` variables, a container's role) and needs
+    #: a catalog with atomic commits, not ``hadoop``; ``catalog_properties`` take its
+    #: ``s3.endpoint`` and other ``s3.*`` settings.
     warehouse: str = ".tidemark/warehouse"
     #: Spark's master URL; ``local[N]`` runs Spark in the sink's process with N threads.
     spark_master: str = "local[2]"
@@ -731,7 +734,11 @@ def _check_ranges(config: Config) -> None:
         raise ConfigError("source.topic_prefix: use letters, digits, '_' and '-' only")
     sink = config.sink
     problem = catalog_problem(
-        sink.catalog_type, sink.catalog_uri, sink.catalog_properties, sink.catalog_user
+        sink.catalog_type,
+        sink.catalog_uri,
+        sink.catalog_properties,
+        sink.catalog_user,
+        sink.warehouse,
     )
     if problem is not None:
         raise ConfigError(f"sink.{problem[0]}: {problem[1]}")
