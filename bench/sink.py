@@ -84,6 +84,7 @@ from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from processor.events.json_codec import output_schema  # noqa: E402
+from spark_sink.history import MERGE_ONLY  # noqa: E402
 from spark_sink.job import Sink  # noqa: E402
 from spark_sink.layout import resolve  # noqa: E402
 from spark_sink.reader import plan, sample  # noqa: E402
@@ -535,7 +536,7 @@ def run_append(lake: Lake, loaded: Loaded, batch: int) -> dict[str, Any]:
             table.create(
                 planned, keys, sink.config.sink.write_mode, resolve(sink.config.sink, NAME)
             )
-        frame = sink.batch_frame(ranges, planned, keys)
+        frame = sink.batch_frame(ranges, planned, keys, MERGE_ONLY)
         frame.drop(OFFSET, DELETED, TIME).writeTo(table.path).append()
         progress.update({r.partition: r.end for r in ranges})
         durations.append(time.perf_counter() - began)

@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from spark_sink.errors import SchemaDrift, SchemaError, TableStop
+from spark_sink.history import Metadata, event_metadata
 from spark_sink.schema import (
     INFERRED_CONVERTERS,
     Column,
@@ -70,16 +71,11 @@ class EventDecoder:
         raw = msg.value
         if raw is None:
             return True, self.key(msg), None
-        columns: list[Column] | None
-        if raw[:1] == MAGIC:
-            payload, columns = self._avro(raw, msg)
-        else:
+        if self._scan and raw[:1] != MAGIC:
             values = self._values
             prefix = values.prefix
             schema: dict[str, Any] | None = None
-            if not self._scan:
-                scan = None
-            elif prefix and raw.startswith(prefix) and raw.endswith(b"}"):  # as split() reads it
+            if prefix and raw.startswith(prefix) and raw.endswith(b"}"):  # as split() reads it
                 scan = scan_envelope(raw, len(prefix), len(raw) - 1)
                 schema = values.schema
             elif raw.startswith(SCHEMA_HEAD):
@@ -94,8 +90,26 @@ class EventDecoder:
                 if op == _DELETE or not row:
                     return True, self.key(msg), None
                 return False, orjson.loads(raw[row_at:row_end]), columns
-            payload, schema, _text = values.split(raw, msg, "value")
-            columns = None if schema is None else self._json(schema)
+        payload, parsed = self._parsed(raw, msg)
+        return self._event(payload, parsed, msg)
+
+    def decode_with_metadata(self, msg: RawMessage) -> tuple[Decoded, Metadata | None]:
+        """The event in ``msg`` and its metadata (:mod:`spark_sink.history`); ``None`` for
+        a tombstone, which is no version of a row. Every payload is parsed whole here."""
+        if msg.value is None:
+            return (True, self.key(msg), None), None
+        payload, columns = self._parsed(msg.value, msg)
+        return self._event(payload, columns, msg), event_metadata(payload)
+
+    def _parsed(self, raw: bytes, msg: RawMessage) -> tuple[Any, list[Column] | None]:
+        """A value parsed whole (Avro, or JSON through the splitter), with its columns
+        (``None``: schemaless)."""
+        if raw[:1] == MAGIC:
+            return self._avro(raw, msg)
+        payload, schema, _text = self._values.split(raw, msg, "value")
+        return payload, None if schema is None else self._json(schema)
+
+    def _event(self, payload: Any, columns: list[Column] | None, msg: RawMessage) -> Decoded:
         if not isinstance(payload, dict):
             raise InputError("value is not a Debezium envelope", msg, "not-debezium")
         after = payload.get("after")

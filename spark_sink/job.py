@@ -63,6 +63,8 @@ from spark_sink.gaps import (
     needs_first_unread,
     unread_age_ms,
 )
+from spark_sink.history import BATCH_COLUMNS, Keeping, keeping
+from spark_sink.history import COLUMNS as METADATA_COLUMNS
 from spark_sink.layout import (
     LAYOUT_PROPERTY,
     WRITE_MODES,
@@ -153,6 +155,8 @@ class Sink:
         #: Tables whose batch is being tried again: topic to since when (monotonic).
         self.retrying: dict[str, float] = {}
         self._shapes: dict[str, Shape] = {}
+        #: Per topic, what its table keeps, once the table exists (:meth:`_kept`).
+        self._keeps: dict[str, Keeping] = {}
         #: Topics whose table's layout was brought to the configured one (:meth:`_lay_out`).
         self._laid_out: set[str] = set()
         #: Topics whose layout names columns their table lacks yet (logged once).
@@ -409,7 +413,28 @@ class Sink:
         :class:`SchemaError` for a name Spark SQL cannot take unquoted."""
         namespace, name = topic.split(".")[-2:]
         sink = self.config.sink
-        return Table(self.spark, sink.catalog_name, namespace, name, sink.soft_delete)
+        kept = self._keeps.get(topic) or keeping(sink, f"{namespace}.{name}")
+        return Table(self.spark, sink.catalog_name, namespace, name, sink.soft_delete, kept)
+
+    def _kept(self, topic: str, table: Table) -> Keeping:
+        """What ``table`` keeps, checked once against the configuration: a table keeps
+        the mode it was made with (a :class:`SchemaError`, which stops it, otherwise), and
+        gets the metadata columns when they are asked for."""
+        found = self._keeps.get(topic)
+        if found is not None or not table.exists():
+            return found or table.keeping
+        wanted = keeping(self.config.sink, self.table_name(topic).split(".", 1)[1])
+        found = table.kept()
+        if found.mode != wanted.mode:
+            raise SchemaError(
+                f"{table.path} was made in {found.mode} mode and the configuration asks for "
+                f"{wanted.mode}: a table keeps its mode; drop it to make it again in the other"
+            )
+        if wanted.metadata and not found.metadata:
+            table.add_metadata()
+            found = Keeping(found.mode, True)
+        self._keeps[topic] = found
+        return found
 
     def _topic_batch(self, topic: str, ends: dict[int, int]) -> int:
         table = self.table(topic)
@@ -611,6 +636,7 @@ class Sink:
     ) -> int:
         """Create or evolve the table for ``specs``, then merge the ranges (``whole``: the
         whole topic, a rebuild); rows merged."""
+        table.keeping = self._kept(topic, table)
         known = self._shape(topic, table)
         if known is None:
             if not specs:  # only deletes of rows the table never had
@@ -619,7 +645,7 @@ class Sink:
             if not keys or missing:
                 raise SchemaError(f"{topic}: the key columns {missing or keys} are not columns")
             layout = resolve(self.config.sink, self.table_name(topic).split(".", 1)[1])
-            check_columns(layout, {s.name: s.sql_type for s in specs}, table.path)
+            check_columns(layout, _typed(specs, table.keeping), table.path)
             with self._making:
                 table.create(specs, keys, self.config.sink.write_mode, layout)
             self._laid_out.discard(topic)  # made again (dropped by hand): its sort order
@@ -633,7 +659,7 @@ class Sink:
         planned = evolution.columns
         offsets = dict(self.progress[topic])
         offsets.update({r.partition: r.end for r in ranges})
-        batch = self.batch_frame(ranges, planned, keys)
+        batch = self.batch_frame(ranges, planned, keys, table.keeping)
         return table.merge(batch, keys, [c.name for c in planned], offsets, since, whole)
 
     def _lay_out(self, topic: str, table: Table, columns: list[Spec]) -> None:
@@ -650,35 +676,51 @@ class Sink:
         change = layout_change(actual, last, wanted, table.path, defaults)
         if change or properties.get(LAYOUT_PROPERTY) != wanted.record():
             added = Layout(change.add_partitions, change.sort_by or ())
-            missing = sorted(
-                {f.column for f in added.partition_by + added.sort_by} - {c.name for c in columns}
-            )
+            typed = _typed(columns, table.keeping)
+            missing = sorted({f.column for f in added.partition_by + added.sort_by} - set(typed))
             if missing:  # new in the source: the batch's drift adds them, then this runs
                 if topic not in self._layout_waits:
                     log.warning("%s: the layout waits for the columns %s", table.path, missing)
                     self._layout_waits.add(topic)
                 return
-            check_columns(added, {c.name: c.sql_type for c in columns}, table.path)
+            check_columns(added, typed, table.path)
             table.lay_out(change, wanted.record())
             if change:
                 log.info("%s: layout: %s", table.path, change.describe())
         self._laid_out.add(topic)
 
-    def batch_frame(self, ranges: list[Range], planned: list[Spec], keys: list[str]) -> DataFrame:
-        """The events of ``ranges`` as rows ``(offset, deleted, time, *planned)``, read and
-        decoded lazily by Spark tasks: ranges are cut so each core gets about two."""
+    def batch_frame(
+        self, ranges: list[Range], planned: list[Spec], keys: list[str], kept: Keeping
+    ) -> DataFrame:
+        """The events of ``ranges`` as rows ``(offset, deleted, time, *planned)``, and the
+        events' metadata where the table keeps it, read and decoded lazily by Spark tasks:
+        ranges are cut so each core gets about two."""
         ddl = ", ".join(
             [f"{OFFSET} bigint", f"{DELETED} boolean", f"{TIME} bigint"]
             + [f"{quote(c.name)} {c.sql_type}" for c in planned]
+            + (
+                [f"{name} {sql_type}" for name, sql_type, _c, _m in BATCH_COLUMNS]
+                if kept.metadata
+                else []
+            )
         )
         context = self.context
         schema = _parse_datatype_string(ddl)
         assert isinstance(schema, StructType)
         pieces = split(ranges, 2 * self.spark.sparkContext.defaultParallelism)
         rows = self.spark.sparkContext.parallelize(pieces, len(pieces)).flatMap(
-            lambda r: decode_range(context, r, planned, keys, schema)
+            lambda r: decode_range(context, r, planned, keys, schema, kept)
         )
         return self.spark.createDataFrame(rows, schema=schema, verifySchema=False)  # verified
+
+
+def _typed(columns: list[Spec], kept: Keeping) -> dict[str, str]:
+    """A table's columns and their types, with the metadata columns where it keeps them
+    (a history table is often partitioned by the commit time)."""
+    typed = {c.name: c.sql_type for c in columns}
+    if kept.metadata:
+        typed.update({c.name: c.sql_type for c in METADATA_COLUMNS})
+    return typed
 
 
 def _verdict(exc: BaseException) -> BaseException:

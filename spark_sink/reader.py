@@ -23,6 +23,7 @@ from pyspark.sql.types import StructType, _make_type_verifier
 from spark_sink.errors import SchemaError, TableRetry, TableStop
 from spark_sink.events import Decoded, EventDecoder, RowBuilder, specs_of
 from spark_sink.gaps import BROKER_DELETE_RETENTION_MS, FirstUnread
+from spark_sink.history import MERGE_ONLY, NO_METADATA, Keeping, Metadata
 from spark_sink.schema import Spec
 from tidemark.core.config import Config, KafkaConfig
 from tidemark.core.errors import InputError
@@ -249,12 +250,22 @@ def read_messages(context: ReadContext, r: Range) -> Iterator[Message]:
         consumer.close()
 
 
-def _decoded(decoder: EventDecoder, msg: Message) -> Decoded:
-    raw = RawMessage(
+def _raw(msg: Message) -> RawMessage:
+    return RawMessage(
         msg.topic() or "", msg.partition() or 0, msg.offset() or 0, msg.key(), msg.value()
     )
+
+
+def _decoded(decoder: EventDecoder, msg: Message) -> Decoded:
     try:
-        return decoder.decode(raw)
+        return decoder.decode(_raw(msg))
+    except (InputError, SchemaError) as exc:
+        raise TableStop(str(exc)) from None
+
+
+def _with_metadata(decoder: EventDecoder, msg: Message) -> tuple[Decoded, Metadata | None]:
+    try:
+        return decoder.decode_with_metadata(_raw(msg))
     except (InputError, SchemaError) as exc:
         raise TableStop(str(exc)) from None
 
@@ -299,11 +310,18 @@ def scan(context: ReadContext, r: Range) -> Iterator[Spec]:
 
 
 def decode_range(
-    context: ReadContext, r: Range, planned: list[Spec], key_names: list[str], schema: StructType
+    context: ReadContext,
+    r: Range,
+    planned: list[Spec],
+    key_names: list[str],
+    schema: StructType,
+    keeping: Keeping = MERGE_ONLY,
 ) -> Iterator[tuple[Any, ...]]:
     """Rows ``(offset, deleted, time, *planned columns)`` of one range (in an executor),
     each checked against ``schema`` (the rows' Spark schema) here, where a value that
-    does not fit its column can stop its table alone.
+    does not fit its column can stop its table alone. A table that keeps metadata gets
+    each event's after the columns (:data:`~spark_sink.history.BATCH_COLUMNS`); an
+    ``append`` table no tombstones, and no event without Tidemark's position.
 
     A delete (``op = d`` or a tombstone) carries only the key columns. The range's last
     event must be keyed by the table's key columns: a source whose primary key changed
@@ -318,7 +336,20 @@ def decode_range(
     last: Message | None = None
     for msg in read_messages(context, r):
         failpoint.passed()
-        row = builder.row(msg.offset() or 0, msg.timestamp()[1], _decoded(decoder, msg))
+        if keeping.metadata:
+            decoded, metadata = _with_metadata(decoder, msg)
+            if metadata is None and keeping.append:
+                last = msg
+                continue  # a tombstone: the delete before it is the version
+            if metadata is not None and metadata[-1] is None and keeping.append:
+                raise TableStop(
+                    f"{r.topic}[{r.partition}] at {msg.offset()}: an event without Tidemark's "
+                    "position cannot be kept in an append table (is it the processor's?)"
+                )
+            built = builder.row(msg.offset() or 0, msg.timestamp()[1], decoded)
+            row = built + (metadata or NO_METADATA)
+        else:
+            row = builder.row(msg.offset() or 0, msg.timestamp()[1], _decoded(decoder, msg))
         try:
             verify(row)
         except (TypeError, ValueError) as exc:

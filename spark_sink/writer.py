@@ -21,6 +21,17 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from spark_sink.errors import SchemaError
+from spark_sink.history import (
+    BATCH_COLUMNS,
+    BATCH_POSITION,
+    COLUMNS,
+    INGESTED_AT,
+    MERGE_ONLY,
+    MODE_PROPERTY,
+    NAMES,
+    POSITION,
+    Keeping,
+)
 from spark_sink.layout import (
     LAYOUT_PROPERTY,
     WRITE_MODES,
@@ -74,13 +85,27 @@ class Table:
     """One Iceberg table fed by one reconciled topic."""
 
     def __init__(
-        self, spark: SparkSession, catalog: str, namespace: str, name: str, soft_delete: bool
+        self,
+        spark: SparkSession,
+        catalog: str,
+        namespace: str,
+        name: str,
+        soft_delete: bool,
+        keeping: Keeping = MERGE_ONLY,
     ) -> None:
         self.spark = spark
         self.path = f"{catalog}.{namespace}.{name}"
         self.namespace = f"{quote(catalog)}.{quote(namespace)}"
         self.name = f"{self.namespace}.{quote(name)}"
-        self.soft_delete = soft_delete
+        #: What the table keeps; the sink sets it to the table's own once it exists
+        #: (:meth:`kept`).
+        self.keeping = keeping
+        self._soft_delete = soft_delete
+
+    @property
+    def soft_delete(self) -> bool:
+        """Whether deletes mark rows; not in an ``append`` table, which keeps the delete."""
+        return self._soft_delete and not self.keeping.append
 
     def exists(self) -> bool:
         """Whether the table was created."""
@@ -94,7 +119,10 @@ class Table:
         self.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {self.namespace}")
         extra = [Spec(SOFT_DELETED, "boolean"), Spec(SOFT_DELETED_AT, "timestamp")]
         body = ", ".join(
-            f"{quote(c.name)} {c.sql_type}" for c in columns + (extra if self.soft_delete else [])
+            f"{quote(c.name)} {c.sql_type}"
+            for c in columns
+            + (extra if self.soft_delete else [])
+            + (list(COLUMNS) if self.keeping.metadata else [])
         )
         made = Layout(layout.partition_by, (), {}, layout.format_version)
         properties = {  # names and values checked: no quote, no ``${``
@@ -102,6 +130,7 @@ class Table:
             **dict.fromkeys(WRITE_MODES, write_mode),
             KEY_PROPERTY: orjson.dumps(keys).decode(),
             LAYOUT_PROPERTY: made.record(),
+            MODE_PROPERTY: self.keeping.mode,
         }
         listed = ", ".join(f"'{k}'='{v}'" for k, v in properties.items())
         spec = ", ".join(p.sql() for p in layout.partition_by)
@@ -180,13 +209,27 @@ class Table:
             self._lay_out(change, record)
 
     def columns(self) -> list[Spec]:
-        """The table's columns (the soft-delete columns left out)."""
+        """The table's columns (the soft-delete and metadata columns left out)."""
         fields = self.spark.table(self.path).schema.fields
         return [
             Spec(f.name, f.dataType.simpleString())
             for f in fields
-            if f.name not in (SOFT_DELETED, SOFT_DELETED_AT)
+            if f.name not in (SOFT_DELETED, SOFT_DELETED_AT) and f.name not in NAMES
         ]
+
+    def kept(self) -> Keeping:
+        """What the table keeps: the mode it was made with (``merge`` before modes were
+        recorded), and whether it has the metadata columns."""
+        rows = self.spark.sql(f"SHOW TBLPROPERTIES {self.name} ('{MODE_PROPERTY}')").collect()
+        value = rows[0]["value"] if rows else ""
+        mode = "append" if value == "append" else "merge"
+        names = {f.name for f in self.spark.table(self.path).schema.fields}
+        return Keeping(mode, POSITION in names)
+
+    def add_metadata(self) -> None:
+        """Add the metadata columns (a metadata-only commit)."""
+        listed = ", ".join(f"{quote(c.name)} {c.sql_type}" for c in COLUMNS)
+        self.spark.sql(f"ALTER TABLE {self.name} ADD COLUMNS ({listed})")
 
     def key_names(self) -> list[str]:
         """The primary-key columns recorded when the table was created (``[]`` if none)."""
@@ -234,11 +277,14 @@ class Table:
     ) -> int:
         """MERGE the newest event per key of ``batch``; commit ``offsets`` and
         ``unread_since`` with it. With ``whole`` the batch is the whole topic, and rows
-        whose key it does not have are deleted (a rebuild).
+        whose key it does not have are deleted (a rebuild). An ``append`` table takes
+        each version (key and position) the batch has and the table has not, instead,
+        and a rebuild deletes nothing from it.
 
         Returns the rows merged (events left after the newest per key was taken).
         """
-        order = ", ".join(quote(k) for k in keys)
+        version = [*keys, BATCH_POSITION] if self.keeping.append else keys
+        order = ", ".join(quote(k) for k in version)
         view = f"tidemark_batch_{abs(hash(self.name))}"
         batch.createOrReplaceTempView(view)
         latest = self.spark.sql(
@@ -272,6 +318,20 @@ class Table:
         sets = [f"t.{quote(c)} = s.{quote(c)}" for c in columns]
         names = [quote(c) for c in columns]
         values = [f"s.{quote(c)}" for c in columns]
+        stamps: list[str] = []  # the metadata columns' assignments, for every row written
+        if self.keeping.metadata:
+            stamped = [(quote(column), made) for _b, _t, column, made in BATCH_COLUMNS]
+            stamped.append((quote(INGESTED_AT), "current_timestamp()"))
+            stamps = [f"t.{column} = {made}" for column, made in stamped]
+            sets += stamps
+            names += [column for column, _made in stamped]
+            values += [made for _column, made in stamped]
+        if self.keeping.append:
+            return (
+                f"MERGE INTO {self.name} t USING {source} s ON {on} "
+                f"AND t.{quote(POSITION)} = s.{BATCH_POSITION} "
+                f"WHEN NOT MATCHED THEN INSERT ({', '.join(names)}) VALUES ({', '.join(values)})"
+            )
         if not self.soft_delete:
             gone = " WHEN NOT MATCHED BY SOURCE THEN DELETE" if whole else ""
             return (
@@ -282,6 +342,7 @@ class Table:
                 f"THEN INSERT ({', '.join(names)}) VALUES ({', '.join(values)})" + gone
             )
         flag, at = quote(SOFT_DELETED), quote(SOFT_DELETED_AT)
+        mark = ", ".join([f"t.{flag} = true", f"t.{at} = timestamp_millis(s.{TIME})", *stamps])
         gone = (
             f" WHEN NOT MATCHED BY SOURCE AND NOT t.{flag} "
             f"THEN UPDATE SET t.{flag} = true, t.{at} = current_timestamp()"
@@ -291,7 +352,7 @@ class Table:
         return (
             f"MERGE INTO {self.name} t USING {source} s ON {on} "
             f"WHEN MATCHED AND s.{DELETED} AND NOT t.{flag} "
-            f"THEN UPDATE SET t.{flag} = true, t.{at} = timestamp_millis(s.{TIME}) "
+            f"THEN UPDATE SET {mark} "
             f"WHEN MATCHED AND NOT s.{DELETED} "
             f"THEN UPDATE SET {', '.join(sets)}, t.{flag} = false, t.{at} = NULL "
             f"WHEN NOT MATCHED AND NOT s.{DELETED} THEN INSERT ({', '.join(names + [flag, at])}) "

@@ -80,6 +80,8 @@ TABLES = {
     "iso_sink_layout": "id int PRIMARY KEY, region text, at timestamptz, v text",
     "iso_sink_hive": "id int PRIMARY KEY, v text",
     "iso_sink_shape": "id int PRIMARY KEY, n int, name text, amount numeric(10,2), note text",
+    "iso_sink_hist": "id int PRIMARY KEY, v text",
+    "iso_sink_meta": "id int PRIMARY KEY, v text",
 }
 
 #: In-process compactions beside the continuous sink, after the CLI's.
@@ -338,6 +340,97 @@ def test_soft_deletes_mark_rows_and_a_reinsert_revives_them(
     rows = {r["id"]: r for r in spark.table("soft.public.iso_sink_soft").collect()}
     assert {i for i, r in rows.items() if r["tidemark_deleted"]} == {4, 77}
     assert rows[77]["tidemark_deleted_at"] is not None and rows[1]["v"] == "late"
+
+
+def test_an_append_table_keeps_every_version_once_and_a_merge_table_its_metadata(
+    pipeline: Config, spark: SparkSession
+) -> None:
+    """``mode: append`` keeps one row per version with its metadata, deletes included, and
+    a version the processor sends again (a replay after a crash) is not added twice;
+    ``metadata_columns`` gives a merge table the same columns on its current rows."""
+    config = sink_config(
+        pipeline,
+        "hist",
+        ["iso_sink_hist", "iso_sink_meta"],
+        tables={
+            "public.iso_sink_hist": TableLayout(
+                mode="append", partition_by=["day(tidemark_committed_at)"]
+            ),
+            "public.iso_sink_meta": TableLayout(metadata_columns=True),
+        },
+    )
+    xids: dict[tuple[str, int, str], int] = {}  # (table, id, what) -> the transaction's id
+    with psycopg.connect(**config.owner_conninfo()) as conn:
+        for table in ("iso_sink_hist", "iso_sink_meta"):
+            for statement, key, what in (
+                ("INSERT INTO {} SELECT i, 'v' || i FROM generate_series(1, 3) i", 0, "c"),
+                ("UPDATE {} SET v = 'second' WHERE id = 1", 1, "u1"),
+                ("UPDATE {} SET v = 'third' WHERE id = 1", 1, "u2"),
+                ("DELETE FROM {} WHERE id = 2", 2, "d"),
+            ):
+                conn.execute(sql.SQL(statement).format(sql.Identifier(table)))
+                row = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+                assert row is not None
+                xids[(table, key, what)] = row[0]
+                conn.commit()
+    wait_caught_up(config)
+    assert len(reconciled(config, "iso_sink_hist")) >= 7, "wait_caught_up returned early"
+    sink = Sink(config, create_session(config))
+    drain(sink)
+    assert sink.stopped == {}
+
+    def history() -> list[Any]:
+        spark.sql("REFRESH TABLE hist.public.iso_sink_hist")
+        return spark.sql(
+            "SELECT * FROM hist.public.iso_sink_hist ORDER BY id, tidemark_lsn"
+        ).collect()
+
+    rows = history()
+    assert [(r["id"], r["tidemark_op"], r["v"]) for r in rows] == [
+        (1, "c", "v1"),
+        (1, "u", "second"),
+        (1, "u", "third"),
+        (2, "c", "v2"),
+        (2, "d", None),  # a delete: its key and its metadata
+        (3, "c", "v3"),
+    ]
+    expected = ["c", "u1", "u2", "c", "d", "c"]
+    assert [r["tidemark_txid"] for r in rows] == [
+        xids[("iso_sink_hist", 0 if what == "c" else r["id"], what)]
+        for r, what in zip(rows, expected, strict=True)
+    ]
+    assert all(r["tidemark_committed_at"] and r["tidemark_ingested_at"] for r in rows)
+    assert_equal(config, spark, "iso_sink_hist")  # its newest versions are the source
+    layout, _properties = sink.table("tidemark.reconciled.public.iso_sink_hist").layout()
+    assert [p.text() for p in layout.partition_by] == ["day(tidemark_committed_at)"]
+    assert len({(r["id"], r["tidemark_position"]) for r in rows}) == len(rows)
+
+    # the processor sends a version again (as after a crash): still one row for it
+    topic = "tidemark.reconciled.public.iso_sink_hist"
+    again = next(r for r in read_topic(config, topic) if r.value is not None)
+    producer = Producer(client_config(config.kafka))
+    producer.produce(topic, again.value, again.key, partition=again.partition)
+    assert producer.flush(30) == 0
+    targets = drain(sink)
+    assert sink.progress[topic] == targets[topic]  # read past the copy
+    assert [tuple(r) for r in history()] == [tuple(r) for r in rows]
+
+    # a table keeps the mode it was made with: asked for merge, it stops
+    changed = dataclasses.replace(
+        config, sink=dataclasses.replace(config.sink, tables={}, topics=[topic])
+    )
+    execute(config, "UPDATE iso_sink_hist SET v = 'fourth' WHERE id = 1")
+    wait_caught_up(config)
+    remade = Sink(changed, spark)
+    drain(remade)
+    assert "made in append mode" in remade.stopped.get(topic, ""), remade.stopped
+
+    meta = {r["id"]: r for r in spark.table("hist.public.iso_sink_meta").collect()}
+    assert sorted(meta) == [1, 3]
+    assert (meta[1]["v"], meta[1]["tidemark_op"]) == ("third", "u")
+    assert meta[1]["tidemark_txid"] == xids[("iso_sink_meta", 1, "u2")]
+    assert meta[3]["tidemark_op"] == "c" and meta[3]["tidemark_lsn"]
+    assert_equal(config, spark, "iso_sink_meta")
 
 
 def snapshots(spark: SparkSession, table: str) -> int:

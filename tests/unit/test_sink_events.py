@@ -320,10 +320,14 @@ keys = st.sampled_from(
 )
 
 
-def _outcome(decoder: EventDecoder, message: RawMessage) -> Any:
-    """What decoding ``message`` gives, or the error it raises (type, message, kind)."""
+def _outcome(decoder: EventDecoder, message: RawMessage, metadata: bool = False) -> Any:
+    """What decoding ``message`` gives, or the error it raises (type, message, kind);
+    ``metadata``: through :meth:`~EventDecoder.decode_with_metadata`, its event alone."""
     try:
-        deleted, row, columns = decoder.decode(message)
+        if metadata:
+            (deleted, row, columns), _metadata = decoder.decode_with_metadata(message)
+        else:
+            deleted, row, columns = decoder.decode(message)
     except Exception as exc:  # noqa: BLE001 - every error is compared
         return type(exc), str(exc), getattr(exc, "kind", None)
     specs = None if columns is None else [c.spec for c in columns]
@@ -337,12 +341,15 @@ def test_the_scanner_decodes_as_the_splitter_does(
     batch: list[tuple[bytes | None, bytes | None]],
 ) -> None:
     """The same :data:`Decoded`, or the same error, message by message through one decoder
-    (schema prefixes learned and replaced as they come), with and without the scanner."""
+    (schema prefixes learned and replaced as they come), with and without the scanner,
+    and with the metadata of an append table."""
     scanning, splitting = EventDecoder(None), EventDecoder(None, scan=False)
+    whole = EventDecoder(None)
     for offset, (value, key) in enumerate(batch):
         message = RawMessage(TOPIC, 0, offset, key, value)
         expected = _outcome(splitting, message)
         assert _outcome(scanning, message) == expected
+        assert _outcome(whole, message, metadata=True) == expected
 
 
 def test_the_events_the_processor_writes_are_taken_by_the_scanner() -> None:

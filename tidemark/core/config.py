@@ -300,9 +300,10 @@ class SnapshotConfig:
 @dataclass(frozen=True)
 class TableLayout:
     """How the sink lays out an Iceberg table: its partition spec, sort order, table
-    properties and format version. For a table, each part comes from its entry in
-    ``sink.tables`` unless left out (``null``) there, then from ``sink.layout``, then from
-    the built-in default: unpartitioned, unsorted, format 2 (properties merge instead). A
+    properties and format version, and what it keeps (its mode, its metadata columns).
+    For a table, each part comes from its entry in ``sink.tables`` unless left out
+    (``null``) there, then from ``sink.layout``, then from the built-in default:
+    unpartitioned, unsorted, format 2, ``merge`` (properties merge instead). A
     changed layout is applied to existing tables the way Iceberg evolves them (new data
     takes it; files already written keep theirs)."""
 
@@ -322,6 +323,15 @@ class TableLayout:
     #: Iceberg format version, 2 or 3 (deletion vectors for ``merge-on-read``); a table
     #: is upgraded, never downgraded.
     format_version: int | None = None
+    #: What the table keeps: ``merge`` (each key's current row, the default) or
+    #: ``append`` (every version, deletes included, with the metadata columns). A table
+    #: keeps the mode it was made with: a changed mode stops it.
+    mode: Literal["merge", "append"] | None = None
+    #: Tidemark's metadata columns in a ``merge`` table too: ``tidemark_op``,
+    #: ``tidemark_committed_at``, ``tidemark_lsn``, ``tidemark_txid``,
+    #: ``tidemark_position`` and ``tidemark_ingested_at``. Once a table has them, it keeps
+    #: them.
+    metadata_columns: bool | None = None
 
 
 @dataclass(frozen=True)
