@@ -334,6 +334,7 @@ def decode_range(
     failpoint = Failpoint("sink-read", victim=context.driver_pid)
     verify = _make_type_verifier(schema)  # what createDataFrame would check, pyspark pinned
     last: Message | None = None
+    deleted: tuple[bytes | None, Metadata] | None = None  # the last delete's key and metadata
     for msg in read_messages(context, r):
         failpoint.passed()
         if keeping.metadata:
@@ -341,6 +342,9 @@ def decode_range(
             if metadata is None and keeping.append:
                 last = msg
                 continue  # a tombstone: the delete before it is the version
+            if metadata is None and deleted is not None and deleted[0] == msg.key():
+                metadata = deleted[1]  # the tombstone after a delete: that delete's
+            deleted = (msg.key(), metadata) if decoded[0] and metadata is not None else None
             if metadata is not None and metadata[-1] is None and keeping.append:
                 raise TableStop(
                     f"{r.topic}[{r.partition}] at {msg.offset()}: an event without Tidemark's "

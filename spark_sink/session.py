@@ -107,8 +107,16 @@ def jvm_options(env: Mapping[str, str]) -> str:
     return " ".join(options)
 
 
+def jar_list(sink: SinkConfig, jars: list[Path]) -> str:
+    """``spark.jars``: the sink's own, then those ``sink.spark_conf`` names (added, not
+    in their place: without Iceberg's runtime there is no catalog)."""
+    named = [j.strip() for j in sink.spark_conf.get("spark.jars", "").split(",") if j.strip()]
+    return ",".join([*map(str, jars), *named])
+
+
 def create_session(config: Config) -> SparkSession:
-    """A SparkSession for ``config.sink`` (``spark_conf`` entries are applied last).
+    """A SparkSession for ``config.sink`` (``spark_conf`` entries are applied last, but
+    ``spark.jars``, whose jars are added to the sink's own).
 
     When the process already has a session, its catalog settings are added to it
     (the jars are loaded once per JVM, so PostgreSQL's driver and the AWS SDK's S3 client
@@ -144,7 +152,7 @@ def create_session(config: Config) -> SparkSession:
     builder = (
         SparkSession.builder.master(sink.spark_master)
         .appName(f"tidemark-sink-{config.processor.pipeline}")
-        .config("spark.jars", ",".join(map(str, jars)))
+        .config("spark.jars", jar_list(sink, jars))
         .config(
             "spark.sql.extensions",
             "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
@@ -169,7 +177,8 @@ def create_session(config: Config) -> SparkSession:
         .config("spark.executor.extraJavaOptions", jvm_options(os.environ))
     )
     for key, value in {**catalog_settings(sink), **sink.spark_conf}.items():
-        builder = builder.config(key, value)
+        if key != "spark.jars":
+            builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     # Read when the catalog is first loaded, which no statement has done yet.

@@ -29,6 +29,7 @@ from spark_sink.history import (
     MERGE_ONLY,
     MODE_PROPERTY,
     NAMES,
+    OP,
     POSITION,
     Keeping,
 )
@@ -278,8 +279,8 @@ class Table:
         """MERGE the newest event per key of ``batch``; commit ``offsets`` and
         ``unread_since`` with it. With ``whole`` the batch is the whole topic, and rows
         whose key it does not have are deleted (a rebuild). An ``append`` table takes
-        each version (key and position) the batch has and the table has not, instead,
-        and a rebuild deletes nothing from it.
+        each version (key and position) the batch has and the table has not instead
+        (:meth:`_append`), and a rebuild deletes nothing from it.
 
         Returns the rows merged (events left after the newest per key was taken).
         """
@@ -318,20 +319,23 @@ class Table:
         sets = [f"t.{quote(c)} = s.{quote(c)}" for c in columns]
         names = [quote(c) for c in columns]
         values = [f"s.{quote(c)}" for c in columns]
-        stamps: list[str] = []  # the metadata columns' assignments, for every row written
+        marks: list[str] = []  # the metadata columns' assignments of a soft delete
         if self.keeping.metadata:
             stamped = [(quote(column), made) for _b, _t, column, made in BATCH_COLUMNS]
             stamped.append((quote(INGESTED_AT), "current_timestamp()"))
-            stamps = [f"t.{column} = {made}" for column, made in stamped]
-            sets += stamps
+            sets += [f"t.{column} = {made}" for column, made in stamped]
             names += [column for column, _made in stamped]
             values += [made for _column, made in stamped]
+            # A tombstone whose delete an earlier batch or compaction took carries no
+            # metadata: the row keeps what it had, but its operation.
+            marks = [
+                f"t.{column} = 'd'"
+                if column == quote(OP)
+                else f"t.{column} = coalesce({made}, t.{column})"
+                for column, made in stamped
+            ]
         if self.keeping.append:
-            return (
-                f"MERGE INTO {self.name} t USING {source} s ON {on} "
-                f"AND t.{quote(POSITION)} = s.{BATCH_POSITION} "
-                f"WHEN NOT MATCHED THEN INSERT ({', '.join(names)}) VALUES ({', '.join(values)})"
-            )
+            return self._append(source, keys, names, values)
         if not self.soft_delete:
             gone = " WHEN NOT MATCHED BY SOURCE THEN DELETE" if whole else ""
             return (
@@ -342,7 +346,7 @@ class Table:
                 f"THEN INSERT ({', '.join(names)}) VALUES ({', '.join(values)})" + gone
             )
         flag, at = quote(SOFT_DELETED), quote(SOFT_DELETED_AT)
-        mark = ", ".join([f"t.{flag} = true", f"t.{at} = timestamp_millis(s.{TIME})", *stamps])
+        mark = ", ".join([f"t.{flag} = true", f"t.{at} = timestamp_millis(s.{TIME})", *marks])
         gone = (
             f" WHEN NOT MATCHED BY SOURCE AND NOT t.{flag} "
             f"THEN UPDATE SET t.{flag} = true, t.{at} = current_timestamp()"
@@ -357,6 +361,27 @@ class Table:
             f"THEN UPDATE SET {', '.join(sets)}, t.{flag} = false, t.{at} = NULL "
             f"WHEN NOT MATCHED AND NOT s.{DELETED} THEN INSERT ({', '.join(names + [flag, at])}) "
             f"VALUES ({', '.join(values)}, false, NULL)" + gone
+        )
+
+    def _append(self, source: str, keys: list[str], names: list[str], values: list[str]) -> str:
+        """The batch's versions the table does not have yet, inserted. Not a MERGE with
+        only ``WHEN NOT MATCHED``: Spark makes that an anti join of the batch with the
+        whole table, which it shuffles. Here the versions the table already has are found
+        by a semi join first, whose table side Spark filters by a bloom filter of the
+        batch's keys before the shuffle (as a MERGE's: session.create_session)."""
+        found = " AND ".join(
+            [f"t.{quote(k)} = b.{quote(k)}" for k in keys]
+            + [f"t.{quote(POSITION)} = b.{BATCH_POSITION}"]
+        )
+        taken = ", ".join([f"t.{quote(k)}" for k in keys] + [f"t.{quote(POSITION)}"])
+        new = " AND ".join(
+            [f"s.{quote(k)} = e.{quote(k)}" for k in keys]
+            + [f"s.{BATCH_POSITION} = e.{quote(POSITION)}"]
+        )
+        return (
+            f"INSERT INTO {self.name} ({', '.join(names)}) SELECT {', '.join(values)} "
+            f"FROM {source} s LEFT ANTI JOIN (SELECT {taken} FROM {self.name} t "
+            f"LEFT SEMI JOIN {source} b ON {found}) e ON {new}"
         )
 
 

@@ -82,6 +82,7 @@ TABLES = {
     "iso_sink_shape": "id int PRIMARY KEY, n int, name text, amount numeric(10,2), note text",
     "iso_sink_hist": "id int PRIMARY KEY, v text",
     "iso_sink_meta": "id int PRIMARY KEY, v text",
+    "iso_sink_later": "id int PRIMARY KEY, v text",
 }
 
 #: In-process compactions beside the continuous sink, after the CLI's.
@@ -347,18 +348,21 @@ def test_an_append_table_keeps_every_version_once_and_a_merge_table_its_metadata
 ) -> None:
     """``mode: append`` keeps one row per version with its metadata, deletes included, and
     a version the processor sends again (a replay after a crash) is not added twice;
-    ``metadata_columns`` gives a merge table the same columns on its current rows."""
+    ``metadata_columns`` gives a merge table the same columns on its current rows (a
+    soft-deleted row the delete's), and adds them to a table made without."""
     config = sink_config(
         pipeline,
         "hist",
-        ["iso_sink_hist", "iso_sink_meta"],
+        ["iso_sink_hist", "iso_sink_meta", "iso_sink_later"],
         tables={
             "public.iso_sink_hist": TableLayout(
                 mode="append", partition_by=["day(tidemark_committed_at)"]
             ),
             "public.iso_sink_meta": TableLayout(metadata_columns=True),
         },
+        soft_delete=True,  # not in the append table, which keeps the delete itself
     )
+    execute(config, "INSERT INTO iso_sink_later VALUES (1, 'a'), (2, 'b')")
     xids: dict[tuple[str, int, str], int] = {}  # (table, id, what) -> the transaction's id
     with psycopg.connect(**config.owner_conninfo()) as conn:
         for table in ("iso_sink_hist", "iso_sink_meta"):
@@ -405,32 +409,67 @@ def test_an_append_table_keeps_every_version_once_and_a_merge_table_its_metadata
     assert [p.text() for p in layout.partition_by] == ["day(tidemark_committed_at)"]
     assert len({(r["id"], r["tidemark_position"]) for r in rows}) == len(rows)
 
-    # the processor sends a version again (as after a crash): still one row for it
+    # the processor sends a version again (as after a crash), twice in one batch: still
+    # one row for it; and the table's side of the check is filtered by the batch's keys
     topic = "tidemark.reconciled.public.iso_sink_hist"
     again = next(r for r in read_topic(config, topic) if r.value is not None)
     producer = Producer(client_config(config.kafka))
-    producer.produce(topic, again.value, again.key, partition=again.partition)
+    for _copy in range(2):
+        producer.produce(topic, again.value, again.key, partition=again.partition)
     assert producer.flush(30) == 0
+    with psycopg.connect(**config.owner_conninfo()) as conn:  # a soft delete, meanwhile
+        conn.execute("DELETE FROM iso_sink_meta WHERE id = 3")
+        row = conn.execute("SELECT pg_current_xact_id()::text::bigint").fetchone()
+        assert row is not None
+        xids[("iso_sink_meta", 3, "d")] = row[0]
+    wait_caught_up(config)
+    after = max((e.executionId() for e in sql_executions(spark)), default=-1)
     targets = drain(sink)
-    assert sink.progress[topic] == targets[topic]  # read past the copy
+    assert sink.progress[topic] == targets[topic]  # read past the copies
     assert [tuple(r) for r in history()] == [tuple(r) for r in rows]
 
-    # a table keeps the mode it was made with: asked for merge, it stops
+    def appends() -> list[str]:  # the status store's listener runs behind the statements
+        plans = [
+            e.physicalPlanDescription() for e in sql_executions(spark) if e.executionId() > after
+        ]
+        return [p for p in plans if "AppendData" in p]
+
+    plans = wait_for("the append's plan", appends, 30)
+    assert all("might_contain" in p for p in plans), plans[0]
+
+    meta = {r["id"]: r for r in spark.table("hist.public.iso_sink_meta").collect()}
+    assert sorted(meta) == [1, 3]  # 2 was made and deleted within one batch
+    assert (meta[1]["v"], meta[1]["tidemark_op"]) == ("third", "u")
+    assert meta[1]["tidemark_txid"] == xids[("iso_sink_meta", 1, "u2")]
+    assert meta[3]["tidemark_lsn"]
+    # soft-deleted: the delete's metadata, though its tombstone came after it
+    assert (meta[3]["tidemark_deleted"], meta[3]["tidemark_op"]) == (True, "d")
+    assert meta[3]["tidemark_txid"] == xids[("iso_sink_meta", 3, "d")]
+
+    # a table keeps the mode it was made with: asked for merge, it stops; and a merge
+    # table made without the metadata columns gets them
+    later = "tidemark.reconciled.public.iso_sink_later"
     changed = dataclasses.replace(
-        config, sink=dataclasses.replace(config.sink, tables={}, topics=[topic])
+        config,
+        sink=dataclasses.replace(
+            config.sink,
+            tables={"public.iso_sink_later": TableLayout(metadata_columns=True)},
+            topics=[topic, later],
+        ),
     )
-    execute(config, "UPDATE iso_sink_hist SET v = 'fourth' WHERE id = 1")
+    execute(
+        config,
+        "UPDATE iso_sink_hist SET v = 'fourth' WHERE id = 1",
+        "UPDATE iso_sink_later SET v = 'again' WHERE id = 1",
+    )
     wait_caught_up(config)
     remade = Sink(changed, spark)
     drain(remade)
     assert "made in append mode" in remade.stopped.get(topic, ""), remade.stopped
-
-    meta = {r["id"]: r for r in spark.table("hist.public.iso_sink_meta").collect()}
-    assert sorted(meta) == [1, 3]
-    assert (meta[1]["v"], meta[1]["tidemark_op"]) == ("third", "u")
-    assert meta[1]["tidemark_txid"] == xids[("iso_sink_meta", 1, "u2")]
-    assert meta[3]["tidemark_op"] == "c" and meta[3]["tidemark_lsn"]
-    assert_equal(config, spark, "iso_sink_meta")
+    assert later not in remade.stopped
+    added = {r["id"]: r for r in spark.table("hist.public.iso_sink_later").collect()}
+    assert (added[1]["v"], added[1]["tidemark_op"]) == ("again", "u")
+    assert added[2]["tidemark_op"] is None  # written before the columns were
 
 
 def snapshots(spark: SparkSession, table: str) -> int:

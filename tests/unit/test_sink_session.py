@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from spark_sink.aws_sdk import JARS, aws_sdk_jars, copy_jars, wheel_libs
-from spark_sink.session import catalog_secrets, catalog_settings, jvm_options, postgres_jar
+from spark_sink.session import (
+    catalog_secrets,
+    catalog_settings,
+    jar_list,
+    jvm_options,
+    postgres_jar,
+)
 from tidemark.core.catalogs import (
     KINDS,
     S3_CLIENT_FACTORY,
@@ -147,12 +153,23 @@ def test_the_s3_defaults_give_way_to_what_the_properties_say() -> None:
     assert storage_properties("s3://lake/w", {"io-impl": "x.IO"}) == {
         "s3.client-factory-impl": S3_CLIENT_FACTORY
     }
+    # elsewhere only the factory, which a REST catalog's own S3FileIO may take
     for elsewhere in ("/var/lib/w", "wh", "file:///w", "gs://lake/w", "hdfs://nn/w"):
-        assert storage_properties(elsewhere, {}) == {}
+        assert storage_properties(elsewhere, {}) == {"s3.client-factory-impl": S3_CLIENT_FACTORY}
+    assert storage_properties("analytics", {"client.factory": "x.Assume"}) == {}
 
 
 @pytest.mark.parametrize(
-    "warehouse", ["s3://lake/w", "S3A://lake/w", "gs://lake/w", "abfss://c@a/w"]
+    "key", ["s3.access-key-id", "s3.secret-access-key", "s3.session-token", "my.password"]
+)
+def test_a_credential_in_the_catalog_properties_is_refused(key: str) -> None:
+    problem = catalog_problem("jdbc", "jdbc:postgresql://db/i", {key: "x"})
+    assert problem is not None and problem[0] == f"catalog_properties.{key}"
+    assert "AWS_SECRET_ACCESS_KEY" in problem[1]
+
+
+@pytest.mark.parametrize(
+    "warehouse", ["s3://lake/w", "S3A://lake/w", "gs://lake/w", "wasbs://c@a/w"]
 )
 def test_a_hadoop_catalog_is_refused_on_object_storage(warehouse: str) -> None:
     assert on_object_storage(warehouse)
@@ -162,6 +179,8 @@ def test_a_hadoop_catalog_is_refused_on_object_storage(warehouse: str) -> None:
     assert catalog_problem("custom", "", by_class, warehouse=warehouse) is not None
     assert catalog_problem("jdbc", "jdbc:postgresql://db/i", {}, warehouse=warehouse) is None
     assert catalog_problem("glue", "", {}, warehouse=warehouse) is None
+    # ADLS Gen2 renames atomically (its hierarchical namespace)
+    assert catalog_problem("hadoop", "", {}, warehouse="abfss://c@a.dfs.core.windows.net/w") is None
 
 
 def test_the_aws_sdk_jars_come_from_the_image_folder_or_the_debezium_wheel(
@@ -179,3 +198,10 @@ def test_the_aws_sdk_jars_come_from_the_image_folder_or_the_debezium_wheel(
     assert aws_sdk_jars(tmp_path / "aws-sdk") == [libs / jar for jar in JARS]
     with pytest.raises(FileNotFoundError, match=JARS[0]):
         copy_jars(tmp_path / "aws-sdk", tmp_path / "again")
+
+
+def test_jars_the_configuration_names_are_added_to_the_sinks_own() -> None:
+    own = [Path("/j/iceberg.jar"), Path("/j/s3.jar")]
+    assert jar_list(SinkConfig(), own) == "/j/iceberg.jar,/j/s3.jar"
+    glue = SinkConfig(spark_conf={"spark.jars": "/x/glue.jar, /x/kms.jar"})
+    assert jar_list(glue, own) == "/j/iceberg.jar,/j/s3.jar,/x/glue.jar,/x/kms.jar"

@@ -16,6 +16,7 @@ environment, a container's role): :func:`storage_properties` says the settings i
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 CUSTOM = "custom"
@@ -71,8 +72,9 @@ KINDS: dict[str, CatalogKind] = {
 #: commits can overwrite each other.
 HADOOP_CATALOG = "org.apache.iceberg.hadoop.HadoopCatalog"
 
-#: Warehouse schemes of object stores: no atomic rename, so no ``hadoop`` catalog there.
-OBJECT_STORE_SCHEMES = ("s3", "s3a", "s3n", "gs", "abfs", "abfss", "wasb", "wasbs")
+#: Warehouse schemes of object stores without an atomic rename, so no ``hadoop`` catalog
+#: there (ADLS Gen2's ``abfs`` renames atomically with its hierarchical namespace).
+OBJECT_STORE_SCHEMES = ("s3", "s3a", "s3n", "gs", "wasb", "wasbs")
 #: The schemes Iceberg's ``S3FileIO`` reads and writes.
 S3_SCHEMES = ("s3", "s3a", "s3n")
 S3_FILE_IO = "org.apache.iceberg.aws.s3.S3FileIO"
@@ -94,18 +96,23 @@ def on_object_storage(location: str) -> bool:
 
 
 def storage_properties(warehouse: str, properties: dict[str, str]) -> dict[str, str]:
-    """The catalog settings a warehouse on S3 takes besides ``catalog_properties``:
-    ``S3FileIO`` and its own client factory, each unless the properties say otherwise
-    (an ``io-impl``; a ``client.factory`` such as Iceberg's role-assuming one, which the
-    S3 factory would override)."""
-    if scheme(warehouse) not in S3_SCHEMES:
-        return {}
+    """The catalog settings besides ``catalog_properties`` for tables on S3: ``S3FileIO``
+    for a warehouse on S3, and its own client factory for any catalog (a REST catalog
+    may name S3FileIO itself, for a warehouse it knows by name); each unless the
+    properties say otherwise (an ``io-impl``; a ``client.factory`` such as Iceberg's
+    role-assuming one, which the S3 factory would override). Other FileIOs ignore the
+    factory."""
     settings = {}
-    if "io-impl" not in properties:
+    if scheme(warehouse) in S3_SCHEMES and "io-impl" not in properties:
         settings["io-impl"] = S3_FILE_IO
     if not {"s3.client-factory-impl", "client.factory"} & set(properties):
         settings["s3.client-factory-impl"] = S3_CLIENT_FACTORY
     return settings
+
+
+#: ``catalog_properties`` keys that hold a credential: refused, since the file is no
+#: place for one (the AWS SDK reads its keys from the environment).
+_CREDENTIAL = re.compile(r"access-key-id|secret|password|session-token", re.IGNORECASE)
 
 
 #: ``catalog_properties`` keys the sink sets for every type.
@@ -117,6 +124,14 @@ def catalog_problem(
 ) -> tuple[str, str] | None:
     """What is wrong with a catalog's settings, as (the field, why), or ``None``."""
     kind = KINDS[catalog_type]
+    for key in properties:
+        if _CREDENTIAL.search(key):
+            return (
+                f"catalog_properties.{key}",
+                "a credential does not go in the file: the catalog's password or token in "
+                "TIDEMARK_SINK__CATALOG_PASSWORD, S3's keys in the AWS SDK's variables "
+                "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN)",
+            )
     if on_object_storage(warehouse) and commits_can_overwrite(catalog_type, properties):
         return (
             "warehouse",
