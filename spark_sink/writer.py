@@ -22,10 +22,12 @@ import orjson
 
 from spark_sink.errors import SchemaError
 from spark_sink.history import (
+    APPEND,
     BATCH_COLUMNS,
     BATCH_POSITION,
     COLUMNS,
     INGESTED_AT,
+    MERGE,
     MERGE_ONLY,
     MODE_PROPERTY,
     NAMES,
@@ -221,9 +223,7 @@ class Table:
     def kept(self) -> Keeping:
         """What the table keeps: the mode it was made with (``merge`` before modes were
         recorded), and whether it has the metadata columns."""
-        rows = self.spark.sql(f"SHOW TBLPROPERTIES {self.name} ('{MODE_PROPERTY}')").collect()
-        value = rows[0]["value"] if rows else ""
-        mode = "append" if value == "append" else "merge"
+        mode = APPEND if self._property(MODE_PROPERTY) == APPEND else MERGE
         names = {f.name for f in self.spark.table(self.path).schema.fields}
         return Keeping(mode, POSITION in names)
 
@@ -234,9 +234,13 @@ class Table:
 
     def key_names(self) -> list[str]:
         """The primary-key columns recorded when the table was created (``[]`` if none)."""
-        rows = self.spark.sql(f"SHOW TBLPROPERTIES {self.name} ('{KEY_PROPERTY}')").collect()
-        value = rows[0]["value"] if rows else ""
+        value = self._property(KEY_PROPERTY)
         return list(orjson.loads(value)) if value.startswith("[") else []
+
+    def _property(self, key: str) -> str:
+        """A table property's value; for one the table lacks, Spark's sentence saying so."""
+        rows = self.spark.sql(f"SHOW TBLPROPERTIES {self.name} ('{key}')").collect()
+        return str(rows[0]["value"]) if rows else ""
 
     def evolve(self, evolution: Evolution) -> None:
         """Add and widen columns (metadata-only commits, before the batch's data commit)."""

@@ -4,26 +4,20 @@ free loopback port (``hive/Metastore.java`` starts it)."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import signal
-import subprocess
-import time
 from pathlib import Path
 
+from tests.integration.service import Service
 from tidemark.core.binaries import java_home
-from tidemark.core.ports import free_port, port_is_open
 
 LAUNCHER = Path(__file__).parent / "hive" / "Metastore.java"
 
 
-class Metastore:
+class Metastore(Service):
     """A Hive metastore process started by the tests, stopped by its process id."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.port = free_port()
-        self._process: subprocess.Popen[bytes] | None = None
+    what = "the Hive metastore"
+    log_name = "metastore.log"
 
     @property
     def uri(self) -> str:
@@ -57,28 +51,5 @@ class Metastore:
             "-p",
             str(self.port),
         ]
-        with open(self.folder / "metastore.log", "wb") as log:
-            self._process = subprocess.Popen(
-                command, cwd=self.folder, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
-        deadline = time.monotonic() + timeout
-        while not port_is_open(self.port):
-            if self._process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                tail = (self.folder / "metastore.log").read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"the Hive metastore did not start:\n{tail}")
-            time.sleep(0.3)
+        self.launch(command, timeout)
         return self
-
-    def stop(self) -> None:
-        if self._process is None:
-            return
-        if self._process.poll() is None:
-            os.killpg(self._process.pid, signal.SIGTERM)
-            try:
-                self._process.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self._process.pid, signal.SIGKILL)
-                self._process.wait()
-        self._process = None

@@ -6,15 +6,10 @@ would to S3."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
-import time
-from pathlib import Path
 from typing import Any
 
-from tidemark.core.ports import free_port, port_is_open
+from tests.integration.service import Service
 
 #: The AWS SDK's variables for the sink's process: placeholders the server accepts.
 CREDENTIALS = {
@@ -24,13 +19,11 @@ CREDENTIALS = {
 }
 
 
-class ObjectStore:
+class ObjectStore(Service):
     """A moto server process started by the tests, stopped by its process id."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.port = free_port()
-        self._process: subprocess.Popen[bytes] | None = None
+    what = "the S3-compatible server"
+    log_name = "moto.log"
 
     @property
     def endpoint(self) -> str:
@@ -61,28 +54,5 @@ class ObjectStore:
     def start(self, timeout: float = 60) -> ObjectStore:
         self.folder.mkdir(parents=True, exist_ok=True)
         command = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)]
-        with open(self.folder / "moto.log", "wb") as log:
-            self._process = subprocess.Popen(
-                command, cwd=self.folder, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
-        deadline = time.monotonic() + timeout
-        while not port_is_open(self.port):
-            if self._process.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                tail = (self.folder / "moto.log").read_text(errors="replace")[-2000:]
-                raise RuntimeError(f"the S3-compatible server did not start:\n{tail}")
-            time.sleep(0.2)
+        self.launch(command, timeout)
         return self
-
-    def stop(self) -> None:
-        if self._process is None:
-            return
-        if self._process.poll() is None:
-            os.killpg(self._process.pid, signal.SIGTERM)
-            try:
-                self._process.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self._process.pid, signal.SIGKILL)
-                self._process.wait()
-        self._process = None

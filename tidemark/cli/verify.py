@@ -24,7 +24,8 @@ from psycopg import sql
 from processor.snapshot.client import read_state
 from processor.snapshot.postgres.positions import committed_position, confirmed_flush_lsn
 from processor.snapshot.signals import READ_AGAIN
-from spark_sink.history import APPEND, MODE_PROPERTY, OP, POSITION
+from spark_sink.history import OP, POSITION
+from spark_sink.writer import Table
 from tidemark.cli.errors import NotCaughtUpError
 from tidemark.core.config import Config
 from tidemark.core.kafka import client_config, exact_end_offsets, read_range
@@ -235,20 +236,19 @@ def newest_versions(rows: list[dict[str, Any]], key: list[str]) -> list[dict[str
     newest: dict[tuple[str, ...], tuple[tuple[int, ...], dict[str, Any]]] = {}
     for row in rows:
         at = tuple(int(part) for part in str(row[POSITION]).split(","))
-        found = newest.setdefault(tuple(canonical(row[c]) for c in key), (at, row))
-        if at > found[0]:
-            newest[tuple(canonical(row[c]) for c in key)] = (at, row)
+        named = tuple(canonical(row[c]) for c in key)
+        if named not in newest or at > newest[named][0]:
+            newest[named] = (at, row)
     return [row for _at, row in newest.values() if row[OP] != "d"]
 
 
 def compare_table(config: Config, spark: SparkSession, schema: str, table: str) -> TableComparison:
     """One source table against its Iceberg table (an ``append`` table's newest versions)."""
     columns, rows = source_rows(config, schema, table)
-    name = f"{config.sink.catalog_name}.{schema}.{table}"
-    lake = [r.asDict() for r in spark.table(name).collect()]
+    lake_table = Table(spark, config.sink.catalog_name, schema, table, config.sink.soft_delete)
+    lake = [r.asDict() for r in spark.table(lake_table.path).collect()]
     key = primary_key(config, schema, table)
-    mode = spark.sql(f"SHOW TBLPROPERTIES {name} ('{MODE_PROPERTY}')").collect()
-    if mode and mode[0]["value"] == APPEND:
+    if lake_table.kept().append:
         lake = newest_versions(lake, key)
     return compare_rows(
         table, key, columns, [dict(zip(columns, r, strict=True)) for r in rows], lake
